@@ -1,0 +1,4 @@
+{#- Amounts arrive in cents; marts report dollars with two decimals. -#}
+{% macro cents_to_dollars(column_name, scale=2) -%}
+    ({{ column_name }} / 100)::numeric(16, {{ scale }})
+{%- endmacro %}

@@ -1,0 +1,34 @@
+{% set payment_methods = ['credit_card', 'coupon', 'bank_transfer', 'gift_card'] %}
+
+with orders as (
+    select * from {{ ref('stg_orders') }}
+),
+
+payments as (
+    select * from {{ ref('stg_payments') }}
+),
+
+order_payments as (
+    select
+        order_id,
+        {% for payment_method in payment_methods -%}
+        sum(case when payment_method = '{{ payment_method }}' then amount else 0 end)
+            as {{ payment_method }}_amount,
+        {% endfor -%}
+        sum(amount) as total_amount
+    from payments
+    group by order_id
+)
+
+select
+    orders.order_id,
+    orders.customer_id,
+    orders.order_date,
+    orders.status,
+    {% for payment_method in payment_methods -%}
+    coalesce(order_payments.{{ payment_method }}_amount, 0) as {{ payment_method }}_amount,
+    {% endfor -%}
+    coalesce(order_payments.total_amount, 0) as amount
+from orders
+left join order_payments
+    on orders.order_id = order_payments.order_id
