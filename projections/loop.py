@@ -119,7 +119,19 @@ class Projector:
         return last
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
+        """Project until `stop`; a failure (Postgres or NATS away) restarts from the checkpoint."""
         stop = stop or asyncio.Event()
+        while not stop.is_set():
+            try:
+                await self._run_once(stop)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                self.log.exception("projector_failed")
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), 1.0)
+
+    async def _run_once(self, stop: asyncio.Event) -> None:
         async with self.pool.acquire() as conn:
             after = await checkpoint(conn, self.fold.name)
         sub = await self._subscribe(after)
@@ -130,8 +142,9 @@ class Projector:
                     msgs = await sub.fetch(self.batch, timeout=0.5)
                 except TimeoutError:
                     continue
-                await self.apply_batch(msgs)
-                await msgs[-1].ack()
+                if msgs:
+                    await self.apply_batch(msgs)
+                    await msgs[-1].ack()
         finally:
             # The connection may be gone already; the consumer expires on its own.
             with contextlib.suppress(Exception):

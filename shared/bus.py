@@ -102,8 +102,13 @@ class Bus:
         return events.decode(msg.data)
 
     async def close(self) -> None:
-        if not self.nc.is_closed:
+        """Drain (flush what is pending), and close outright if draining stalls."""
+        if self.nc.is_closed:
+            return
+        try:
             await self.nc.drain()
+        except Exception:  # noqa: BLE001 - closing is all that is left to do
+            await self.nc.close()
 
 
 async def connect(
@@ -123,6 +128,7 @@ async def connect(
         name=name,
         max_reconnect_attempts=-1 if forever else 3,
         connect_timeout=5,
+        drain_timeout=5,
         allow_reconnect=True,
     )
     try:

@@ -124,6 +124,7 @@ class Deployed(_DeployEvent, frozen=True, kw_only=True, tag="deploy.deployed.v1"
     files: list[str]
     skipped: list[Skipped] = []
     requested_by: str = ""
+    packages_digest: str | None = None
     _kind = "deployed"
 
 
