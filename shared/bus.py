@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 
 import nats
@@ -102,13 +103,15 @@ class Bus:
         return events.decode(msg.data)
 
     async def close(self) -> None:
-        """Drain (flush what is pending), and close outright if draining stalls."""
+        """Flush what was published without an ack (log lines), then close.
+
+        Callers stop their consumers first, so there is nothing left to drain.
+        """
         if self.nc.is_closed:
             return
-        try:
-            await self.nc.drain()
-        except Exception:  # noqa: BLE001 - closing is all that is left to do
-            await self.nc.close()
+        with contextlib.suppress(Exception):
+            await self.nc.flush(timeout=5)
+        await self.nc.close()
 
 
 async def connect(
@@ -128,7 +131,6 @@ async def connect(
         name=name,
         max_reconnect_attempts=-1 if forever else 3,
         connect_timeout=5,
-        drain_timeout=5,
         allow_reconnect=True,
     )
     try:

@@ -198,9 +198,10 @@ class RunFinished(_RunEvent, frozen=True, kw_only=True, tag="run.finished.v1"):
 class _NodeEvent(Event, frozen=True, kw_only=True):
     run_id: str
     attempt: int
+    _kind = ""
 
     def subject(self) -> str:
-        return subjects.node_events(self.project, self.run_id)
+        return subjects.node_event(self.project, self.run_id, self._kind)
 
 
 class NodeStarted(_NodeEvent, frozen=True, kw_only=True, tag="node.started.v1"):
@@ -210,6 +211,7 @@ class NodeStarted(_NodeEvent, frozen=True, kw_only=True, tag="node.started.v1"):
     relation: str | None = None
     started_at: datetime | None = None
     round: int = 0
+    _kind = "started"
 
     def event_id(self) -> str:
         return f"node:{self.run_id}:{self.attempt}:{self.round}:{self.unique_id}:started"
@@ -217,6 +219,7 @@ class NodeStarted(_NodeEvent, frozen=True, kw_only=True, tag="node.started.v1"):
 
 class NodeFinished(_NodeEvent, frozen=True, kw_only=True, tag="node.finished.v1"):
     node: NodeResult
+    _kind = "finished"
 
     def event_id(self) -> str:
         n = self.node

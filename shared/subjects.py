@@ -19,7 +19,7 @@ __all__ = [
     "command",
     "deploy_event",
     "run_event",
-    "node_events",
+    "node_event",
     "run_log",
     "COMMAND_VERBS",
 ]
@@ -84,8 +84,8 @@ def run_event(project: str, run_id: str, kind: str) -> str:
     return f"dbt.evt.run.{token(project)}.{token(run_id)}.{kind}"
 
 
-def node_events(project: str, run_id: str) -> str:
-    return f"dbt.evt.node.{token(project)}.{token(run_id)}"
+def node_event(project: str, run_id: str, kind: str) -> str:
+    return f"dbt.evt.node.{token(project)}.{token(run_id)}.{kind}"
 
 
 def run_log(run_id: str) -> str:

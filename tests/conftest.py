@@ -1,0 +1,68 @@
+"""Real servers for every test: a fresh nats-server per test, one Postgres per session.
+
+DATABASE_URL, when set, is used instead of an embedded Postgres (each test gets
+its own schema either way). NATS always starts fresh per test: streams are
+fixed names and the event stream denies purge, so tests cannot share one.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+import pytest
+
+from services.embedded import NatsServer, start_postgres
+from services.stack import Stack
+from shared import logging as jlog
+from shared.config import load
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "jaffle_shop"
+
+jlog.configure("warning")
+
+
+@pytest.fixture(scope="session")
+def pg_url(tmp_path_factory):
+    if os.environ.get("DATABASE_URL"):
+        yield os.environ["DATABASE_URL"]
+        return
+    server, url = start_postgres(tmp_path_factory.mktemp("pg") / "data")
+    yield url
+    server.cleanup()
+
+
+@pytest.fixture
+def nats_url(tmp_path):
+    server = NatsServer(tmp_path / "nats").start()
+    yield server.url
+    server.stop()
+
+
+@pytest.fixture
+def settings(tmp_path, nats_url, pg_url):
+    return load({
+        "JETDBT_HOME": str(tmp_path / "home"),
+        "NATS_URL": nats_url,
+        "DATABASE_URL": pg_url,
+        "JETDBT_SCHEMA": f"t_{uuid.uuid4().hex[:12]}",
+        "JETDBT_API_PORT": "0",
+    })
+
+
+@pytest.fixture
+async def stack(settings):
+    st = await Stack(settings).start()
+    yield st
+    await st.stop()
+
+
+@pytest.fixture
+def project_copy(tmp_path):
+    """A writable copy of the example project, for tests that change it."""
+    dest = tmp_path / "jaffle_shop"
+    shutil.copytree(EXAMPLE, dest)
+    return dest

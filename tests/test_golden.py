@@ -1,0 +1,164 @@
+"""Golden events: committed JSON that every future version of jetdbt must still read.
+
+The files in tests/golden are data, never regenerated: an event once published
+stays in DBT_EVENTS forever, so a change that stops one of them decoding (a
+renamed field, a changed type, a new field without a default) is a break of the
+wire contract. A new event type needs a new golden file before the suite passes.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from shared import events as ev
+
+GOLDEN = Path(__file__).resolve().parent / "golden"
+RUN = "0b7e4c1f9a2d4e8b8c3f5a6d7e8f9012"
+DEPLOY = "d5c0a1e2f3b44c5d9e8f7a6b5c4d3e2f"
+BUNDLE = "sha256:6f1ed002ab5595859014ebf0951522d9a1b2c3d4e5f60718293a4b5c6d7e8f90"
+WARN_TEST = (
+    "test.jaffle_shop.accepted_values_orders_status__placed__shipped__completed"
+    "__return_pending__returned.be6b5b5ec3"
+)
+
+
+def _tag(kind: type[ev.Event]) -> str:
+    return kind.__struct_config__.tag
+
+
+def _golden_tags() -> list[str]:
+    return sorted(p.name.removesuffix(".json") for p in GOLDEN.glob("*.json"))
+
+
+# Per tag: the type it must decode to, and a few values read back through the struct
+# (including the subject and the dedup id, which are part of the contract too).
+EXPECTED = {
+    "deploy.requested.v1": (
+        ev.DeployRequested,
+        lambda e: (e.deploy_id, e.bundle_digest, e.bundle_size, e.requested_by, e.subject()),
+        (DEPLOY, BUNDLE, 18342, "ana", "dbt.evt.deploy.jaffle_shop.requested"),
+    ),
+    "deploy.refused.v1": (
+        ev.DeployRefused,
+        lambda e: (e.deploy_id, "$.bundle_size" in e.reason, e.event_id()),
+        ("c17", True, "deploy:jaffle_shop:c17:refused"),
+    ),
+    "deploy.deployed.v1": (
+        ev.Deployed,
+        lambda e: (
+            e.version,
+            e.engine,
+            e.adapter,
+            e.manifest_size,
+            "models/marts/orders.sql" in e.files,
+            [(s.path, s.reason) for s in e.skipped],
+            e.packages_digest is not None,
+            e.subject(),
+        ),
+        (
+            BUNDLE,
+            "dbt-core-1x",
+            "duckdb",
+            412877,
+            True,
+            [("target", "dbt build output"), ("profiles.yml", "may hold secrets")],
+            True,
+            "dbt.evt.deploy.jaffle_shop.deployed",
+        ),
+    ),
+    "deploy.unchanged.v1": (
+        ev.DeployUnchanged,
+        lambda e: (e.version, e.event_id()),
+        (BUNDLE, "deploy:jaffle_shop:7aa3c9d0e1f24b6c8d9e0f1a2b3c4d5e:unchanged"),
+    ),
+    "deploy.failed.v1": (
+        ev.DeployFailed,
+        lambda e: (e.reason.startswith("dbt parse failed"), e.subject()),
+        (True, "dbt.evt.deploy.jaffle_shop.failed"),
+    ),
+    "run.requested.v1": (
+        ev.RunRequested,
+        lambda e: (e.run_id, e.command["select"], e.command_seq, e.requested_at, e.hidden),
+        (RUN, ["+orders"], 42, datetime(2025, 6, 2, 9, 30, 0, 412000, tzinfo=UTC), False),
+    ),
+    "run.refused.v1": (
+        ev.RunRefused,
+        lambda e: (e.run_id, "deploy it first" in e.reason, e.subject()),
+        ("c43", True, "dbt.evt.run.jaffle_shop.c43.refused"),
+    ),
+    "run.started.v1": (
+        ev.RunStarted,
+        lambda e: (e.attempt, e.version, e.runner, e.event_id()),
+        (2, BUNDLE, "runner-a1b2", f"run:jaffle_shop:{RUN}:2:started"),
+    ),
+    "run.attempt_lost.v1": (
+        ev.RunAttemptLost,
+        lambda e: (e.attempt, e.event_id()),
+        (1, f"run:jaffle_shop:{RUN}:1:attempt_lost"),
+    ),
+    "run.finished.v1": (
+        ev.RunFinished,
+        lambda e: (
+            e.result.status,
+            e.result.totals["warned"],
+            [(n.unique_id, n.outcome, n.rows_affected) for n in e.result.nodes],
+            e.result.invocation_args["vars"],
+            e.result.nodes[0].finished_at,
+            e.subject(),
+        ),
+        (
+            "passed",
+            1,
+            [("model.jaffle_shop.orders", "passed", 99), (WARN_TEST, "warned", None)],
+            {"start_date": "2025-01-01"},
+            datetime(2025, 6, 2, 9, 30, 4, 530000, tzinfo=UTC),
+            f"dbt.evt.run.jaffle_shop.{RUN}.finished",
+        ),
+    ),
+    "node.started.v1": (
+        ev.NodeStarted,
+        lambda e: (e.unique_id, e.resource_type, e.relation, e.attempt, e.event_id()),
+        (
+            "model.jaffle_shop.orders",
+            "model",
+            '"main"."main"."orders"',
+            2,
+            f"node:{RUN}:2:0:model.jaffle_shop.orders:started",
+        ),
+    ),
+    "node.finished.v1": (
+        ev.NodeFinished,
+        lambda e: (e.node.unique_id, e.node.status, e.node.failures, e.subject()),
+        (WARN_TEST, "warn", 1, f"dbt.evt.node.jaffle_shop.{RUN}.finished"),
+    ),
+}
+
+
+def test_every_event_type_has_a_golden_file():
+    missing = sorted({_tag(kind) for kind in ev.EVENT_TYPES} - set(_golden_tags()))
+    assert not missing, f"add a golden file to tests/golden for: {missing}"
+
+
+def test_every_golden_file_is_checked():
+    assert sorted(EXPECTED) == _golden_tags()
+
+
+@pytest.mark.parametrize("tag", _golden_tags())
+def test_golden_decodes(tag):
+    kind, read, values = EXPECTED[tag]
+    event = ev.decode((GOLDEN / f"{tag}.json").read_bytes())
+    assert type(event) is kind
+    assert event.project == "jaffle_shop"
+    assert event.at.tzinfo is not None and event.at.year == 2025
+    assert read(event) == values
+
+
+@pytest.mark.parametrize("tag", _golden_tags())
+def test_golden_reencodes_unchanged(tag):
+    """Every field survives decode and encode: nothing is dropped, renamed or reformatted."""
+    raw = (GOLDEN / f"{tag}.json").read_bytes()
+    assert json.loads(ev.encode(ev.decode(raw))) == json.loads(raw)
