@@ -1,0 +1,151 @@
+"""The checkpointed projector loop shared by every fold.
+
+Fetch a batch, decode, apply, write the checkpoint in the same transaction as
+the rows, commit, then ack. The Postgres checkpoint is the position: each start
+opens a consumer at checkpoint + 1, so a crash between commit and ack costs a
+skip, never a double apply. An event that cannot be decoded or applied goes to
+the dead-letter table with its bytes and error, and the projection moves on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from typing import Protocol
+
+import asyncpg
+import msgspec
+from nats.js import api
+
+from shared import events
+from shared import logging as jlog
+from shared.bus import EVENTS, Bus
+
+__all__ = ["Fold", "Projector", "POISON", "checkpoint", "dead_letter"]
+
+# Errors that say "this event cannot be applied", as opposed to "Postgres is away".
+POISON = (
+    msgspec.DecodeError,
+    msgspec.ValidationError,
+    asyncpg.DataError,
+    asyncpg.IntegrityConstraintViolationError,
+    ValueError,
+    TypeError,
+    KeyError,
+)
+
+
+class Fold(Protocol):
+    name: str
+
+    async def apply(self, conn: asyncpg.Connection, event: events.Event, seq: int) -> None: ...
+
+
+async def checkpoint(conn, projector: str) -> int:
+    value = await conn.fetchval("SELECT last_seq FROM checkpoints WHERE projector = $1", projector)
+    return value or 0
+
+
+async def dead_letter(
+    conn, projector: str, seq: int, subject: str, data: bytes, error: str
+) -> None:
+    await conn.execute(
+        "INSERT INTO dead_letters (projector, stream_seq, subject, data, error)"
+        " VALUES ($1, $2, $3, $4, $5) ON CONFLICT (projector, stream_seq) DO UPDATE"
+        " SET error = EXCLUDED.error, failed_at = now()",
+        projector,
+        seq,
+        subject,
+        data,
+        error,
+    )
+
+
+async def _save_checkpoint(conn, projector: str, seq: int) -> None:
+    await conn.execute(
+        "INSERT INTO checkpoints (projector, last_seq) VALUES ($1, $2) ON CONFLICT (projector)"
+        " DO UPDATE SET last_seq = EXCLUDED.last_seq, updated_at = now()",
+        projector,
+        seq,
+    )
+
+
+class Projector:
+    """Runs one fold over its filtered view of DBT_EVENTS until stopped."""
+
+    def __init__(
+        self, bus: Bus, pool: asyncpg.Pool, fold: Fold, subjects: list[str], batch: int = 256
+    ):
+        self.bus = bus
+        self.pool = pool
+        self.fold = fold
+        self.subjects = subjects
+        self.batch = batch
+        self.log = jlog.get("projector", projector=fold.name)
+
+    async def _subscribe(self, after: int):
+        config = api.ConsumerConfig(
+            name=f"proj-{self.fold.name}-{uuid.uuid4().hex[:12]}",
+            filter_subjects=self.subjects,
+            ack_policy=api.AckPolicy.ALL,
+            inactive_threshold=60,
+            max_ack_pending=self.batch * 4,
+            deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE if after else api.DeliverPolicy.ALL,
+            opt_start_seq=after + 1 if after else None,
+        )
+        info = await self.bus.js.add_consumer(EVENTS, config)
+        return await self.bus.js.pull_subscribe_bind(info.name, stream=EVENTS)
+
+    async def apply_batch(self, msgs) -> int:
+        """Apply one batch in one transaction; returns the new checkpoint."""
+        name = self.fold.name
+        async with self.pool.acquire() as conn, conn.transaction():
+            last = await checkpoint(conn, name)
+            for msg in msgs:
+                seq = msg.metadata.sequence.stream
+                if seq <= last:
+                    continue
+                try:
+                    event = events.decode(msg.data)
+                    async with conn.transaction():
+                        await self.fold.apply(conn, event, seq)
+                except POISON as exc:
+                    error = f"{exc.__class__.__name__}: {exc}"
+                    self.log.warning("dead_letter", seq=seq, subject=msg.subject, error=error)
+                    await dead_letter(conn, name, seq, msg.subject, msg.data, error)
+                last = seq
+            await _save_checkpoint(conn, name, last)
+        return last
+
+    async def run(self, stop: asyncio.Event | None = None) -> None:
+        """Project until `stop`; a failure (Postgres or NATS away) restarts from the checkpoint."""
+        stop = stop or asyncio.Event()
+        while not stop.is_set():
+            try:
+                await self._run_once(stop)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                self.log.exception("projector_failed")
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), 1.0)
+
+    async def _run_once(self, stop: asyncio.Event) -> None:
+        async with self.pool.acquire() as conn:
+            after = await checkpoint(conn, self.fold.name)
+        sub = await self._subscribe(after)
+        self.log.info("projector_started", after=after)
+        try:
+            while not stop.is_set():
+                try:
+                    msgs = await sub.fetch(self.batch, timeout=0.5)
+                except TimeoutError:
+                    continue
+                if msgs:
+                    await self.apply_batch(msgs)
+                    await msgs[-1].ack()
+        finally:
+            # The connection may be gone already; the consumer expires on its own.
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()

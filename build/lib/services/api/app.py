@@ -1,0 +1,124 @@
+"""The query API: reads projections, never executes anything.
+
+Commands a caller POSTs here go onto `dbt.cmd.>` exactly as another system
+would publish them; everything else is a read of the projection tables.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import asyncpg
+import msgspec
+from aiohttp import web
+
+from shared import commands, subjects
+from shared.bus import Bus
+
+__all__ = ["create_app", "POOL", "BUS"]
+
+POOL = web.AppKey("pool", asyncpg.Pool)
+BUS = web.AppKey("bus", Bus)
+
+_encoder = msgspec.json.Encoder()
+
+
+def _json(data, status: int = 200) -> web.Response:
+    return web.Response(body=_encoder.encode(data), status=status, content_type="application/json")
+
+
+def _error(status: int, message: str) -> web.Response:
+    return _json({"error": message}, status)
+
+
+RUN_COLUMNS = (
+    "run_id, project, status, command, requested_by, requested_at, hidden, attempt,"
+    " lost_attempts, version, runner, started_at, finished_at, refused_reason, totals,"
+    " nodes_started, nodes_finished"
+)
+
+
+async def healthz(request: web.Request) -> web.Response:
+    async with request.app[POOL].acquire() as conn:
+        await conn.fetchval("SELECT 1")
+    return _json({"ok": True, "nats": request.app[BUS].nc.is_connected})
+
+
+async def get_run(request: web.Request) -> web.Response:
+    run_id = request.match_info["run_id"]
+    async with request.app[POOL].acquire() as conn:
+        run = await conn.fetchrow(
+            f"SELECT {RUN_COLUMNS}, result FROM runs WHERE run_id = $1", run_id
+        )
+        if run is None:
+            return _error(404, f"run {run_id!r} not found")
+        nodes = await conn.fetch(
+            "SELECT unique_id, resource_type, name, relation, status, outcome, message,"
+            " started_at, finished_at, execution_time, rows_affected, failures, round, attempt"
+            " FROM run_nodes WHERE run_id = $1 ORDER BY started_at NULLS LAST, unique_id",
+            run_id,
+        )
+    body = dict(run)
+    result = body.pop("result") or {}
+    body["result"] = {k: v for k, v in result.items() if k != "nodes"} or None
+    body["nodes"] = [dict(n) for n in nodes]
+    return _json(body)
+
+
+async def list_runs(request: web.Request) -> web.Response:
+    project = request.match_info["project"]
+    try:
+        limit = min(int(request.query.get("limit", "50")), 500)
+    except ValueError:
+        return _error(400, "limit must be a whole number")
+    async with request.app[POOL].acquire() as conn:
+        rows = await conn.fetch(
+            f"SELECT {RUN_COLUMNS} FROM runs WHERE project = $1"
+            " ORDER BY requested_at DESC NULLS LAST LIMIT $2",
+            project,
+            limit,
+        )
+    return _json({"project": project, "runs": [dict(r) for r in rows]})
+
+
+async def list_deploys(request: web.Request) -> web.Response:
+    project = request.match_info["project"]
+    async with request.app[POOL].acquire() as conn:
+        rows = await conn.fetch(
+            "SELECT deploy_id, status, version, manifest_digest, engine, engine_version, adapter,"
+            " adapter_version, skipped, reason, requested_by, at FROM deploys"
+            " WHERE project = $1 ORDER BY at DESC LIMIT 100",
+            project,
+        )
+    return _json({"project": project, "deploys": [dict(r) for r in rows]})
+
+
+async def post_run(request: web.Request) -> web.Response:
+    """Publish a run command; 202 with the run id to follow."""
+    project = request.match_info["project"]
+    try:
+        subjects.check_project(project)
+        raw = await request.read()
+        body = commands.decode_run(raw)
+    except (subjects.InvalidName, commands.CommandRejected) as exc:
+        return _error(400, str(exc))
+    run_id = body.run_id or uuid.uuid4().hex
+    cmd = msgspec.structs.replace(body, run_id=run_id)
+    await request.app[BUS].js.publish(
+        subjects.command("run", project),
+        msgspec.json.encode(cmd),
+        headers={"Nats-Msg-Id": f"cmd:run:{project}:{run_id}"},
+    )
+    return _json({"run_id": run_id, "project": project}, status=202)
+
+
+def create_app(pool: asyncpg.Pool, bus: Bus) -> web.Application:
+    app = web.Application()
+    app[POOL] = pool
+    app[BUS] = bus
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/v1/runs/{run_id}", get_run)
+    app.router.add_get("/v1/projects/{project}/runs", list_runs)
+    app.router.add_post("/v1/projects/{project}/runs", post_run)
+    app.router.add_get("/v1/projects/{project}/deploys", list_deploys)
+    return app

@@ -1,0 +1,256 @@
+"""The `jetdbt` command line: run the stack, deploy, run, and read status.
+
+`up` runs every service in the foreground; `deploy` and `run` publish commands on
+NATS like any other system would; `status` reads the query API.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+import sys
+from pathlib import Path
+
+import aiohttp
+import msgspec
+import yaml
+
+from services import client
+from services.stack import Stack, read_stack_file
+from services.watch import Progress, planned_nodes, result_table
+from shared import events as ev
+from shared import logging as jlog
+from shared import subjects
+from shared.bundle import BundleRefused
+from shared.bus import Bus, ServerRefused, connect
+from shared.commands import BuildCommand, RunCommand
+from shared.config import Settings, load
+
+__all__ = ["main"]
+
+EXIT_FAILED = 1
+EXIT_REFUSED = 3
+
+
+class CliError(Exception):
+    """An error the user can act on; printed without a traceback."""
+
+
+def _endpoints(settings: Settings) -> tuple[str, str]:
+    """Where the stack is: NATS_URL (and the API setting), else what `jetdbt up` wrote."""
+    if settings.nats_url:
+        return settings.nats_url, f"http://{settings.api_host}:{settings.api_port}"
+    found = read_stack_file(settings.home)
+    if not found:
+        raise CliError(
+            f"no jetdbt stack is running for {settings.home}: start one with `jetdbt up`"
+            " in another terminal, or set NATS_URL"
+        )
+    return found["nats_url"], found["api_url"]
+
+
+async def _bus(settings: Settings) -> Bus:
+    nats_url, _ = _endpoints(settings)
+    return await connect(nats_url, "jetdbt-cli", ensure=False)
+
+
+async def _wait_for_signal() -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+
+
+async def cmd_up(args, settings: Settings) -> int:
+    stack = await Stack(settings).start()
+    stack.write_stack_file()
+    print(f"jetdbt is up: API {stack.api_url}  NATS {stack.nats_url}")
+    print("deploy with `jetdbt deploy PATH`, build with `jetdbt run PROJECT --watch`; Ctrl-C stops")
+    try:
+        await _wait_for_signal()
+    finally:
+        await stack.stop()
+    return 0
+
+
+async def cmd_serve(args, settings: Settings) -> int:
+    """One service per process, against configured servers (production)."""
+    if not (settings.nats_url and settings.database_url):
+        raise CliError("`jetdbt serve` needs NATS_URL and DATABASE_URL; use `jetdbt up` locally")
+    roles = {args.role} if args.role != "all" else {"runner", "projectors", "api"}
+    stack = Stack(
+        settings, runner="runner" in roles, projectors="projectors" in roles, api="api" in roles
+    )
+    await stack.start()
+    try:
+        await _wait_for_signal()
+    finally:
+        await stack.stop()
+    return 0
+
+
+async def cmd_deploy(args, settings: Settings) -> int:
+    path = Path(args.path)
+    project = client.project_name(path, args.project)
+    bus = await _bus(settings)
+    try:
+        packed, final = await client.deploy(bus, path, project)
+    finally:
+        await bus.close()
+    for skip in packed.skipped:
+        print(f"skipped {skip.path}: {skip.reason}")
+    if isinstance(final, ev.Deployed):
+        print(
+            f"deployed {project} version {final.version[:19]} ({len(final.files)} files;"
+            f" {final.engine} {final.engine_version}, {final.adapter} {final.adapter_version})"
+        )
+        return 0
+    if isinstance(final, ev.DeployUnchanged):
+        print(f"unchanged: {project} is already at version {final.version[:19]}; nothing to do")
+        return 0
+    print(f"deploy of {project} {type(final).__name__}: {final.reason}", file=sys.stderr)
+    return EXIT_FAILED
+
+
+def _vars(text: str | None) -> dict:
+    if not text:
+        return {}
+    value = yaml.safe_load(text)
+    if not isinstance(value, dict):
+        raise CliError(f"--vars must be a YAML or JSON mapping, got {text!r}")
+    return value
+
+
+async def _planned(bus: Bus, project: str, cmd: BuildCommand) -> int | None:
+    """The node count of an unselected build, from the deployed manifest."""
+    if cmd.select or cmd.exclude:
+        return None
+    deployed = await bus.last_event(subjects.deploy_event(project, "deployed"))
+    if not isinstance(deployed, ev.Deployed):
+        return None
+    with contextlib.suppress(Exception):
+        return planned_nodes(msgspec.json.decode(await bus.get_blob(deployed.manifest_digest)))
+    return None
+
+
+async def cmd_run(args, settings: Settings) -> int:
+    project = subjects.check_project(args.project)
+    build = BuildCommand(
+        select=args.select or [],
+        exclude=args.exclude or [],
+        vars=_vars(args.vars),
+        full_refresh=args.full_refresh,
+    )
+    command = RunCommand(command=build, run_id=args.run_id)
+    bus = await _bus(settings)
+    try:
+        progress = None
+        if args.watch:
+            progress = Progress(
+                await _planned(bus, project, build), out=sys.stderr if args.json else sys.stdout
+            )
+        final = await client.run(
+            bus, project, command, on_event=progress.on_event if progress else None
+        )
+    finally:
+        await bus.close()
+    if progress:
+        progress.done()
+    if isinstance(final, ev.RunRefused):
+        if args.json:
+            print(
+                msgspec.json.encode(
+                    {
+                        "run_id": final.run_id,
+                        "project": project,
+                        "status": "refused",
+                        "reason": final.reason,
+                        "nodes": [],
+                    }
+                ).decode()
+            )
+        print(f"run {final.run_id} refused: {final.reason}", file=sys.stderr)
+        return EXIT_REFUSED
+    result = final.result
+    if args.json:
+        body = {"run_id": final.run_id, "project": project, **msgspec.to_builtins(result)}
+        print(msgspec.json.encode(body).decode())
+    else:
+        print(result_table(result))
+        print(f"run id: {final.run_id}")
+    return 0 if result.status == "passed" else EXIT_FAILED
+
+
+async def cmd_status(args, settings: Settings) -> int:
+    _, api_url = _endpoints(settings)
+    if args.run_id:
+        path = f"/v1/runs/{args.run_id}"
+    elif args.project:
+        path = f"/v1/projects/{subjects.check_project(args.project)}/runs"
+    else:
+        path = "/healthz"
+    async with aiohttp.ClientSession() as session, session.get(api_url + path) as resp:
+        body = await resp.json()
+    print(yaml.safe_dump(body, sort_keys=False, default_flow_style=False).rstrip())
+    return 0 if resp.status == 200 else EXIT_FAILED
+
+
+async def cmd_demo(args, settings: Settings) -> int:
+    from services.demo import demo
+
+    return await demo(settings)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="jetdbt", description=__doc__.splitlines()[0])
+    p.add_argument("--log-level", default="warning", help="structured log level (stderr)")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("up", help="run the stack and every service in the foreground")
+    serve = sub.add_parser("serve", help="run one service against NATS_URL and DATABASE_URL")
+    serve.add_argument("role", choices=["runner", "projectors", "api", "all"])
+    dep = sub.add_parser("deploy", help="pack a dbt project and deploy it")
+    dep.add_argument("path")
+    dep.add_argument("--project", help="project name (default: dbt_project.yml's name)")
+    run = sub.add_parser("run", help="build a deployed project")
+    run.add_argument("project")
+    run.add_argument("--select", "-s", action="extend", nargs="+", help="dbt's --select")
+    run.add_argument("--exclude", action="extend", nargs="+", help="dbt's --exclude")
+    run.add_argument("--vars", help="dbt vars as a YAML/JSON mapping")
+    run.add_argument("--full-refresh", action="store_true")
+    run.add_argument("--run-id", help="choose the run id (default: a new uuid)")
+    run.add_argument("--watch", action="store_true", help="show live per-model progress")
+    run.add_argument("--json", action="store_true", help="print the structured result as JSON")
+    st = sub.add_parser("status", help="health, a run, or a project's runs")
+    st.add_argument("run_id", nargs="?")
+    st.add_argument("--project")
+    sub.add_parser("demo", help="start, deploy the example, build it, show the API, stop")
+    return p
+
+
+COMMANDS = {
+    "up": cmd_up,
+    "serve": cmd_serve,
+    "deploy": cmd_deploy,
+    "run": cmd_run,
+    "status": cmd_status,
+    "demo": cmd_demo,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    jlog.configure(args.log_level)
+    try:
+        return asyncio.run(COMMANDS[args.cmd](args, load()))
+    except (CliError, ServerRefused, BundleRefused, subjects.InvalidName, ValueError) as exc:
+        print(f"jetdbt: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

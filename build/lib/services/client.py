@@ -1,0 +1,141 @@
+"""Talking to a running stack over NATS: what the CLI, the demo and the tests share.
+
+A command is published on `dbt.cmd.<verb>.<project>` exactly as any other
+system would; the answer is read from the event subjects, subscribed before
+the command goes out so no event can be missed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import msgspec
+import yaml
+
+from shared import bundle, commands, subjects
+from shared import events as ev
+from shared.bus import Bus
+
+__all__ = ["deploy", "run", "project_name", "principal", "DEPLOY_FINAL", "RUN_FINAL"]
+
+DEPLOY_FINAL = (ev.Deployed, ev.DeployUnchanged, ev.DeployFailed, ev.DeployRefused)
+RUN_FINAL = (ev.RunFinished, ev.RunRefused)
+
+
+def principal() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "unknown"
+
+
+def project_name(path: Path, given: str | None) -> str:
+    """--project, else dbt_project.yml's name when it is a valid project name."""
+    if given:
+        return subjects.check_project(given)
+    doc = yaml.safe_load((path / "dbt_project.yml").read_text()) or {}
+    name = str(doc.get("name", ""))
+    try:
+        return subjects.check_project(name)
+    except subjects.InvalidName as exc:
+        raise subjects.InvalidName(f"{exc}; name the project with --project") from None
+
+
+async def _await_final(
+    bus: Bus,
+    pattern: str,
+    publish: Callable[[], Awaitable[None]],
+    wanted: Callable[[ev.Event], bool],
+    final: tuple,
+    on_event: Callable[[ev.Event], Awaitable[None]] | None,
+    timeout: float | None,
+) -> ev.Event:
+    queue: asyncio.Queue = asyncio.Queue()
+
+    async def collect(msg) -> None:
+        queue.put_nowait(msg.data)
+
+    sub = await bus.nc.subscribe(pattern, cb=collect)
+    try:
+        await publish()
+        async with asyncio.timeout(timeout):
+            while True:
+                event = ev.decode(await queue.get())
+                if not wanted(event):
+                    continue
+                if on_event is not None:
+                    await on_event(event)
+                if isinstance(event, final):
+                    return event
+    finally:
+        await sub.unsubscribe()
+
+
+async def deploy(
+    bus: Bus, path: Path, project: str, *, requested_by: str = "", timeout: float | None = 900
+) -> tuple[bundle.Packed, ev.Event]:
+    """Pack, store the bundle, publish the deploy command, wait for its final event."""
+    packed = bundle.pack(path)
+    digest = await bus.put_blob(packed.data)
+    deploy_id = uuid.uuid4().hex
+    cmd = commands.DeployCommand(
+        bundle_digest=digest,
+        bundle_size=packed.size,
+        skipped=packed.skipped,
+        deploy_id=deploy_id,
+        requested_by=requested_by or principal(),
+    )
+
+    async def publish() -> None:
+        await bus.js.publish(
+            subjects.command("deploy", project),
+            msgspec.json.encode(cmd),
+            headers={"Nats-Msg-Id": f"cmd:deploy:{project}:{deploy_id}"},
+        )
+
+    final = await _await_final(
+        bus,
+        f"dbt.evt.deploy.{subjects.token(project)}.*",
+        publish,
+        lambda e: getattr(e, "deploy_id", None) == deploy_id,
+        DEPLOY_FINAL,
+        None,
+        timeout,
+    )
+    return packed, final
+
+
+async def run(
+    bus: Bus,
+    project: str,
+    command: commands.RunCommand,
+    *,
+    on_event: Callable[[ev.Event], Awaitable[None]] | None = None,
+    timeout: float | None = None,
+) -> ev.Event:
+    """Publish a run command and follow its events to RunFinished or RunRefused."""
+    run_id = command.run_id or uuid.uuid4().hex
+    command = msgspec.structs.replace(
+        command, run_id=run_id, requested_by=command.requested_by or principal()
+    )
+
+    async def publish() -> None:
+        await bus.js.publish(
+            subjects.command("run", project),
+            msgspec.json.encode(command),
+            headers={"Nats-Msg-Id": f"cmd:run:{project}:{run_id}"},
+        )
+
+    return await _await_final(
+        bus,
+        f"dbt.evt.*.{subjects.token(project)}.{subjects.token(run_id)}.>",
+        publish,
+        lambda e: getattr(e, "run_id", None) == run_id,
+        RUN_FINAL,
+        on_event,
+        timeout,
+    )

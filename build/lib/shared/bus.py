@@ -1,0 +1,151 @@
+"""The NATS connection every service shares: version gate, publishing, blobs, last-by-subject."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+
+import nats
+from nats.js.errors import NotFoundError, ObjectNotFoundError
+
+from shared import contract as contract_mod
+from shared import events
+
+__all__ = [
+    "Bus",
+    "ServerRefused",
+    "check_server",
+    "connect",
+    "REQUIRED",
+    "EVENTS",
+    "COMMANDS",
+    "BLOBS",
+]
+
+REQUIRED = (2, 10)
+EVENTS = "DBT_EVENTS"
+COMMANDS = "DBT_COMMANDS"
+BLOBS = "DBT_BLOBS"
+
+
+class ServerRefused(RuntimeError):
+    """The NATS server cannot serve jetdbt (too old, or JetStream off)."""
+
+
+def check_server(version: str, url: str) -> None:
+    """Refuse a server older than REQUIRED, naming its version."""
+    parts = version.split("-")[0].split(".")
+    try:
+        have = (int(parts[0]), int(parts[1]))
+    except (IndexError, ValueError):
+        raise ServerRefused(
+            f"NATS server at {url} reports an unreadable version {version!r}"
+        ) from None
+    if have < REQUIRED:
+        raise ServerRefused(
+            f"NATS server at {url} is version {version}; jetdbt requires NATS >= "
+            f"{REQUIRED[0]}.{REQUIRED[1]} with JetStream (multiple filter subjects arrived in 2.10)"
+        )
+
+
+def digest_of(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+class Bus:
+    """One NATS connection with its JetStream context."""
+
+    def __init__(self, nc, url: str):
+        self.nc = nc
+        self.js = nc.jetstream()
+        self.url = url
+        self._blobs = None
+
+    async def publish(self, event: events.Event):
+        """Publish an event with its deterministic id; the stream drops a duplicate."""
+        return await self.js.publish(
+            event.subject(),
+            events.encode(event),
+            stream=EVENTS,
+            headers={"Nats-Msg-Id": event.event_id()},
+        )
+
+    async def _store(self):
+        if self._blobs is None:
+            self._blobs = await self.js.object_store(BLOBS)
+        return self._blobs
+
+    async def put_blob(self, data: bytes) -> str:
+        """Store a blob under its content digest (a no-op when it is there already)."""
+        digest = digest_of(data)
+        store = await self._store()
+        try:
+            await store.get_info(digest)
+        except ObjectNotFoundError:
+            await store.put(digest, data)
+        return digest
+
+    async def get_blob(self, digest: str) -> bytes:
+        """Fetch a blob and prove it is what its name says."""
+        store = await self._store()
+        result = await store.get(digest)
+        data = result.data
+        if digest_of(data) != digest:
+            raise ValueError(f"blob {digest} failed its digest check")
+        return data
+
+    async def last_event(self, subject: str) -> events.Event | None:
+        """The newest event on one subject, read from the stream (never from a projection)."""
+        try:
+            msg = await self.js.get_last_msg(EVENTS, subject)
+        except NotFoundError:
+            return None
+        return events.decode(msg.data)
+
+    async def close(self) -> None:
+        """Flush what was published without an ack (log lines), then close.
+
+        Callers stop their consumers first, so there is nothing left to drain.
+        """
+        if self.nc.is_closed:
+            return
+        with contextlib.suppress(Exception):
+            await self.nc.flush(timeout=5)
+        await self.nc.close()
+
+
+async def connect(
+    url: str,
+    name: str,
+    *,
+    ensure: bool = True,
+    forever: bool = False,
+    consumer_overrides: dict | None = None,
+) -> Bus:
+    """Connect, refuse an unfit server, and ensure the stream contract.
+
+    Services reconnect forever (`forever=True`); the CLI fails fast instead.
+    """
+    nc = await nats.connect(
+        url,
+        name=name,
+        max_reconnect_attempts=-1 if forever else 3,
+        connect_timeout=5,
+        allow_reconnect=True,
+    )
+    try:
+        check_server(nc.connected_server_version._server_version, url)
+        js = nc.jetstream()
+        try:
+            await js.account_info()
+        except Exception as exc:
+            raise ServerRefused(
+                f"NATS server at {url} (version {nc.connected_server_version._server_version})"
+                f" has no JetStream: start it with -js ({exc.__class__.__name__})"
+            ) from None
+        if ensure:
+            await contract_mod.ensure(js, contract_mod.load(), consumer_overrides)
+    except BaseException:
+        await nc.close()
+        raise
+    return Bus(nc, url)

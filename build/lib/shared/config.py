@@ -1,0 +1,58 @@
+"""Settings read from the environment, once, into a typed Struct."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import msgspec
+
+__all__ = ["Settings", "load", "CONTRACT"]
+
+CONTRACT = Path(__file__).resolve().parent.parent / "streams.yaml"
+
+
+class Settings(msgspec.Struct, frozen=True, kw_only=True):
+    nats_url: str | None
+    database_url: str | None
+    home: Path
+    max_concurrent_runs: int = 4
+    max_runs_per_team: int = 2
+    run_timeout_seconds: int = 3600
+    api_host: str = "127.0.0.1"
+    api_port: int = 8580
+    schema: str = "jetdbt"
+
+    @property
+    def warehouse_dir(self) -> Path:
+        return self.home / "warehouse"
+
+    @property
+    def runner_cache(self) -> Path:
+        return self.home / "runner"
+
+
+def _int(env, name: str, default: int) -> int:
+    raw = env.get(name)
+    if raw in (None, ""):
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} is not a whole number") from None
+
+
+def load(env=None) -> Settings:
+    """Read settings; JETDBT_HOME (default ./.jetdbt) holds the embedded servers' data."""
+    env = os.environ if env is None else env
+    return Settings(
+        nats_url=env.get("NATS_URL") or None,
+        database_url=env.get("DATABASE_URL") or None,
+        home=Path(env.get("JETDBT_HOME") or ".jetdbt").absolute(),
+        max_concurrent_runs=_int(env, "MAX_CONCURRENT_RUNS", 4),
+        max_runs_per_team=_int(env, "MAX_RUNS_PER_TEAM", 2),
+        run_timeout_seconds=_int(env, "RUN_TIMEOUT_SECONDS", 3600),
+        api_host=env.get("JETDBT_API_HOST") or "127.0.0.1",
+        api_port=_int(env, "JETDBT_API_PORT", 8580),
+        schema=env.get("JETDBT_SCHEMA") or "jetdbt",
+    )

@@ -1,0 +1,146 @@
+"""Ensure the JetStream contract in streams.yaml: create, update compatibly, or refuse."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import yaml
+from nats.js import api
+from nats.js.errors import BucketNotFoundError, NotFoundError
+
+from shared.config import CONTRACT
+
+__all__ = ["Contract", "IncompatibleContract", "load", "ensure"]
+
+DAY = 86400.0
+
+
+class StreamSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    subjects: list[str]
+    description: str = ""
+    retention: str = "limits"
+    storage: str = "file"
+    max_age_days: float = 0
+    duplicate_window_seconds: float = 120
+    deny_delete: bool = False
+    deny_purge: bool = False
+
+
+class ConsumerSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    stream: str
+    filter_subjects: list[str]
+    ack_wait_seconds: float = 30
+    max_ack_pending: int = 1000
+    max_deliver: int = -1
+
+
+class BucketSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    description: str = ""
+    storage: str = "file"
+    history: int = 1
+
+
+class Contract(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    streams: dict[str, StreamSpec]
+    consumers: dict[str, ConsumerSpec]
+    projections: dict[str, list[str]]
+    object_stores: dict[str, BucketSpec]
+    key_value: dict[str, BucketSpec]
+
+
+class IncompatibleContract(RuntimeError):
+    """The server holds a stream whose config cannot be changed into the declared one."""
+
+
+def load(path: Path = CONTRACT) -> Contract:
+    return msgspec.convert(yaml.safe_load(path.read_text()), Contract)
+
+
+def _stream_config(name: str, spec: StreamSpec) -> api.StreamConfig:
+    return api.StreamConfig(
+        name=name,
+        description=spec.description or None,
+        subjects=spec.subjects,
+        retention=api.RetentionPolicy(spec.retention),
+        storage=api.StorageType(spec.storage),
+        max_age=spec.max_age_days * DAY,
+        duplicate_window=spec.duplicate_window_seconds,
+        deny_delete=spec.deny_delete,
+        deny_purge=spec.deny_purge,
+    )
+
+
+# Fields the server cannot change in place; deny_* may only be switched on.
+_FIXED = ("storage", "retention")
+_ONE_WAY = ("deny_delete", "deny_purge")
+
+
+def _check_compatible(name: str, have: api.StreamConfig, want: api.StreamConfig) -> None:
+    for field in _FIXED:
+        if getattr(have, field) != getattr(want, field):
+            raise IncompatibleContract(
+                f"stream {name}: field '{field}' is {getattr(have, field).value!r} on the server"
+                f" and {getattr(want, field).value!r} in streams.yaml; it cannot change in place"
+                " (migrate the stream by hand)"
+            )
+    for field in _ONE_WAY:
+        if getattr(have, field) and not getattr(want, field):
+            raise IncompatibleContract(
+                f"stream {name}: field '{field}' is on and cannot be switched off"
+            )
+
+
+async def _ensure_stream(js, name: str, spec: StreamSpec) -> None:
+    want = _stream_config(name, spec)
+    try:
+        info = await js.stream_info(name)
+    except NotFoundError:
+        await js.add_stream(want)
+        return
+    _check_compatible(name, info.config, want)
+    await js.update_stream(want)
+
+
+async def _ensure_consumer(js, name: str, spec: ConsumerSpec, overrides: dict[str, Any]) -> None:
+    config = api.ConsumerConfig(
+        durable_name=name,
+        filter_subjects=spec.filter_subjects,
+        ack_policy=api.AckPolicy.EXPLICIT,
+        ack_wait=spec.ack_wait_seconds,
+        max_ack_pending=overrides.get("max_ack_pending", spec.max_ack_pending),
+        max_deliver=spec.max_deliver,
+        deliver_policy=api.DeliverPolicy.ALL,
+    )
+    await js.add_consumer(spec.stream, config)
+
+
+async def ensure(js, contract: Contract, consumer_overrides: dict | None = None) -> None:
+    """Make the server match the contract; idempotent, safe to run from every service."""
+    for name, spec in contract.streams.items():
+        await _ensure_stream(js, name, spec)
+    for name, spec in contract.consumers.items():
+        await _ensure_consumer(js, name, spec, (consumer_overrides or {}).get(name, {}))
+    for name, spec in contract.object_stores.items():
+        try:
+            await js.object_store(name)
+        except (BucketNotFoundError, NotFoundError):
+            await js.create_object_store(
+                name,
+                config=api.ObjectStoreConfig(
+                    description=spec.description or None, storage=api.StorageType(spec.storage)
+                ),
+            )
+    for name, spec in contract.key_value.items():
+        try:
+            await js.key_value(name)
+        except (BucketNotFoundError, NotFoundError):
+            await js.create_key_value(
+                api.KeyValueConfig(
+                    bucket=name,
+                    description=spec.description or None,
+                    history=spec.history,
+                    storage=api.StorageType(spec.storage),
+                )
+            )

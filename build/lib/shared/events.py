@@ -1,0 +1,254 @@
+"""Every fact jetdbt records, as frozen, tagged, versioned msgspec Structs.
+
+One Decoder of the union reads every event. New fields always get defaults;
+a field's type never changes: a new meaning is a new tag version. Each event
+knows its subject and its deterministic id (sent as Nats-Msg-Id), built from
+what makes it unique, so a runner republishing after a crash is deduplicated.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, Union
+
+import msgspec
+
+from shared import subjects
+from shared.bundle import Skipped
+
+__all__ = [
+    "Event",
+    "NodeResult",
+    "RunResult",
+    "DeployRequested",
+    "DeployRefused",
+    "Deployed",
+    "DeployUnchanged",
+    "DeployFailed",
+    "RunRequested",
+    "RunRefused",
+    "RunStarted",
+    "RunAttemptLost",
+    "RunFinished",
+    "NodeStarted",
+    "NodeFinished",
+    "EVENT_TYPES",
+    "encode",
+    "decode",
+]
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class NodeResult(msgspec.Struct, frozen=True, kw_only=True):
+    """One node's result: dbt's `status` verbatim beside the stable `outcome`."""
+
+    unique_id: str
+    status: str
+    outcome: str
+    resource_type: str = ""
+    name: str = ""
+    relation: str | None = None
+    message: str | None = None
+    execution_time: float | None = None
+    rows_affected: int | None = None
+    failures: int | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    round: int = 0
+
+
+class RunResult(msgspec.Struct, frozen=True, kw_only=True):
+    """The structured result of a run: a contract, legible without reading logs."""
+
+    status: str
+    engine: str
+    engine_version: str
+    command: str
+    totals: dict[str, int]
+    nodes: list[NodeResult]
+    exit_code: int
+    invocation_args: dict[str, Any] = {}
+    warehouse: str = "main"
+    target: str = ""
+    error: str | None = None
+
+
+class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
+    project: str
+    at: datetime = msgspec.field(default_factory=_now)
+
+    def event_id(self) -> str:  # pragma: no cover - every subclass defines it
+        raise NotImplementedError
+
+    def subject(self) -> str:  # pragma: no cover - every subclass defines it
+        raise NotImplementedError
+
+
+class _DeployEvent(Event, frozen=True, kw_only=True):
+    deploy_id: str
+    _kind = ""
+
+    def subject(self) -> str:
+        return subjects.deploy_event(self.project, self._kind)
+
+    def event_id(self) -> str:
+        return f"deploy:{self.project}:{self.deploy_id}:{self._kind}"
+
+
+class DeployRequested(_DeployEvent, frozen=True, kw_only=True, tag="deploy.requested.v1"):
+    bundle_digest: str
+    bundle_size: int
+    requested_by: str = ""
+    _kind = "requested"
+
+
+class DeployRefused(_DeployEvent, frozen=True, kw_only=True, tag="deploy.refused.v1"):
+    reason: str
+    _kind = "refused"
+
+
+class Deployed(_DeployEvent, frozen=True, kw_only=True, tag="deploy.deployed.v1"):
+    """A version that parsed: the bundle digest IS the version."""
+
+    version: str
+    bundle_size: int
+    manifest_digest: str
+    manifest_size: int
+    engine: str
+    engine_version: str
+    adapter: str
+    adapter_version: str
+    files: list[str]
+    skipped: list[Skipped] = []
+    requested_by: str = ""
+    packages_digest: str | None = None
+    _kind = "deployed"
+
+
+class DeployUnchanged(_DeployEvent, frozen=True, kw_only=True, tag="deploy.unchanged.v1"):
+    version: str
+    _kind = "unchanged"
+
+
+class DeployFailed(_DeployEvent, frozen=True, kw_only=True, tag="deploy.failed.v1"):
+    version: str
+    reason: str
+    _kind = "failed"
+
+
+class _RunEvent(Event, frozen=True, kw_only=True):
+    run_id: str
+    _kind = ""
+
+    def subject(self) -> str:
+        return subjects.run_event(self.project, self.run_id, self._kind)
+
+    def event_id(self) -> str:
+        return f"run:{self.project}:{self.run_id}:{self._kind}"
+
+
+class RunRequested(_RunEvent, frozen=True, kw_only=True, tag="run.requested.v1"):
+    """The command as submitted: references stay references, nothing is resolved."""
+
+    command: dict[str, Any]
+    requested_by: str = ""
+    requested_at: datetime | None = None
+    hidden: bool = False
+    command_seq: int = 0
+    _kind = "requested"
+
+
+class RunRefused(_RunEvent, frozen=True, kw_only=True, tag="run.refused.v1"):
+    reason: str
+    _kind = "refused"
+
+
+class RunStarted(_RunEvent, frozen=True, kw_only=True, tag="run.started.v1"):
+    attempt: int
+    version: str
+    runner: str = ""
+    _kind = "started"
+
+    def event_id(self) -> str:
+        return f"run:{self.project}:{self.run_id}:{self.attempt}:started"
+
+
+class RunAttemptLost(_RunEvent, frozen=True, kw_only=True, tag="run.attempt_lost.v1"):
+    """The attempt before `attempt` died without finishing (noticed by redelivery)."""
+
+    attempt: int
+    _kind = "attempt_lost"
+
+    def event_id(self) -> str:
+        return f"run:{self.project}:{self.run_id}:{self.attempt}:attempt_lost"
+
+
+class RunFinished(_RunEvent, frozen=True, kw_only=True, tag="run.finished.v1"):
+    attempt: int
+    result: RunResult
+    _kind = "finished"
+
+    def event_id(self) -> str:
+        return f"run:{self.project}:{self.run_id}:{self.attempt}:finished"
+
+
+class _NodeEvent(Event, frozen=True, kw_only=True):
+    run_id: str
+    attempt: int
+    _kind = ""
+
+    def subject(self) -> str:
+        return subjects.node_event(self.project, self.run_id, self._kind)
+
+
+class NodeStarted(_NodeEvent, frozen=True, kw_only=True, tag="node.started.v1"):
+    unique_id: str
+    resource_type: str = ""
+    name: str = ""
+    relation: str | None = None
+    started_at: datetime | None = None
+    round: int = 0
+    _kind = "started"
+
+    def event_id(self) -> str:
+        return f"node:{self.run_id}:{self.attempt}:{self.round}:{self.unique_id}:started"
+
+
+class NodeFinished(_NodeEvent, frozen=True, kw_only=True, tag="node.finished.v1"):
+    node: NodeResult
+    _kind = "finished"
+
+    def event_id(self) -> str:
+        n = self.node
+        return f"node:{self.run_id}:{self.attempt}:{n.round}:{n.unique_id}:finished"
+
+
+EVENT_TYPES: tuple[type[Event], ...] = (
+    DeployRequested,
+    DeployRefused,
+    Deployed,
+    DeployUnchanged,
+    DeployFailed,
+    RunRequested,
+    RunRefused,
+    RunStarted,
+    RunAttemptLost,
+    RunFinished,
+    NodeStarted,
+    NodeFinished,
+)
+
+_decoder = msgspec.json.Decoder(Union[EVENT_TYPES])  # noqa: UP007 - a runtime tuple
+_encoder = msgspec.json.Encoder()
+
+
+def encode(event: Event) -> bytes:
+    return _encoder.encode(event)
+
+
+def decode(data: bytes) -> Event:
+    """Decode any event version; raises msgspec.DecodeError/ValidationError naming the field."""
+    return _decoder.decode(data)

@@ -1,0 +1,32 @@
+"""Structured logs: one JSON object per line, with run id and project bound by callers."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import structlog
+
+__all__ = ["configure", "get"]
+
+
+def configure(level: str = "info", stream=None) -> None:
+    """Route structlog to one line of JSON per event on stderr (stdout is the CLI's)."""
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            structlog.processors.JSONRenderer(),
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(
+            logging.getLevelNamesMapping()[level.upper()]
+        ),
+        logger_factory=structlog.PrintLoggerFactory(stream or sys.stderr),
+        cache_logger_on_first_use=False,
+    )
+
+
+def get(name: str, **bound):
+    return structlog.get_logger(name).bind(**bound)

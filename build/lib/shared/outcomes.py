@@ -1,0 +1,37 @@
+"""dbt's own status words mapped onto jetdbt's stable outcomes, in one place.
+
+`status` is dbt's vocabulary and moves between dbt releases (casing, new words
+such as no-op); `outcome` is the half downstream code branches on.
+"""
+
+from __future__ import annotations
+
+__all__ = ["OUTCOMES", "outcome", "totals"]
+
+OUTCOMES = ("passed", "failed", "warned", "skipped", "no_op", "unknown")
+
+_BY_STATUS = {
+    "success": "passed",
+    "pass": "passed",
+    "error": "failed",
+    "fail": "failed",
+    "runtime error": "failed",
+    "partial success": "failed",
+    "warn": "warned",
+    "skipped": "skipped",
+    "no-op": "no_op",
+    "no_op": "no_op",
+}
+
+
+def outcome(status: str | None) -> str:
+    """The stable outcome for a dbt status; a word dbt adds later is `unknown`, not a crash."""
+    return _BY_STATUS.get((status or "").strip().lower(), "unknown")
+
+
+def totals(outcomes) -> dict[str, int]:
+    """Count per outcome, every outcome present so consumers need no defaults."""
+    counts = dict.fromkeys(OUTCOMES, 0)
+    for value in outcomes:
+        counts[value] = counts.get(value, 0) + 1
+    return counts

@@ -1,0 +1,92 @@
+"""The one home of subject names and subject-token encoding.
+
+NATS splits subjects on '.', treats '*' and '>' as wildcards and forbids white
+space, so no user string is ever spliced into a subject raw: project names must
+already be safe tokens, everything else goes through `token()`.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+
+__all__ = [
+    "InvalidName",
+    "check_project",
+    "check_run_id",
+    "token",
+    "untoken",
+    "command",
+    "deploy_event",
+    "run_event",
+    "node_event",
+    "run_log",
+    "COMMAND_VERBS",
+]
+
+_SAFE = re.compile(r"[a-z0-9][a-z0-9_-]{0,127}\Z")
+COMMAND_VERBS = ("deploy", "run", "cancel")
+
+
+class InvalidName(ValueError):
+    """A name that cannot become a subject token as written."""
+
+
+def check_project(name: str) -> str:
+    """Return `name` if it is a valid project name, else raise naming the rule."""
+    if not isinstance(name, str) or not _SAFE.match(name):
+        raise InvalidName(
+            f"project name {name!r} is invalid: use lowercase letters, digits, '_' and '-',"
+            " starting with a letter or digit (at most 128 characters)"
+        )
+    return name
+
+
+def check_run_id(run_id: str) -> str:
+    """Run ids travel in subjects, so they follow the project-name rule."""
+    if not isinstance(run_id, str) or not _SAFE.match(run_id):
+        raise InvalidName(
+            f"run id {run_id!r} is invalid: use lowercase letters, digits, '_' and '-'"
+        )
+    return run_id
+
+
+def token(value: str) -> str:
+    """Encode any user string as one subject token.
+
+    Safe strings pass through unchanged so subjects stay readable; anything else
+    becomes '_' + unpadded lowercase base32. A plain token never starts with '_',
+    so the two spellings cannot collide.
+    """
+    if _SAFE.match(value):
+        return value
+    raw = base64.b32encode(value.encode()).decode().rstrip("=").lower()
+    return "_" + raw
+
+
+def untoken(tok: str) -> str:
+    """Invert `token()`."""
+    if not tok.startswith("_"):
+        return tok
+    raw = tok[1:].upper()
+    return base64.b32decode(raw + "=" * (-len(raw) % 8)).decode()
+
+
+def command(verb: str, project: str) -> str:
+    return f"dbt.cmd.{verb}.{token(project)}"
+
+
+def deploy_event(project: str, kind: str) -> str:
+    return f"dbt.evt.deploy.{token(project)}.{kind}"
+
+
+def run_event(project: str, run_id: str, kind: str) -> str:
+    return f"dbt.evt.run.{token(project)}.{token(run_id)}.{kind}"
+
+
+def node_event(project: str, run_id: str, kind: str) -> str:
+    return f"dbt.evt.node.{token(project)}.{token(run_id)}.{kind}"
+
+
+def run_log(run_id: str) -> str:
+    return f"dbt.log.{token(run_id)}"

@@ -1,0 +1,63 @@
+"""Progress is live: an early node is projected and readable while a later model still runs."""
+
+from __future__ import annotations
+
+import asyncio
+
+from services import client
+from shared import events as ev
+from shared.commands import BuildCommand, RunCommand
+from tests.helpers import get_json, wait_for
+
+# A dbt-duckdb Python model that holds the build open until the test releases it,
+# so "while a later model is still running" is a fact, not a race.
+GATE_MODEL = """
+import os
+import time
+
+
+def model(dbt, session):
+    dbt.config(materialized="table")
+    release = dbt.config.get("release_file")
+    deadline = time.time() + 120
+    while not os.path.exists(release) and time.time() < deadline:
+        time.sleep(0.1)
+    return dbt.ref("orders")
+"""
+
+
+async def test_node_finished_is_readable_while_a_later_model_runs(stack, project_copy, tmp_path):
+    release = tmp_path / "release"
+    (project_copy / "models" / "marts" / "gate.py").write_text(GATE_MODEL)
+    (project_copy / "models" / "marts" / "gate.yml").write_text(
+        f"models:\n  - name: gate\n    config:\n      release_file: '{release}'\n"
+    )
+    _, deployed = await client.deploy(stack.bus, project_copy, "live")
+    assert isinstance(deployed, ev.Deployed), deployed
+    run_task = asyncio.create_task(
+        client.run(stack.bus, "live", RunCommand(command=BuildCommand(), run_id="live1"))
+    )
+    url = f"{stack.api_url}/v1/runs/live1"
+
+    async def early_done_while_gate_runs():
+        status, body = await get_json(url)
+        if status != 200:
+            return None
+        nodes = {n["unique_id"]: n for n in body["nodes"]}
+        seed = nodes.get("seed.jaffle_shop.raw_orders", {})
+        gate = nodes.get("model.jaffle_shop.gate", {})
+        if seed.get("outcome") == "passed" and gate.get("status") == "running":
+            return body
+        return None
+
+    body = await wait_for(early_done_while_gate_runs, timeout=90)
+    assert body["status"] == "running"
+    assert not run_task.done()
+    assert body["finished_at"] is None and body["nodes_finished"] >= 1
+    release.touch()
+    final = await asyncio.wait_for(run_task, 120)
+    assert final.result.status == "passed"
+    assert any(
+        n.unique_id == "model.jaffle_shop.gate" and n.outcome == "passed"
+        for n in final.result.nodes
+    )
