@@ -36,6 +36,7 @@ class RunCommand(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
     """The body of `dbt.cmd.run.<project>`."""
 
     command: BuildCommand
+    args: dict[str, Any] = {}
     run_id: str | None = None
     requested_by: str = ""
     hidden: bool = False

@@ -22,6 +22,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     api_host: str = "127.0.0.1"
     api_port: int = 8580
     schema: str = "jetdbt"
+    warehouses_file: Path | None = None
+    variables_file: Path | None = None
+    engines_dir: Path | None = None
 
     @property
     def warehouse_dir(self) -> Path:
@@ -42,6 +45,11 @@ def _int(env, name: str, default: int) -> int:
         raise ValueError(f"{name}={raw!r} is not a whole number") from None
 
 
+def _path(env, name: str) -> Path | None:
+    raw = env.get(name)
+    return Path(raw).absolute() if raw else None
+
+
 def load(env=None) -> Settings:
     """Read settings; JETDBT_HOME (default ./.jetdbt) holds the embedded servers' data."""
     env = os.environ if env is None else env
@@ -55,4 +63,7 @@ def load(env=None) -> Settings:
         api_host=env.get("JETDBT_API_HOST") or "127.0.0.1",
         api_port=_int(env, "JETDBT_API_PORT", 8580),
         schema=env.get("JETDBT_SCHEMA") or "jetdbt",
+        warehouses_file=_path(env, "JETDBT_WAREHOUSES"),
+        variables_file=_path(env, "JETDBT_VARIABLES"),
+        engines_dir=_path(env, "JETDBT_ENGINES_DIR"),
     )

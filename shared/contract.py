@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -77,13 +78,18 @@ _FIXED = ("storage", "retention")
 _ONE_WAY = ("deny_delete", "deny_purge")
 
 
+def _plain(value):
+    """nats-py hands back enums it created and plain strings it decoded."""
+    return value.value if isinstance(value, Enum) else value
+
+
 def _check_compatible(name: str, have: api.StreamConfig, want: api.StreamConfig) -> None:
     for field in _FIXED:
-        if getattr(have, field) != getattr(want, field):
+        server, declared = _plain(getattr(have, field)), _plain(getattr(want, field))
+        if server != declared:
             raise IncompatibleContract(
-                f"stream {name}: field '{field}' is {getattr(have, field).value!r} on the server"
-                f" and {getattr(want, field).value!r} in streams.yaml; it cannot change in place"
-                " (migrate the stream by hand)"
+                f"stream {name}: field '{field}' is {server!r} on the server and {declared!r}"
+                " in streams.yaml; it cannot change in place (migrate the stream by hand)"
             )
     for field in _ONE_WAY:
         if getattr(have, field) and not getattr(want, field):

@@ -1,4 +1,10 @@
-"""A build run: one `dbt build` in a fresh job directory, node events published as they happen."""
+"""A build run: dbt in a fresh job directory, node events published as they happen.
+
+test_behavior decides the invocations: build = one `dbt build`; after_all =
+`dbt run` then, when it succeeded, `dbt test`; none = `dbt run`. Each
+invocation's run_results.json names only what it ran, so results are overlaid
+into one run result that lists every node the run touched with its last outcome.
+"""
 
 from __future__ import annotations
 
@@ -6,47 +12,49 @@ import asyncio
 
 import msgspec
 
-from services.runner import engine, results, workspace
+from services.runner import results, selection
 from services.runner.context import RunnerContext
-from services.runner.dbt_process import DbtInvocation, dbt_env
-from services.runner.warehouses import pick, render_profiles
+from services.runner.dbt_process import DbtInvocation
+from services.runner.plan import selection_methods
+from services.runner.setup import Prepared, Refused, prepare
 from shared import events as ev
 from shared import logging as jlog
 from shared import subjects
-from shared.commands import BuildCommand, RunCommand
+from shared.commands import RunCommand
 from shared.outcomes import totals
 
-__all__ = ["build", "build_args"]
+__all__ = ["build", "Execution"]
 
 ERROR_TAIL = 20
+STATE_METHODS = {"state", "result"}
+_SEQUENCES = {"build": ("build",), "after_all": ("run", "test"), "none": ("run",)}
 
 
-def build_args(cmd: BuildCommand, target: str) -> list[str]:
-    """dbt's own flags for the command block; selection passes verbatim."""
-    args = ["--target", target]
-    if cmd.select:
-        args += ["--select", *cmd.select]
-    if cmd.exclude:
-        args += ["--exclude", *cmd.exclude]
-    if cmd.vars:
-        args += ["--vars", msgspec.json.encode(cmd.vars).decode()]
-    if cmd.full_refresh:
-        args.append("--full-refresh")
-    return args
+class Execution:
+    """The dbt invocations of one run attempt, publishing as dbt reports."""
 
-
-class _Live:
-    """Publishes node events and log lines while dbt runs, in the order dbt reports them."""
-
-    def __init__(self, ctx: RunnerContext, project: str, run_id: str, attempt: int):
-        self.ctx, self.project, self.run_id, self.attempt = ctx, project, run_id, attempt
-        self.finished: dict[str, ev.NodeResult] = {}
+    def __init__(
+        self,
+        ctx: RunnerContext,
+        prepared: Prepared,
+        project: str,
+        run_id: str,
+        attempt: int,
+        cancelled: asyncio.Event,
+    ):
+        self.ctx, self.prepared, self.project = ctx, prepared, project
+        self.run_id, self.attempt, self.cancelled = run_id, attempt, cancelled
+        self.nodes: dict[str, ev.NodeResult] = {}
+        self.round = 0
+        self.lines: list[str] = []
         self.log_subject = subjects.run_log(run_id)
 
-    async def on_line(self, line: str) -> None:
+    async def _on_line(self, line: str) -> None:
+        line = self.prepared.resolver.mask(line)
+        self.lines.append(line)
         await self.ctx.bus.nc.publish(self.log_subject, line.encode())
 
-    async def on_event(self, record: dict) -> None:
+    async def _on_event(self, record: dict) -> None:
         start = results.node_start(record)
         if start is not None:
             await self.ctx.bus.publish(
@@ -59,12 +67,12 @@ class _Live:
                     name=start.name,
                     relation=start.relation,
                     started_at=start.started_at,
+                    round=self.round,
                 )
             )
             return
-        node = results.node_finished(record)
+        node = results.node_finished(record, self.round)
         if node is not None:
-            self.finished[node.unique_id] = node
             await self.ctx.bus.publish(
                 ev.NodeFinished(
                     project=self.project,
@@ -73,6 +81,34 @@ class _Live:
                     node=node,
                 )
             )
+
+    async def invoke(self, command: str, args: list[str]) -> int:
+        """One dbt invocation; its results overlay what earlier ones reported."""
+        p = self.prepared
+        inv = DbtInvocation(
+            command, args, p.job.project, p.job.profiles, p.env, executable=p.executable
+        )
+        run = asyncio.create_task(
+            inv.run(self._on_line, self._on_event, self.ctx.settings.run_timeout_seconds)
+        )
+        stop = asyncio.create_task(self.cancelled.wait())
+        try:
+            await asyncio.wait({run, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+        if not run.done():
+            run.cancel()
+            await asyncio.gather(run, return_exceptions=True)
+            raise asyncio.CancelledError("cancelled")
+        code = run.result()
+        target = p.job.project / "target"
+        run_results = results.read_json(target / "run_results.json")
+        if run_results is not None:
+            manifest = results.read_json(target / "manifest.json")
+            for node in results.from_artifacts(run_results, manifest, self.round):
+                self.nodes[node.unique_id] = node
+            (target / "run_results.json").unlink()
+        return code
 
 
 async def build(
@@ -83,80 +119,121 @@ async def build(
     attempt: int,
     deployed: ev.Deployed,
     cancelled: asyncio.Event,
-) -> ev.RunFinished:
-    """Run the build to its end and publish RunFinished (also when dbt could not start)."""
+) -> ev.Event:
+    """Run to the end and publish RunFinished, or RunRefused when the run cannot start."""
     log = jlog.get("runner", project=project, run_id=run_id, attempt=attempt)
-    cmd = body.command
-    wh = pick(ctx.warehouses, "main")
-    await ctx.bus.publish(
-        ev.RunStarted(
-            project=project,
-            run_id=run_id,
-            attempt=attempt,
-            version=deployed.version,
-            runner=ctx.name,
-        )
-    )
-    job = await workspace.prepare(
-        ctx.bus,
-        ctx.settings.runner_cache,
-        deployed.version,
-        f"{run_id}.{attempt}",
-        deployed.packages_digest,
-    )
-    live = _Live(ctx, project, run_id, attempt)
     try:
-        profile = workspace.profile_name(job.project)
-        (job.profiles / "profiles.yml").write_text(render_profiles(profile, wh))
-        invocation = DbtInvocation(
-            "build", build_args(cmd, wh.target), job.project, job.profiles, dbt_env()
+        prepared = await prepare(
+            ctx,
+            deployed.version,
+            f"{run_id}.{attempt}",
+            packages_digest=deployed.packages_digest,
+            cmd=body.command,
+            args=body.args,
         )
-        log.info("dbt_started", argv=invocation.argv[3:])
-        run = asyncio.create_task(
-            invocation.run(live.on_line, live.on_event, ctx.settings.run_timeout_seconds)
+    except Refused as exc:
+        return await _refuse(ctx, project, run_id, str(exc))
+    try:
+        reason = await _check_selection(prepared, project)
+        if reason:
+            return await _refuse(ctx, project, run_id, prepared.resolver.mask(reason))
+        await ctx.bus.publish(
+            ev.RunStarted(
+                project=project,
+                run_id=run_id,
+                attempt=attempt,
+                version=deployed.version,
+                runner=ctx.name,
+            )
         )
-        stop = asyncio.create_task(cancelled.wait())
-        await asyncio.wait({run, stop}, return_when=asyncio.FIRST_COMPLETED)
-        error = None
-        if run.done():
-            stop.cancel()
-            try:
-                code = run.result()
-            except TimeoutError:
-                code, error = -1, f"timed out after {ctx.settings.run_timeout_seconds}s"
-        else:
-            run.cancel()
-            await asyncio.gather(run, return_exceptions=True)
-            code, error = -1, "cancelled"
-        nodes = _nodes(job, live)
-        status = "cancelled" if error == "cancelled" else ("passed" if code == 0 else "failed")
-        if status == "failed" and error is None and not any(n.outcome == "failed" for n in nodes):
-            error = "\n".join(invocation.lines[-ERROR_TAIL:])
-        result = ev.RunResult(
-            status=status,
-            engine=engine.ENGINE,
-            engine_version=engine.engine_version(),
-            command="build",
-            totals=totals(n.outcome for n in nodes),
-            nodes=nodes,
-            exit_code=code,
-            invocation_args=msgspec.to_builtins(cmd),
-            warehouse=wh.name,
-            target=wh.target,
-            error=error,
-        )
-        log.info("dbt_finished", status=status, exit_code=code, nodes=len(nodes))
+        execution = Execution(ctx, prepared, project, run_id, attempt, cancelled)
+        code, error = await _run_sequence(execution, prepared)
+        result = _result(prepared, body, execution, code, error)
+        log.info("run_finished", status=result.status, exit_code=code, nodes=len(result.nodes))
     finally:
-        job.cleanup()
+        prepared.job.cleanup()
     finished = ev.RunFinished(project=project, run_id=run_id, attempt=attempt, result=result)
     await ctx.bus.publish(finished)
     return finished
 
 
-def _nodes(job: workspace.Job, live: _Live) -> list[ev.NodeResult]:
-    """run_results.json when dbt wrote it; what the live log saw otherwise."""
-    target = job.project / "target"
-    run_results = results.read_json(target / "run_results.json")
-    if run_results is None:
-        return list(live.finished.values())
-    return results.from_artifacts(run_results, results.read_json(target / "manifest.json"))
+async def _refuse(ctx: RunnerContext, project: str, run_id: str, reason: str) -> ev.RunRefused:
+    refused = ev.RunRefused(project=project, run_id=run_id, reason=reason)
+    await ctx.bus.publish(refused)
+    return refused
+
+
+async def _check_selection(prepared: Prepared, project: str) -> str | None:
+    """A selection that resolves to nothing is refused, unless it reads a state (CI with
+    nothing changed is an ordinary outcome); a misspelled name is not a success."""
+    plan = prepared.plan
+    if not plan.has_selection():
+        return None
+    if selection_methods(plan.select + plan.exclude) & STATE_METHODS:
+        return None
+    try:
+        found = await selection.resolve(prepared.job, plan, prepared.env, prepared.executable)
+    except selection.SelectionFailed as exc:
+        return f"the selection could not be resolved: {exc}"
+    if found:
+        return None
+    spelled = ", ".join(
+        f"{k}={v}"
+        for k, v in (
+            ("select", plan.select),
+            ("exclude", plan.exclude),
+            ("selector", plan.selector),
+        )
+        if v
+    )
+    return (
+        f"the selection ({spelled}) matches no nodes in project {project!r};"
+        " check the model names and selector methods (dbt ls --select ...)"
+    )
+
+
+async def _run_sequence(execution: Execution, prepared: Prepared) -> tuple[int, str | None]:
+    plan = prepared.plan
+    args = [*plan.common_args(), *plan.selection_args()]
+    if plan.full_refresh:
+        args.append("--full-refresh")
+    code = 0
+    try:
+        for command in _SEQUENCES[plan.test_behavior]:
+            command_args = [a for a in args if a != "--full-refresh"] if command == "test" else args
+            code = await execution.invoke(command, command_args)
+            if code != 0:
+                break
+    except asyncio.CancelledError:
+        return -1, "cancelled"
+    except TimeoutError:
+        return -1, f"timed out after {execution.ctx.settings.run_timeout_seconds}s"
+    return code, None
+
+
+def _result(
+    prepared: Prepared, body: RunCommand, execution: Execution, code: int, error: str | None
+) -> ev.RunResult:
+    plan = prepared.plan
+    nodes = sorted(
+        execution.nodes.values(), key=lambda n: (n.started_at is None, n.started_at, n.unique_id)
+    )
+    status = "cancelled" if error == "cancelled" else ("passed" if code == 0 else "failed")
+    if status == "failed" and error is None and not any(n.outcome == "failed" for n in nodes):
+        error = "\n".join(execution.lines[-ERROR_TAIL:])
+    submitted = msgspec.to_builtins(body.command)
+    if body.args:
+        submitted = {**submitted, "args": body.args}
+    return ev.RunResult(
+        status=status,
+        engine=plan.engine,
+        engine_version=prepared.engine_version,
+        command=plan.test_behavior if plan.test_behavior != "build" else "build",
+        totals=totals(n.outcome for n in nodes),
+        nodes=nodes,
+        exit_code=code,
+        invocation_args=submitted,
+        warehouse=plan.warehouse,
+        target=plan.target,
+        error=error,
+    )

@@ -6,7 +6,8 @@ import os
 import socket
 from dataclasses import dataclass, field
 
-from services.runner.warehouses import Warehouse, default_warehouses
+from services.runner.secrets import Resolver, load_variables
+from services.runner.warehouses import Warehouse, load_warehouses
 from shared.bus import Bus
 from shared.config import Settings
 
@@ -22,4 +23,10 @@ class RunnerContext:
 
     def __post_init__(self):
         if not self.warehouses:
-            self.warehouses = default_warehouses(self.settings.warehouse_dir)
+            self.warehouses = load_warehouses(
+                self.settings.warehouses_file, self.settings.warehouse_dir
+            )
+
+    def resolver(self) -> Resolver:
+        """A fresh resolver per job, so each job masks exactly the secrets it resolved."""
+        return Resolver(load_variables(self.settings.variables_file))

@@ -45,16 +45,18 @@ class DbtInvocation:
         project_dir: Path,
         profiles_dir: Path,
         env: dict[str, str],
+        *,
+        executable: list[str] | None = None,
         log_dir: str = "logs",
         target_dir: str = "target",
     ):
         self.project_dir = project_dir
         self.log_file = project_dir / log_dir / "dbt.log"
         self.target_dir = project_dir / target_dir
+        prefix = executable or [sys.executable, "-m", "dbt.cli.main"]
+        # JSON file log at debug level: NodeStart/NodeFinished are debug events.
         self.argv = [
-            sys.executable,
-            "-m",
-            "dbt.cli.main",
+            *prefix,
             command,
             "--project-dir",
             str(project_dir),

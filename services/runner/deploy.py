@@ -1,17 +1,18 @@
 """Deploy: accept the bundle, `dbt deps` when the project has packages, `dbt parse`, publish.
 
 The bundle digest is the version. Deploying the version that is already the
-latest is a no-op that says so.
+latest is a no-op that says so. A descriptor, warehouse or engine problem
+refuses the deploy with the reason, before any dbt runs.
 """
 
 from __future__ import annotations
 
 from services.runner import engine, workspace
 from services.runner.context import RunnerContext
-from services.runner.dbt_process import DbtInvocation, dbt_env
-from services.runner.warehouses import pick, render_profiles
-from shared import bundle, subjects
+from services.runner.dbt_process import DbtInvocation
+from services.runner.setup import Prepared, Refused, prepare
 from shared import events as ev
+from shared import subjects
 from shared.commands import DeployCommand
 
 __all__ = ["deploy"]
@@ -41,53 +42,56 @@ async def deploy(ctx: RunnerContext, project: str, cmd: DeployCommand, deploy_id
         await bus.publish(final)
         return final
     try:
-        job = await workspace.prepare(
-            bus, ctx.settings.runner_cache, cmd.bundle_digest, f"deploy-{deploy_id}"
-        )
-    except bundle.BundleRefused as exc:
+        prepared = await prepare(ctx, cmd.bundle_digest, f"deploy-{deploy_id}")
+    except Refused as exc:
         final = ev.DeployRefused(project=project, deploy_id=deploy_id, reason=str(exc))
         await bus.publish(final)
         return final
     try:
-        return await _parse(ctx, project, cmd, deploy_id, job)
+        return await _parse(ctx, project, cmd, deploy_id, prepared)
     finally:
-        job.cleanup()
-
-
-async def _fail(ctx, project, deploy_id, version, reason) -> ev.Event:
-    final = ev.DeployFailed(project=project, deploy_id=deploy_id, version=version, reason=reason)
-    await ctx.bus.publish(final)
-    return final
+        prepared.job.cleanup()
 
 
 async def _parse(
-    ctx: RunnerContext, project: str, cmd: DeployCommand, deploy_id: str, job: workspace.Job
+    ctx: RunnerContext, project: str, cmd: DeployCommand, deploy_id: str, prepared: Prepared
 ) -> ev.Event:
+    job, plan = prepared.job, prepared.plan
     version = cmd.bundle_digest
     files = job.files()
-    try:
-        wh = pick(ctx.warehouses, "main")
-        profile = workspace.profile_name(job.project)
-    except (LookupError, ValueError, OSError) as exc:
-        return await _fail(ctx, project, deploy_id, version, str(exc))
-    (job.profiles / "profiles.yml").write_text(render_profiles(profile, wh))
-    env = dbt_env()
+
+    async def fail(reason: str) -> ev.Event:
+        final = ev.DeployFailed(
+            project=project,
+            deploy_id=deploy_id,
+            version=version,
+            reason=prepared.resolver.mask(reason),
+        )
+        await ctx.bus.publish(final)
+        return final
+
     packages_digest = None
     if any((job.project / name).exists() for name in workspace.PACKAGE_FILES):
-        deps = DbtInvocation("deps", [], job.project, job.profiles, env)
+        deps = DbtInvocation(
+            "deps", [], job.project, job.profiles, prepared.env, executable=prepared.executable
+        )
         if await deps.run(timeout=ctx.settings.run_timeout_seconds) != 0:
-            return await _fail(
-                ctx, project, deploy_id, version, "dbt deps failed:\n" + _tail(deps.lines)
-            )
+            return await fail("dbt deps failed:\n" + _tail(deps.lines))
         packed = workspace.pack_packages(job.project)
         packages_digest = await ctx.bus.put_blob(packed) if packed else None
-    parse = DbtInvocation("parse", ["--target", wh.target], job.project, job.profiles, env)
+    parse = DbtInvocation(
+        "parse",
+        plan.common_args(),
+        job.project,
+        job.profiles,
+        prepared.env,
+        executable=prepared.executable,
+    )
     if await parse.run(timeout=ctx.settings.run_timeout_seconds) != 0:
-        return await _fail(
-            ctx, project, deploy_id, version, "dbt parse failed:\n" + _tail(parse.lines)
-        )
+        return await fail("dbt parse failed:\n" + _tail(parse.lines))
     manifest = (parse.target_dir / "manifest.json").read_bytes()
     manifest_digest = await ctx.bus.put_blob(manifest)
+    adapter = ctx.warehouses[plan.warehouse].adapter()
     final = ev.Deployed(
         project=project,
         deploy_id=deploy_id,
@@ -95,10 +99,10 @@ async def _parse(
         bundle_size=cmd.bundle_size,
         manifest_digest=manifest_digest,
         manifest_size=len(manifest),
-        engine=engine.ENGINE,
-        engine_version=engine.engine_version(),
-        adapter=wh.adapter(),
-        adapter_version=engine.adapter_version(wh.adapter()),
+        engine=plan.engine,
+        engine_version=prepared.engine_version,
+        adapter=adapter,
+        adapter_version=engine.adapter_version(adapter),
         files=files,
         skipped=cmd.skipped,
         requested_by=cmd.requested_by,

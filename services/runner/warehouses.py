@@ -1,27 +1,52 @@
 """Warehouses configured by name on the runner side, rendered into dbt's profiles.yml.
 
 A project never carries a connection: it names a warehouse (`main` by default)
-and the runner renders the target from its own configuration.
+and the runner renders the target from its own configuration, a YAML file
+(JETDBT_WAREHOUSES) whose secrets are `$env:`/`$var:` references resolved here.
+Nothing of this ever goes on the bus.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from typing import Any, Literal
 
 import msgspec
 import yaml
 
-__all__ = ["Warehouse", "UnknownWarehouse", "default_warehouses", "pick", "render_profiles"]
+from services.runner.secrets import Resolver
+
+__all__ = [
+    "Warehouse",
+    "UnknownWarehouse",
+    "load_warehouses",
+    "pick",
+    "render_output",
+    "render_profiles",
+]
+
+_ADAPTER = re.compile(r"[a-z0-9][a-z0-9_-]*\Z")
 
 
-class Warehouse(msgspec.Struct, frozen=True, kw_only=True):
-    name: str
-    type: str
+class Warehouse(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    type: Literal["duckdb", "postgres", "dbt_profile"]
+    name: str = ""
     target: str = "main"
-    path: str | None = None
     threads: int = 4
+    path: str | None = None
+    host: str | None = None
+    port: int = 5432
+    user: str | None = None
+    password: str | None = None
+    dbname: str | None = None
+    schema: str | None = None
+    sslmode: str | None = None
+    output: dict[str, Any] | None = None
 
     def adapter(self) -> str:
+        if self.type == "dbt_profile":
+            return str((self.output or {}).get("type", ""))
         return self.type
 
 
@@ -29,9 +54,45 @@ class UnknownWarehouse(LookupError):
     pass
 
 
-def default_warehouses(warehouse_dir: Path) -> dict[str, Warehouse]:
-    """The embedded default: one DuckDB file named `main`."""
-    return {"main": Warehouse(name="main", type="duckdb", path=str(warehouse_dir / "main.duckdb"))}
+def _check(wh: Warehouse) -> Warehouse:
+    if wh.type == "duckdb" and not wh.path:
+        raise ValueError(f"warehouse {wh.name!r}: a duckdb warehouse needs 'path'")
+    if wh.type == "postgres":
+        missing = [k for k in ("host", "user", "dbname") if not getattr(wh, k)]
+        if missing:
+            raise ValueError(f"warehouse {wh.name!r}: a postgres warehouse needs {missing}")
+    if wh.type == "dbt_profile":
+        if not isinstance(wh.output, dict):
+            raise ValueError(
+                f"warehouse {wh.name!r}: a dbt_profile warehouse needs 'output',"
+                " one outputs block of a profiles.yml"
+            )
+        if not _ADAPTER.match(wh.adapter()):
+            raise ValueError(
+                f"warehouse {wh.name!r}: adapter type {wh.adapter()!r} must match"
+                " [a-z0-9][a-z0-9_-]*"
+            )
+    return wh
+
+
+def load_warehouses(path: Path | None, warehouse_dir: Path) -> dict[str, Warehouse]:
+    """The configured warehouses; with no file, the embedded default: DuckDB named `main`."""
+    if path is None:
+        return {
+            "main": Warehouse(name="main", type="duckdb", path=str(warehouse_dir / "main.duckdb"))
+        }
+    raw = yaml.safe_load(Path(path).read_text()) or {}
+    entries = raw.get("warehouses", raw) if isinstance(raw, dict) else None
+    if not isinstance(entries, dict):
+        raise ValueError(f"{Path(path).name}: expected a mapping of warehouse name to settings")
+    out = {}
+    for name, body in entries.items():
+        try:
+            wh = msgspec.convert({**(body or {}), "name": str(name)}, Warehouse)
+        except msgspec.ValidationError as exc:
+            raise ValueError(f"warehouse {name!r}: {exc}") from None
+        out[str(name)] = _check(wh)
+    return out
 
 
 def pick(warehouses: dict[str, Warehouse], name: str) -> Warehouse:
@@ -44,14 +105,37 @@ def pick(warehouses: dict[str, Warehouse], name: str) -> Warehouse:
         ) from None
 
 
-def _output(wh: Warehouse) -> dict:
+def render_output(
+    wh: Warehouse, resolver: Resolver, *, schema: str | None = None, threads: int | None = None
+) -> dict[str, Any]:
+    """One outputs block for dbt; the descriptor's schema and threads override the block's."""
+    where = f"warehouse {wh.name!r}"
     if wh.type == "duckdb":
         Path(wh.path).parent.mkdir(parents=True, exist_ok=True)
-        return {"type": "duckdb", "path": wh.path, "threads": wh.threads}
-    raise UnknownWarehouse(f"warehouse {wh.name!r} has unsupported type {wh.type!r}")
+        out: dict[str, Any] = {"type": "duckdb", "path": wh.path}
+        if wh.schema:
+            out["schema"] = wh.schema
+    elif wh.type == "postgres":
+        out = {
+            "type": "postgres",
+            "host": wh.host,
+            "port": wh.port,
+            "user": wh.user,
+            "password": resolver.resolve(wh.password or "", f"{where}.password"),
+            "dbname": wh.dbname,
+            "schema": wh.schema or "public",
+        }
+        if wh.sslmode:
+            out["sslmode"] = wh.sslmode
+    else:
+        out = resolver.resolve(dict(wh.output or {}), f"{where}.output")
+    out["threads"] = threads or out.get("threads") or wh.threads
+    if schema:
+        out["schema"] = schema
+    return out
 
 
-def render_profiles(profile_name: str, wh: Warehouse) -> str:
+def render_profiles(profile_name: str, target: str, output: dict[str, Any]) -> str:
     """profiles.yml text with one target for the project's profile."""
-    doc = {profile_name: {"target": wh.target, "outputs": {wh.target: _output(wh)}}}
+    doc = {profile_name: {"target": target, "outputs": {target: output}}}
     return yaml.safe_dump(doc, sort_keys=False)

@@ -92,7 +92,9 @@ class Runner:
     async def _dispatch(self, msg) -> None:
         parts = msg.subject.split(".")
         verb = parts[2] if len(parts) > 2 else ""
-        raw_project = subjects.untoken(parts[3]) if len(parts) > 3 else ""
+        raw_project = parts[3] if len(parts) > 3 else ""
+        with contextlib.suppress(ValueError):  # not our encoding: check_project refuses it
+            raw_project = subjects.untoken(raw_project)
         seq = msg.metadata.sequence.stream
         attempt = msg.metadata.num_delivered
         if verb == "run":

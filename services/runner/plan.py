@@ -1,0 +1,180 @@
+"""What one dbt invocation will be: the descriptor and the command folded into one plan.
+
+Deploys and runs both go through `make_plan`, so a parse at deploy and a build
+see the same profile, target, environment and vars.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import jinja2.sandbox
+import msgspec
+import yaml
+
+from services.runner.secrets import Resolver
+from services.runner.warehouses import Warehouse, render_output, render_profiles
+from shared import bundle
+from shared.commands import BuildCommand
+from shared.descriptor import Descriptor, interpolate, is_dynamic, placeholders
+
+__all__ = ["Plan", "PlanRefused", "make_plan", "selection_methods"]
+
+
+class PlanRefused(ValueError):
+    """The run cannot be planned; the message names the cause and the remedy."""
+
+
+class Plan(msgspec.Struct, frozen=True, kw_only=True):
+    engine: str
+    warehouse: str
+    target: str
+    profile: str
+    profiles_text: str  # holds resolved secrets: written to the job directory, never published
+    env: dict[str, str]
+    select: list[str]
+    exclude: list[str]
+    selector: str | None
+    vars: dict[str, Any]
+    full_refresh: bool
+    threads: int | None
+    test_behavior: str
+    dynamic: bool
+    overridden: bool
+
+    def selection_args(self) -> list[str]:
+        args = []
+        if self.select:
+            args += ["--select", *self.select]
+        if self.exclude:
+            args += ["--exclude", *self.exclude]
+        if self.selector:
+            args += ["--selector", self.selector]
+        return args
+
+    def common_args(self) -> list[str]:
+        """Flags every invocation of this plan takes (target, vars, threads)."""
+        args = ["--target", self.target]
+        if self.vars:
+            args += ["--vars", msgspec.json.encode(self.vars).decode()]
+        if self.threads:
+            args += ["--threads", str(self.threads)]
+        return args
+
+    def has_selection(self) -> bool:
+        return bool(self.select or self.exclude or self.selector)
+
+
+def selection_methods(items: list[str]) -> set[str]:
+    """The selector methods (`state`, `result`, `tag`, ...) spelled in select/exclude items."""
+    methods = set()
+    for item in items:
+        for part in item.replace(",", " ").split():
+            head = part.lstrip("+@").split(":", 1)
+            if len(head) == 2:
+                methods.add(head[0].split(".", 1)[0])
+    return methods
+
+
+def _render_profile_name(project_dir: Path, env: dict[str, str]) -> str:
+    """dbt_project.yml's `profile:`, rendered against the run's environment first,
+    since dbt allows env_var() there and reads the rendered value."""
+    doc = yaml.safe_load((project_dir / "dbt_project.yml").read_text()) or {}
+    raw = doc.get("profile") or doc.get("name")
+    if not isinstance(raw, str) or not raw:
+        raise PlanRefused("dbt_project.yml names no profile")
+    if "{" not in raw:
+        return raw
+
+    def env_var(name: str, default: str | None = None) -> str:
+        if name in env:
+            return env[name]
+        if default is None:
+            raise PlanRefused(f"dbt_project.yml profile uses env_var('{name}'), which is not set")
+        return default
+
+    sandbox = jinja2.sandbox.SandboxedEnvironment(undefined=jinja2.StrictUndefined)
+    return sandbox.from_string(raw).render(env_var=env_var).strip()
+
+
+def _own_profiles(
+    project_dir: Path, path: str, profile: str, target: str | None
+) -> tuple[str, str]:
+    rel = bundle.check_path(path)
+    file = project_dir / rel
+    if not file.is_file():
+        raise PlanRefused(f"profile.profiles_yml names {path!r}, which is not in the project")
+    text = file.read_text()
+    entry = (yaml.safe_load(text) or {}).get(profile)
+    if not isinstance(entry, dict):
+        raise PlanRefused(f"{path} has no profile {profile!r} (dbt_project.yml asks for it)")
+    chosen = target or entry.get("target")
+    if not chosen or chosen not in (entry.get("outputs") or {}):
+        outputs = ", ".join(entry.get("outputs") or {}) or "none"
+        raise PlanRefused(
+            f"{path}: profile {profile!r} has no target {chosen!r}; outputs: {outputs}"
+        )
+    return text, str(chosen)
+
+
+def _selection(desc: Descriptor, cmd: BuildCommand | None):
+    """A run that spells out a selection DIFFERENT from the descriptor's replaces it and
+    drops the descriptor's selector; an empty or equal one keeps the descriptor's."""
+    if cmd is None or not (cmd.select or cmd.exclude):
+        return desc.select, desc.exclude, desc.selector, False
+    if (cmd.select, cmd.exclude) == (desc.select, desc.exclude):
+        return desc.select, desc.exclude, desc.selector, False
+    return cmd.select, cmd.exclude, None, True
+
+
+def make_plan(
+    desc: Descriptor,
+    cmd: BuildCommand | None,
+    args: dict[str, Any],
+    wh: Warehouse,
+    resolver: Resolver,
+    project_dir: Path,
+    engine: str,
+) -> Plan:
+    env = {k: resolver.resolve(v, f"env.{k}") for k, v in desc.env.items()}
+    missing = sorted(placeholders(desc.vars) - set(args))
+    if missing:
+        raise PlanRefused(
+            "vars placeholders without a run argument: "
+            + ", ".join(f"{{{{ {m} }}}}" for m in missing)
+            + "; pass them as run arguments (jetdbt run PROJECT --arg NAME=VALUE)"
+        )
+    dbt_vars = interpolate(desc.vars, args)
+    if cmd is not None and cmd.vars:
+        dbt_vars = {**dbt_vars, **cmd.vars}
+    select, exclude, selector, narrowed = _selection(desc, cmd)
+    full_refresh = bool(desc.full_refresh or (cmd is not None and cmd.full_refresh))
+    profile = _render_profile_name(project_dir, {**os.environ, **env})
+    if desc.profile.profiles_yml:
+        text, target = _own_profiles(
+            project_dir, desc.profile.profiles_yml, profile, desc.profile.target
+        )
+    else:
+        target = desc.profile.target or wh.target
+        output = render_output(wh, resolver, schema=desc.profile.schema, threads=desc.threads)
+        text = render_profiles(profile, target, output)
+    overridden = narrowed or bool(cmd and (cmd.vars or cmd.full_refresh))
+    return Plan(
+        engine=engine,
+        warehouse=wh.name,
+        target=target,
+        profile=profile,
+        profiles_text=text,
+        env=env,
+        select=list(select),
+        exclude=list(exclude),
+        selector=selector,
+        vars=dbt_vars,
+        full_refresh=full_refresh,
+        threads=desc.threads,
+        test_behavior=desc.test_behavior,
+        dynamic=is_dynamic(desc),
+        overridden=overridden,
+    )

@@ -1,0 +1,201 @@
+"""The optional project descriptor `jetdbt.yaml`, decoded strictly.
+
+Absent means empty, never an error. Anything present is checked: an unknown
+key, a wrong type or an impossible value is an error that names the key and
+says what is allowed, because a typo silently ignored builds the wrong thing.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+import msgspec
+import yaml
+
+__all__ = [
+    "Descriptor",
+    "DescriptorError",
+    "Profile",
+    "RetryPolicy",
+    "FILENAME",
+    "RESERVED_ARG_NAMES",
+    "load",
+    "parse",
+    "placeholders",
+    "interpolate",
+    "is_dynamic",
+    "reference",
+]
+
+FILENAME = "jetdbt.yaml"
+
+# Names a command block already uses: a `{{ placeholder }}` may not shadow them.
+RESERVED_ARG_NAMES = frozenset(
+    {
+        "command",
+        "label",
+        "select",
+        "exclude",
+        "selector",
+        "vars",
+        "full_refresh",
+        "defer",
+        "dbt_retry_job",
+        "model",
+        "limit",
+        "run_id",
+        "requested_by",
+        "hidden",
+        "args",
+    }
+)
+
+_PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+_REFERENCE = re.compile(r"\$(env|var):(.+)\Z")
+
+Engine = Literal["dbt-core-1x", "dbt-core-2x", "fusion"]
+TestBehavior = Literal["build", "after_all", "none"]
+
+
+_CHOICES = {"engine": ", ".join(Engine.__args__), "test_behavior": ", ".join(TestBehavior.__args__)}
+
+
+class Profile(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    warehouse: str = "main"
+    target: str | None = None
+    schema: str | None = None
+    profiles_yml: str | None = None
+
+
+class RetryPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    attempts: Annotated[int, msgspec.Meta(ge=0, le=10)] = 1
+    delay_seconds: Annotated[float, msgspec.Meta(ge=0, le=3600)] = 0
+
+
+class Descriptor(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    engine: Engine = "dbt-core-1x"
+    profile: Profile = Profile()
+    select: list[str] = []
+    exclude: list[str] = []
+    selector: str | None = None
+    test_behavior: TestBehavior = "build"
+    column_lineage: bool = False
+    vars: dict[str, Any] = {}
+    threads: Annotated[int, msgspec.Meta(ge=1, le=64)] | None = None
+    full_refresh: bool = False
+    env: dict[str, str] = {}
+    retry_failed_nodes: RetryPolicy | None = None
+    defer: bool = False
+
+
+class DescriptorError(ValueError):
+    """What is wrong with jetdbt.yaml, naming the key."""
+
+
+def _allowed(path: str) -> str:
+    kind = (
+        Profile
+        if path.endswith(".profile")
+        else (RetryPolicy if path.endswith(".retry_failed_nodes") else Descriptor)
+    )
+    return ", ".join(f.name for f in msgspec.structs.fields(kind))
+
+
+def _explain(exc: msgspec.ValidationError) -> str:
+    text = str(exc)
+    match = re.match(r"Object contains unknown field `([^`]+)`(?: - at `([^`]+)`)?", text)
+    if match:
+        key, at = match.groups()
+        at = at or "$"
+        where = at.removeprefix("$").lstrip(".") or "the top level"
+        return f"unknown key '{key}' in {where}; allowed: {_allowed(at)}"
+    match = re.match(r"(.*) - at `\$\.([^`]+)`", text)
+    if match:
+        what, key = match.groups()
+        choices = _CHOICES.get(key)
+        return f"key '{key}': {what}" + (f"; allowed: {choices}" if choices else "")
+    return text
+
+
+def parse(text: str) -> Descriptor:
+    """Decode descriptor YAML text; an empty document is the empty descriptor."""
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise DescriptorError(f"{FILENAME} is not valid YAML: {exc}") from None
+    if raw is None:
+        return Descriptor()
+    if not isinstance(raw, dict):
+        raise DescriptorError(f"{FILENAME} must be a mapping of keys, got {type(raw).__name__}")
+    try:
+        desc = msgspec.convert(raw, Descriptor)
+    except msgspec.ValidationError as exc:
+        raise DescriptorError(f"{FILENAME}: {_explain(exc)}") from None
+    _check(desc)
+    return desc
+
+
+def _check(desc: Descriptor) -> None:
+    for name in placeholders(desc.vars):
+        if name in RESERVED_ARG_NAMES:
+            raise DescriptorError(
+                f"{FILENAME}: key 'vars' uses placeholder '{{{{ {name} }}}}', a reserved argument"
+                f" name; reserved: {', '.join(sorted(RESERVED_ARG_NAMES))}"
+            )
+    for key, value in desc.env.items():
+        if value.startswith("$") and not _REFERENCE.match(value):
+            raise DescriptorError(
+                f"{FILENAME}: key 'env.{key}' is {value!r}; a reference is $env:NAME or"
+                " $var:PATH (a literal starting with '$' is not allowed)"
+            )
+    if desc.selector is not None and not desc.selector.strip():
+        raise DescriptorError(f"{FILENAME}: key 'selector' is empty; name a selectors.yml entry")
+
+
+def load(project_dir) -> Descriptor:
+    """The descriptor inside a project directory, or the empty one when there is none."""
+    path = project_dir / FILENAME
+    if not path.exists():
+        return Descriptor()
+    return parse(path.read_text())
+
+
+def placeholders(value: Any) -> set[str]:
+    """Every `{{ name }}` in the string leaves of a vars tree."""
+    found: set[str] = set()
+    if isinstance(value, str):
+        found.update(_PLACEHOLDER.findall(value))
+    elif isinstance(value, dict):
+        for item in value.values():
+            found |= placeholders(item)
+    elif isinstance(value, list):
+        for item in value:
+            found |= placeholders(item)
+    return found
+
+
+def interpolate(value: Any, args: dict[str, Any]) -> Any:
+    """Fill placeholders from run arguments; a leaf that is one whole placeholder keeps the
+    argument's type, so numbers and lists stay typed."""
+    if isinstance(value, str):
+        whole = _PLACEHOLDER.fullmatch(value.strip())
+        if whole:
+            return args[whole.group(1)]
+        return _PLACEHOLDER.sub(lambda m: str(args[m.group(1)]), value)
+    if isinstance(value, dict):
+        return {k: interpolate(v, args) for k, v in value.items()}
+    if isinstance(value, list):
+        return [interpolate(v, args) for v in value]
+    return value
+
+
+def is_dynamic(desc: Descriptor) -> bool:
+    """A descriptor whose vars or env change per run, so its graph belongs to each run."""
+    return bool(placeholders(desc.vars)) or any(v.startswith("$var:") for v in desc.env.values())
+
+
+def reference(value: str) -> tuple[str, str] | None:
+    """('env', NAME) or ('var', PATH) for a reference, None for a literal."""
+    match = _REFERENCE.match(value)
+    return (match.group(1), match.group(2)) if match else None

@@ -1,0 +1,175 @@
+"""The server gate and the stream contract: refuse unfit servers, ensure idempotently."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import time
+
+import pytest
+from nats.js import api
+from nats.js.errors import APIError
+
+from services.embedded import free_port, nats_binary
+from shared import contract
+from shared.bus import COMMANDS, EVENTS, ServerRefused, check_server, connect
+from shared.events import RunRequested
+
+SYSTEM_NATS = ("127.0.0.1", 4222)
+DAY = 86400
+
+
+@pytest.mark.parametrize("version", ["2.9.10", "2.2.0", "1.4.1"])
+def test_check_server_refuses_a_server_older_than_2_10(version):
+    with pytest.raises(ServerRefused, match=rf"version {version}; jetdbt requires NATS >= 2\.10"):
+        check_server(version, "nats://example:4222")
+
+
+@pytest.mark.parametrize("version", ["2.10.0", "2.15.1", "2.11.0-RC.2", "3.0.0"])
+def test_check_server_accepts_2_10_and_later(version):
+    check_server(version, "nats://example:4222")
+
+
+def test_check_server_refuses_an_unreadable_version():
+    with pytest.raises(ServerRefused, match="unreadable version 'dev'"):
+        check_server("dev", "nats://example:4222")
+
+
+def _system_nats_version() -> str | None:
+    """The version a server on 127.0.0.1:4222 announces in its INFO line, if one listens."""
+    try:
+        with socket.create_connection(SYSTEM_NATS, timeout=1) as sock:
+            sock.settimeout(2)
+            line = sock.makefile("rb").readline()
+    except OSError:
+        return None
+    if not line.startswith(b"INFO "):
+        return None
+    return json.loads(line[5:])["version"]
+
+
+async def test_connect_refuses_an_old_server_naming_its_version():
+    version = _system_nats_version()
+    if version is None:
+        pytest.skip("no NATS server listens on 127.0.0.1:4222")
+    major, minor = (int(p) for p in version.split("-")[0].split(".")[:2])
+    if (major, minor) >= (2, 10):
+        pytest.skip(f"the server on 127.0.0.1:4222 is {version}, not an old one")
+    with pytest.raises(ServerRefused, match=rf"is version {version};"):
+        await connect("nats://127.0.0.1:4222", "t", ensure=False)
+
+
+@pytest.fixture
+def nats_without_jetstream(tmp_path):
+    port = free_port()
+    with open(tmp_path / "nats-server.log", "wb") as log:
+        proc = subprocess.Popen(
+            [nats_binary(), "-a", "127.0.0.1", "-p", str(port)],
+            stdout=log,
+            stderr=log,
+            stdin=subprocess.DEVNULL,
+        )
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline, "nats-server down"
+                time.sleep(0.05)
+        yield f"nats://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+async def test_connect_refuses_a_server_without_jetstream(nats_without_jetstream):
+    with pytest.raises(ServerRefused, match="has no JetStream: start it with -js"):
+        await connect(nats_without_jetstream, "t")
+
+
+@pytest.fixture
+async def js(nats_url):
+    bus = await connect(nats_url, "t", ensure=False)
+    yield bus.js
+    await bus.close()
+
+
+async def _stream_names(js) -> set[str]:
+    return {info.config.name for info in await js.streams_info()}
+
+
+async def test_ensure_creates_the_contract_and_is_idempotent(js):
+    spec = contract.load()
+    assert await _stream_names(js) == set()
+    await contract.ensure(js, spec)
+    assert await _stream_names(js) == {
+        COMMANDS,
+        EVENTS,
+        "DBT_LOGS",
+        "OBJ_DBT_BLOBS",  # the object store
+        "KV_DBT_LEASES",  # the key-value bucket
+    }
+    assert (await js.consumer_info(COMMANDS, "runners")).config.max_ack_pending == 4
+    await js.object_store("DBT_BLOBS")
+    leases = await js.key_value("DBT_LEASES")
+    await leases.put("team-a", b"1")
+
+    event = RunRequested(project="p", run_id="r1", command={"label": "build"})
+    ack = await js.publish(event.subject(), b"{}", headers={"Nats-Msg-Id": event.event_id()})
+    created = (await js.stream_info(EVENTS)).created
+
+    await contract.ensure(js, spec)  # a second service starting: nothing is recreated
+    info = await js.stream_info(EVENTS)
+    assert info.created == created and info.state.last_seq == ack.seq
+    assert (await leases.get("team-a")).value == b"1"
+    # The duplicate window survived too: the same id is still dropped.
+    again = await js.publish(event.subject(), b"{}", headers={"Nats-Msg-Id": event.event_id()})
+    assert again.duplicate
+
+
+async def test_the_event_stream_denies_delete_and_purge(js):
+    await contract.ensure(js, contract.load())
+    config = (await js.stream_info(EVENTS)).config
+    assert config.deny_delete and config.deny_purge
+    assert config.max_age == 0 and config.storage == api.StorageType.FILE
+    ack = await js.publish("dbt.evt.run.p.r1.requested", b"{}")
+    with pytest.raises(APIError):
+        await js.purge_stream(EVENTS)
+    with pytest.raises(APIError):
+        await js.delete_msg(EVENTS, ack.seq)
+    assert (await js.stream_info(EVENTS)).state.messages == 1
+
+
+async def test_an_incompatible_stream_is_refused_naming_the_field(nats_url, js):
+    await js.add_stream(
+        api.StreamConfig(name="DBT_LOGS", subjects=["dbt.log.>"], storage=api.StorageType.MEMORY)
+    )
+    with pytest.raises(contract.IncompatibleContract) as refused:
+        await contract.ensure(js, contract.load())
+    assert "DBT_LOGS" in str(refused.value)
+    assert "'storage' is 'memory' on the server and 'file' in streams.yaml" in str(refused.value)
+    # A service connecting to this server refuses to start for the same reason.
+    with pytest.raises(contract.IncompatibleContract, match="DBT_LOGS"):
+        await connect(nats_url, "t")
+    assert (await js.stream_info("DBT_LOGS")).config.storage == api.StorageType.MEMORY
+
+
+async def test_a_deny_flag_on_the_server_cannot_be_switched_off(js):
+    await js.add_stream(api.StreamConfig(name="DBT_LOGS", subjects=["dbt.log.>"], deny_purge=True))
+    with pytest.raises(contract.IncompatibleContract, match="DBT_LOGS: field 'deny_purge' is on"):
+        await contract.ensure(js, contract.load())
+
+
+async def test_a_compatible_change_is_applied(js):
+    await js.add_stream(
+        api.StreamConfig(name="DBT_LOGS", subjects=["dbt.log.>"], max_age=DAY, description="old")
+    )
+    await js.publish("dbt.log.r1", b"a line")
+    await contract.ensure(js, contract.load())
+    info = await js.stream_info("DBT_LOGS")
+    assert info.config.max_age == 7 * DAY
+    assert info.config.description == "human-readable log lines of a run"
+    assert info.state.messages == 1  # updated in place, not recreated
