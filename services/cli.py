@@ -124,6 +124,17 @@ def _vars(text: str | None) -> dict:
     return value
 
 
+def _run_args(pairs: list[str]) -> dict:
+    """--arg NAME=VALUE pairs; a VALUE is read as YAML so numbers and lists keep their type."""
+    out = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise CliError(f"--arg takes NAME=VALUE, got {pair!r}")
+        out[name] = yaml.safe_load(value) if value else ""
+    return out
+
+
 async def _planned(bus: Bus, project: str, cmd: BuildCommand) -> int | None:
     """The node count of an unselected build, from the deployed manifest."""
     if cmd.select or cmd.exclude:
@@ -144,7 +155,7 @@ async def cmd_run(args, settings: Settings) -> int:
         vars=_vars(args.vars),
         full_refresh=args.full_refresh,
     )
-    command = RunCommand(command=build, run_id=args.run_id)
+    command = RunCommand(command=build, args=_run_args(args.arg or []), run_id=args.run_id)
     bus = await _bus(settings)
     try:
         progress = None
@@ -220,6 +231,12 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--exclude", action="extend", nargs="+", help="dbt's --exclude")
     run.add_argument("--vars", help="dbt vars as a YAML/JSON mapping")
     run.add_argument("--full-refresh", action="store_true")
+    run.add_argument(
+        "--arg",
+        action="append",
+        metavar="NAME=VALUE",
+        help="a value for a {{ NAME }} placeholder in the descriptor's vars",
+    )
     run.add_argument("--run-id", help="choose the run id (default: a new uuid)")
     run.add_argument("--watch", action="store_true", help="show live per-model progress")
     run.add_argument("--json", action="store_true", help="print the structured result as JSON")

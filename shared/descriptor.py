@@ -128,6 +128,14 @@ def parse(text: str) -> Descriptor:
         return Descriptor()
     if not isinstance(raw, dict):
         raise DescriptorError(f"{FILENAME} must be a mapping of keys, got {type(raw).__name__}")
+    env = raw.get("env")
+    if isinstance(env, dict):
+        for key, value in env.items():
+            if not isinstance(value, str):
+                raise DescriptorError(
+                    f"{FILENAME}: key 'env.{key}': Expected `str`, got"
+                    f" `{type(value).__name__}` (quote it, or use $env:NAME / $var:PATH)"
+                )
     try:
         desc = msgspec.convert(raw, Descriptor)
     except msgspec.ValidationError as exc:

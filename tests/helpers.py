@@ -26,9 +26,54 @@ async def wait_for(predicate, timeout: float = 30.0, interval: float = 0.1):
 def duckdb_tables(path) -> set[str]:
     con = duckdb.connect(str(path), read_only=True)
     try:
-        rows = con.execute(
-            "SELECT table_name FROM information_schema.tables"
-        ).fetchall()
+        rows = con.execute("SELECT table_name FROM information_schema.tables").fetchall()
     finally:
         con.close()
     return {r[0] for r in rows}
+
+
+def pg_parts(url: str) -> dict:
+    """host/port/user/dbname of a Postgres URL, including a unix-socket `?host=` form."""
+    from urllib.parse import parse_qs, urlparse
+
+    parsed = urlparse(url)
+    query = parse_qs(parsed.query)
+    return {
+        "host": query.get("host", [parsed.hostname or "127.0.0.1"])[0],
+        "port": parsed.port or 5432,
+        "user": parsed.username or "postgres",
+        "dbname": (parsed.path or "/postgres").lstrip("/") or "postgres",
+    }
+
+
+async def collect_everything(stack) -> list[bytes]:
+    """Every event, log line and blob on the bus, and every projection row, as bytes."""
+    from nats.js.api import ConsumerConfig, DeliverPolicy
+
+    found: list[bytes] = []
+    js = stack.bus.js
+    for stream in ("DBT_EVENTS", "DBT_LOGS", "DBT_COMMANDS"):
+        info = await js.stream_info(stream)
+        if not info.state.messages:
+            continue
+        sub = await js.pull_subscribe(
+            ">", stream=stream, config=ConsumerConfig(deliver_policy=DeliverPolicy.ALL)
+        )
+        remaining = info.state.messages
+        while remaining > 0:
+            msgs = await sub.fetch(min(remaining, 500), timeout=5)
+            found += [m.data for m in msgs]
+            remaining -= len(msgs)
+        await sub.unsubscribe()
+    store = await js.object_store("DBT_BLOBS")
+    for info in await store.list():
+        found.append((await store.get(info.name)).data)
+    async with stack.pool.acquire() as conn:
+        tables = await conn.fetch(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = $1",
+            stack.settings.schema,
+        )
+        for t in tables:
+            for row in await conn.fetch(f'SELECT * FROM "{t["table_name"]}"'):
+                found.append(repr(dict(row)).encode())
+    return found

@@ -1,0 +1,70 @@
+"""Every descriptor error names the key and what is allowed; absent means empty."""
+
+from __future__ import annotations
+
+import pytest
+
+from shared.descriptor import Descriptor, DescriptorError, interpolate, is_dynamic, load, parse
+
+ERRORS = [
+    ("thread: 3", ["'thread'", "allowed:", "threads"]),
+    ("threads: 0", ["'threads'", ">= 1"]),
+    ("threads: many", ["'threads'", "int"]),
+    ("engine: dbt2", ["'engine'", "dbt-core-1x", "fusion"]),
+    ("test_behavior: later", ["'test_behavior'", "after_all"]),
+    ("profile: {warehose: x}", ["'warehose'", "profile", "warehouse"]),
+    ("profile: {warehouse: 3}", ["'profile.warehouse'", "str"]),
+    ("select: tag:x", ["'select'", "array"]),
+    ("exclude: [1]", ["'exclude[0]'", "str"]),
+    ("selector: '  '", ["'selector'", "empty"]),
+    ("column_lineage: maybe", ["'column_lineage'", "bool"]),
+    ("vars: [1]", ["'vars'", "object"]),
+    ("vars: {day: '{{ select }}'}", ["'vars'", "{{ select }}", "reserved"]),
+    ("full_refresh: 2", ["'full_refresh'", "bool"]),
+    ("env: {A: $foo}", ["'env.A'", "$env:NAME"]),
+    ("env: {A: 3}", ["'env.A'", "str"]),
+    ("retry_failed_nodes: {attempts: -1}", ["'retry_failed_nodes.attempts'", ">= 0"]),
+    ("retry_failed_nodes: {attemps: 1}", ["'attemps'", "attempts, delay_seconds"]),
+    ("retry_failed_nodes: {delay_seconds: -2}", ["'retry_failed_nodes.delay_seconds'"]),
+    ("defer: sometimes", ["'defer'", "bool"]),
+    ("[1, 2]", ["mapping"]),
+    ("a: [", ["not valid YAML"]),
+]
+
+
+@pytest.mark.parametrize(("text", "needles"), ERRORS, ids=[e[0] for e in ERRORS])
+def test_descriptor_errors_name_the_key(text, needles):
+    with pytest.raises(DescriptorError) as info:
+        parse(text)
+    message = str(info.value)
+    for needle in needles:
+        assert needle in message, message
+
+
+def test_absent_or_empty_is_the_empty_descriptor(tmp_path):
+    assert load(tmp_path) == Descriptor()
+    (tmp_path / "jetdbt.yaml").write_text("")
+    assert load(tmp_path) == Descriptor()
+
+
+def test_full_descriptor_decodes():
+    desc = parse(
+        "engine: dbt-core-1x\nprofile: {warehouse: analytics, target: prod, schema: marts}\n"
+        "select: ['tag:nightly+']\nexclude: []\ntest_behavior: after_all\n"
+        "vars: {run_date: '{{ run_date }}', strict: false, n: 3}\nthreads: 8\n"
+        "env: {DBT_PASSWORD: '$env:WH_PASSWORD', REGION: eu}\n"
+        "retry_failed_nodes: {attempts: 2, delay_seconds: 1.5}\ndefer: true\n"
+    )
+    assert desc.profile.warehouse == "analytics" and desc.threads == 8
+    assert desc.retry_failed_nodes.attempts == 2
+    assert is_dynamic(desc)
+
+
+def test_placeholders_keep_argument_types():
+    tree = {"day": "{{ run_date }}", "n": "{{ n }}", "label": "run {{ n }}", "keep": 1}
+    assert interpolate(tree, {"run_date": "2026-01-02", "n": 3}) == {
+        "day": "2026-01-02",
+        "n": 3,
+        "label": "run 3",
+        "keep": 1,
+    }

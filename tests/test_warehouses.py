@@ -1,0 +1,187 @@
+"""Named warehouses and credentials, end to end with real dbt; secrets never leave the runner."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import uuid
+
+import asyncpg
+import msgspec
+import pytest
+import yaml
+
+from services import client
+from services.stack import Stack
+from shared import events as ev
+from shared import logging as jlog
+from shared.commands import BuildCommand, RunCommand
+from tests.helpers import collect_everything, duckdb_tables, pg_parts
+
+CANARY = "canary-" + uuid.uuid4().hex
+
+
+async def _deploy_and_build(stack, path, project="jaffle_shop"):
+    _, deployed = await client.deploy(stack.bus, path, project)
+    assert isinstance(deployed, ev.Deployed), deployed
+    final = await client.run(stack.bus, project, RunCommand(command=BuildCommand()))
+    assert isinstance(final, ev.RunFinished), final
+    return final
+
+
+async def _with_stack(settings, tmp_path, warehouses: dict, body):
+    file = tmp_path / "warehouses.yaml"
+    file.write_text(yaml.safe_dump({"warehouses": warehouses}))
+    st = await Stack(msgspec.structs.replace(settings, warehouses_file=file)).start()
+    try:
+        return await body(st)
+    finally:
+        await st.stop()
+
+
+async def _pg_tables(pg_url: str, schema: str) -> set[str]:
+    conn = await asyncpg.connect(pg_url)
+    try:
+        rows = await conn.fetch(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = $1", schema
+        )
+    finally:
+        await conn.close()
+    return {r["table_name"] for r in rows}
+
+
+async def _drop_schema(pg_url: str, schema: str) -> None:
+    conn = await asyncpg.connect(pg_url)
+    try:
+        await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    finally:
+        await conn.close()
+
+
+def _assert_no_canary(found: list[bytes], logs: str) -> None:
+    needle = CANARY.encode()
+    leaks = [blob[:200] for blob in found if needle in blob]
+    assert not leaks, leaks
+    assert CANARY not in logs
+
+
+async def test_named_duckdb_warehouse(settings, tmp_path, project_copy):
+    path = tmp_path / "analytics.duckdb"
+    (project_copy / "jetdbt.yaml").write_text("profile:\n  warehouse: analytics\n")
+
+    async def body(st):
+        final = await _deploy_and_build(st, project_copy)
+        assert final.result.status == "passed"
+        assert (final.result.warehouse, final.result.target) == ("analytics", "prod")
+        assert final.result.engine_version.startswith("1.")
+
+    await _with_stack(
+        settings,
+        tmp_path,
+        {"analytics": {"type": "duckdb", "path": str(path), "target": "prod"}},
+        body,
+    )
+    assert {"orders", "customers"} <= duckdb_tables(path)
+
+
+@pytest.fixture
+def captured_logs():
+    buffer = io.StringIO()
+    jlog.configure("debug", stream=buffer)
+    yield buffer
+    jlog.configure("warning")
+
+
+async def test_named_postgres_warehouse_with_env_reference(
+    settings, tmp_path, project_copy, pg_url, monkeypatch, captured_logs
+):
+    monkeypatch.setenv("JETDBT_TEST_PG_PASSWORD", CANARY)
+    schema = f"wh_{uuid.uuid4().hex[:10]}"
+    parts = pg_parts(pg_url)
+    (project_copy / "jetdbt.yaml").write_text("profile:\n  warehouse: pg\n")
+    warehouse = {
+        "type": "postgres",
+        **parts,
+        "schema": schema,
+        "password": "$env:JETDBT_TEST_PG_PASSWORD",
+    }
+
+    async def body(st):
+        final = await _deploy_and_build(st, project_copy)
+        assert final.result.status == "passed", final.result.error
+        assert final.result.warehouse == "pg"
+        await asyncio.sleep(0.5)  # let the projectors fold the last events
+        return await collect_everything(st)
+
+    try:
+        found = await _with_stack(settings, tmp_path, {"pg": warehouse}, body)
+        assert {"orders", "customers", "stg_orders"} <= await _pg_tables(pg_url, schema)
+    finally:
+        await _drop_schema(pg_url, schema)
+    _assert_no_canary(found, captured_logs.getvalue())
+
+
+async def test_own_profiles_yml_with_password_from_descriptor_env(
+    settings, tmp_path, project_copy, pg_url, monkeypatch, captured_logs
+):
+    monkeypatch.setenv("JETDBT_TEST_SECRET", CANARY)
+    schema = f"own_{uuid.uuid4().hex[:10]}"
+    parts = pg_parts(pg_url)
+    profiles = {
+        "jaffle_shop": {
+            "target": "dev",
+            "outputs": {
+                "dev": {
+                    "type": "postgres",
+                    "host": parts["host"],
+                    "port": parts["port"],
+                    "user": parts["user"],
+                    "dbname": parts["dbname"],
+                    "schema": schema,
+                    "threads": 2,
+                    "password": "{{ env_var('SHOP_PG_PASSWORD') }}",
+                }
+            },
+        }
+    }
+    (project_copy / "profiles.yml").write_text(yaml.safe_dump(profiles))
+    (project_copy / "jetdbt.yaml").write_text(
+        "profile:\n  profiles_yml: profiles.yml\n"
+        "env:\n  SHOP_PG_PASSWORD: $env:JETDBT_TEST_SECRET\n"
+    )
+
+    async def body(st):
+        final = await _deploy_and_build(st, project_copy)
+        assert final.result.status == "passed", final.result.error
+        assert final.result.target == "dev"
+        await asyncio.sleep(0.5)
+        return await collect_everything(st)
+
+    try:
+        found = await _with_stack(
+            settings,
+            tmp_path,
+            {"main": {"type": "duckdb", "path": str(tmp_path / "unused.duckdb")}},
+            body,
+        )
+        assert {"orders", "customers"} <= await _pg_tables(pg_url, schema)
+    finally:
+        await _drop_schema(pg_url, schema)
+    _assert_no_canary(found, captured_logs.getvalue())
+
+
+async def test_unknown_warehouse_and_unconfigured_engine_are_refused(stack, project_copy):
+    (project_copy / "jetdbt.yaml").write_text("profile:\n  warehouse: prod\n")
+    _, refused = await client.deploy(stack.bus, project_copy, "jaffle_shop")
+    assert isinstance(refused, ev.DeployRefused)
+    assert "warehouse 'prod' is not configured; configured: main" in refused.reason
+
+    (project_copy / "jetdbt.yaml").write_text("engine: fusion\n")
+    _, refused = await client.deploy(stack.bus, project_copy, "jaffle_shop")
+    assert isinstance(refused, ev.DeployRefused)
+    assert "engine 'fusion' is not installed" in refused.reason
+    assert "JETDBT_ENGINES_DIR" in refused.reason and "nothing is downloaded" in refused.reason
+
+    (project_copy / "jetdbt.yaml").write_text("threads: 0\n")
+    _, refused = await client.deploy(stack.bus, project_copy, "jaffle_shop")
+    assert "key 'threads'" in refused.reason
