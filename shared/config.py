@@ -31,6 +31,13 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         return self.home / "warehouse"
 
     @property
+    def default_duckdb(self) -> Path:
+        """The embedded warehouse `main`. Not main.duckdb: DuckDB names the database after the
+        file, and a database called `main` beside the default schema `main` makes dbt-duckdb
+        miss existing seeds on the second build ("table already exists")."""
+        return self.warehouse_dir / "warehouse.duckdb"
+
+    @property
     def runner_cache(self) -> Path:
         return self.home / "runner"
 

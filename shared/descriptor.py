@@ -25,6 +25,7 @@ __all__ = [
     "placeholders",
     "interpolate",
     "is_dynamic",
+    "without_placeholders",
     "reference",
 ]
 
@@ -196,6 +197,20 @@ def interpolate(value: Any, args: dict[str, Any]) -> Any:
     if isinstance(value, list):
         return [interpolate(v, args) for v in value]
     return value
+
+
+def without_placeholders(value: Any) -> Any:
+    """The vars tree minus every leaf that needs a run argument: what a deploy-time parse
+    can use, leaving dbt's own var() defaults for the rest."""
+    if isinstance(value, dict):
+        return {k: without_placeholders(v) for k, v in value.items() if not _needs_arg(v)}
+    if isinstance(value, list):
+        return [without_placeholders(v) for v in value if not _needs_arg(v)]
+    return value
+
+
+def _needs_arg(value: Any) -> bool:
+    return isinstance(value, str) and bool(_PLACEHOLDER.search(value))
 
 
 def is_dynamic(desc: Descriptor) -> bool:

@@ -79,7 +79,7 @@ async def test_unmodified_starter_project_deploys_and_builds(stack, starter):
             node["status"],
             node["outcome"],
         )
-    assert "my_first_dbt_model" in duckdb_tables(stack.settings.warehouse_dir / "main.duckdb")
+    assert "my_first_dbt_model" in duckdb_tables(stack.settings.default_duckdb)
 
 
 async def test_watch_prints_each_node_and_json_refusal_goes_to_stderr(stack):

@@ -37,7 +37,7 @@ async def test_example_builds_and_is_queryable(stack):
     by_id = {n["unique_id"]: n for n in body["nodes"]}
     assert by_id["model.jaffle_shop.orders"]["outcome"] == "passed"
     assert by_id["model.jaffle_shop.orders"]["status"] == "success"
-    tables = duckdb_tables(stack.settings.warehouse_dir / "main.duckdb")
+    tables = duckdb_tables(stack.settings.default_duckdb)
     assert {"orders", "customers", "stg_orders", "raw_orders"} <= tables
 
 

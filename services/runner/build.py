@@ -1,7 +1,10 @@
 """A build run: dbt in a fresh job directory, node events published as they happen.
 
 test_behavior decides the invocations: build = one `dbt build`; after_all =
-`dbt run` then, when it succeeded, `dbt test`; none = `dbt run`. Each
+the build without tests, then, when it succeeded, `dbt test`; none = the build
+without tests. "Without tests" is `dbt build --exclude-resource-type test
+unit_test` rather than a bare `dbt run`, which would never load seeds or take
+snapshots, so a project with seeds could not run under after_all at all. Each
 invocation's run_results.json names only what it ran, so results are overlaid
 into one run result that lists every node the run touched with its last outcome.
 """
@@ -27,7 +30,12 @@ __all__ = ["build", "Execution"]
 
 ERROR_TAIL = 20
 STATE_METHODS = {"state", "result"}
-_SEQUENCES = {"build": ("build",), "after_all": ("run", "test"), "none": ("run",)}
+NO_TESTS = ("--exclude-resource-type", "test", "unit_test")
+_SEQUENCES = {
+    "build": (("build", ()),),
+    "after_all": (("build", NO_TESTS), ("test", ())),
+    "none": (("build", NO_TESTS),),
+}
 
 
 class Execution:
@@ -199,9 +207,9 @@ async def _run_sequence(execution: Execution, prepared: Prepared) -> tuple[int, 
         args.append("--full-refresh")
     code = 0
     try:
-        for command in _SEQUENCES[plan.test_behavior]:
+        for command, extra in _SEQUENCES[plan.test_behavior]:
             command_args = [a for a in args if a != "--full-refresh"] if command == "test" else args
-            code = await execution.invoke(command, command_args)
+            code = await execution.invoke(command, [*command_args, *extra])
             if code != 0:
                 break
     except asyncio.CancelledError:

@@ -24,7 +24,7 @@ class RunnerContext:
     def __post_init__(self):
         if not self.warehouses:
             self.warehouses = load_warehouses(
-                self.settings.warehouses_file, self.settings.warehouse_dir
+                self.settings.warehouses_file, self.settings.default_duckdb
             )
 
     def resolver(self) -> Resolver:

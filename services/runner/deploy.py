@@ -7,7 +7,7 @@ refuses the deploy with the reason, before any dbt runs.
 
 from __future__ import annotations
 
-from services.runner import engine, workspace
+from services.runner import engine, graph, workspace
 from services.runner.context import RunnerContext
 from services.runner.dbt_process import DbtInvocation
 from services.runner.setup import Prepared, Refused, prepare
@@ -91,6 +91,11 @@ async def _parse(
         return await fail("dbt parse failed:\n" + _tail(parse.lines))
     manifest = (parse.target_dir / "manifest.json").read_bytes()
     manifest_digest = await ctx.bus.put_blob(manifest)
+    reason = await graph.ingest_version_graph(
+        ctx, prepared, project, version, manifest, cmd.requested_by
+    )
+    if reason:
+        return await fail(reason)
     adapter = ctx.warehouses[plan.warehouse].adapter()
     final = ev.Deployed(
         project=project,

@@ -18,7 +18,13 @@ from services.runner.secrets import Resolver
 from services.runner.warehouses import Warehouse, render_output, render_profiles
 from shared import bundle
 from shared.commands import BuildCommand
-from shared.descriptor import Descriptor, interpolate, is_dynamic, placeholders
+from shared.descriptor import (
+    Descriptor,
+    interpolate,
+    is_dynamic,
+    placeholders,
+    without_placeholders,
+)
 
 __all__ = ["Plan", "PlanRefused", "make_plan", "selection_methods"]
 
@@ -129,16 +135,11 @@ def _selection(desc: Descriptor, cmd: BuildCommand | None):
     return cmd.select, cmd.exclude, None, True
 
 
-def make_plan(
-    desc: Descriptor,
-    cmd: BuildCommand | None,
-    args: dict[str, Any],
-    wh: Warehouse,
-    resolver: Resolver,
-    project_dir: Path,
-    engine: str,
-) -> Plan:
-    env = {k: resolver.resolve(v, f"env.{k}") for k, v in desc.env.items()}
+def _vars(desc: Descriptor, args: dict[str, Any] | None) -> dict[str, Any]:
+    """The descriptor's vars for a run (placeholders filled) or a deploy (args is None:
+    placeholder leaves left out, so dbt's var() defaults apply)."""
+    if args is None:
+        return without_placeholders(desc.vars)
     missing = sorted(placeholders(desc.vars) - set(args))
     if missing:
         raise PlanRefused(
@@ -146,7 +147,21 @@ def make_plan(
             + ", ".join(f"{{{{ {m} }}}}" for m in missing)
             + "; pass them as run arguments (jetdbt run PROJECT --arg NAME=VALUE)"
         )
-    dbt_vars = interpolate(desc.vars, args)
+    return interpolate(desc.vars, args)
+
+
+def make_plan(
+    desc: Descriptor,
+    cmd: BuildCommand | None,
+    args: dict[str, Any] | None,
+    wh: Warehouse,
+    resolver: Resolver,
+    project_dir: Path,
+    engine: str,
+) -> Plan:
+    """`args` is None for a deploy, the run arguments for a run."""
+    env = {k: resolver.resolve(v, f"env.{k}") for k, v in desc.env.items()}
+    dbt_vars = _vars(desc, args)
     if cmd is not None and cmd.vars:
         dbt_vars = {**dbt_vars, **cmd.vars}
     select, exclude, selector, narrowed = _selection(desc, cmd)

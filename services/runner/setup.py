@@ -71,7 +71,7 @@ async def prepare(
         wh = pick(ctx.warehouses, desc.profile.warehouse)
         executable = engine.command(desc.engine, ctx.settings.engines_dir)
         resolver = ctx.resolver()
-        plan = make_plan(desc, cmd, args or {}, wh, resolver, job.project, desc.engine)
+        plan = make_plan(desc, cmd, args, wh, resolver, job.project, desc.engine)
     except _REFUSALS as exc:
         job.cleanup()
         raise Refused(str(exc)) from None

@@ -75,12 +75,10 @@ def _check(wh: Warehouse) -> Warehouse:
     return wh
 
 
-def load_warehouses(path: Path | None, warehouse_dir: Path) -> dict[str, Warehouse]:
+def load_warehouses(path: Path | None, default_duckdb: Path) -> dict[str, Warehouse]:
     """The configured warehouses; with no file, the embedded default: DuckDB named `main`."""
     if path is None:
-        return {
-            "main": Warehouse(name="main", type="duckdb", path=str(warehouse_dir / "main.duckdb"))
-        }
+        return {"main": Warehouse(name="main", type="duckdb", path=str(default_duckdb))}
     raw = yaml.safe_load(Path(path).read_text()) or {}
     entries = raw.get("warehouses", raw) if isinstance(raw, dict) else None
     if not isinstance(entries, dict):
