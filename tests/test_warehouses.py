@@ -185,3 +185,39 @@ async def test_unknown_warehouse_and_unconfigured_engine_are_refused(stack, proj
     (project_copy / "jetdbt.yaml").write_text("threads: 0\n")
     _, refused = await client.deploy(stack.bus, project_copy, "jaffle_shop")
     assert "key 'threads'" in refused.reason
+
+
+async def test_a_configured_engine_binary_is_the_one_that_runs(settings, tmp_path, project_copy):
+    """fusion runs only from a binary the operator placed; here a shim that records its use."""
+    import stat
+    import sys
+
+    engines = tmp_path / "engines"
+    (engines / "fusion").mkdir(parents=True)
+    marker = tmp_path / "fusion-was-used"
+    shim = engines / "fusion" / "dbt"
+    shim.write_text(
+        f"#!/bin/sh\ntouch '{marker}'\nexec '{sys.executable}' -m dbt.cli.main \"$@\"\n"
+    )
+    shim.chmod(shim.stat().st_mode | stat.S_IEXEC)
+    (project_copy / "jetdbt.yaml").write_text("engine: fusion\n")
+    st = await Stack(msgspec.structs.replace(settings, engines_dir=engines)).start()
+    try:
+        final = await _deploy_and_build(st, project_copy)
+    finally:
+        await st.stop()
+    assert final.result.status == "passed" and final.result.engine == "fusion"
+    assert marker.exists()
+
+
+def test_profile_name_is_rendered_against_the_run_environment(tmp_path, monkeypatch):
+    from services.runner.plan import PlanRefused, _render_profile_name
+
+    (tmp_path / "dbt_project.yml").write_text(
+        "name: p\nprofile: \"{{ env_var('SHOP_PROFILE', 'fallback') }}\"\n"
+    )
+    assert _render_profile_name(tmp_path, {"SHOP_PROFILE": "shop"}) == "shop"
+    assert _render_profile_name(tmp_path, {}) == "fallback"
+    (tmp_path / "dbt_project.yml").write_text("name: p\nprofile: \"{{ env_var('NOPE') }}\"\n")
+    with pytest.raises(PlanRefused, match="env_var\\('NOPE'\\)"):
+        _render_profile_name(tmp_path, {})

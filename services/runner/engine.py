@@ -13,14 +13,7 @@ from functools import cache
 from importlib import metadata
 from pathlib import Path
 
-__all__ = [
-    "DEFAULT",
-    "EngineUnavailable",
-    "command",
-    "version",
-    "adapter_version",
-    "emits_node_events",
-]
+__all__ = ["DEFAULT", "EngineUnavailable", "command", "version", "adapter_version"]
 
 DEFAULT = "dbt-core-1x"
 
@@ -67,8 +60,3 @@ def adapter_version(adapter: str) -> str:
         return metadata.version(f"dbt-{adapter}")
     except metadata.PackageNotFoundError:
         return "unknown"
-
-
-def emits_node_events(engine: str) -> bool:
-    """Only dbt-core 1.x writes NodeStart/NodeFinished to its JSON file log."""
-    return engine == DEFAULT
