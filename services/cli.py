@@ -25,7 +25,7 @@ from shared import logging as jlog
 from shared import subjects
 from shared.bundle import BundleRefused
 from shared.bus import Bus, ServerRefused, connect
-from shared.commands import BuildCommand, RunCommand
+from shared.commands import BuildCommand, RetryCommand, RunCommand
 from shared.config import Settings, load
 
 __all__ = ["main"]
@@ -156,13 +156,35 @@ async def cmd_run(args, settings: Settings) -> int:
         full_refresh=args.full_refresh,
     )
     command = RunCommand(command=build, args=_run_args(args.arg or []), run_id=args.run_id)
+    return await _follow(args, settings, project, command)
+
+
+async def cmd_retry(args, settings: Settings) -> int:
+    """Resume a run with dbt retry; the project is looked up from the run when not given."""
+    project = args.project
+    if not project:
+        _, api_url = _endpoints(settings)
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(f"{api_url}/v1/runs/{args.run_id}") as resp,
+        ):
+            if resp.status != 200:
+                raise CliError(f"run {args.run_id!r} is not known to the API; pass --project")
+            project = (await resp.json())["project"]
+    command = RunCommand(command=RetryCommand(dbt_retry_job=args.run_id))
+    return await _follow(args, settings, subjects.check_project(project), command)
+
+
+async def _follow(args, settings: Settings, project: str, command: RunCommand) -> int:
+    """Publish, follow to the end, print; the same output contract for run and retry."""
     bus = await _bus(settings)
     try:
         progress = None
         if args.watch:
-            progress = Progress(
-                await _planned(bus, project, build), out=sys.stderr if args.json else sys.stdout
-            )
+            planned = None
+            if isinstance(command.command, BuildCommand):
+                planned = await _planned(bus, project, command.command)
+            progress = Progress(planned, out=sys.stderr if args.json else sys.stdout)
         final = await client.run(
             bus, project, command, on_event=progress.on_event if progress else None
         )
@@ -240,6 +262,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--run-id", help="choose the run id (default: a new uuid)")
     run.add_argument("--watch", action="store_true", help="show live per-model progress")
     run.add_argument("--json", action="store_true", help="print the structured result as JSON")
+    rt = sub.add_parser("retry", help="resume a run with dbt retry, rebuilding what failed")
+    rt.add_argument("run_id")
+    rt.add_argument("--project", help="the run's project (default: looked up from the API)")
+    rt.add_argument("--watch", action="store_true", help="show live per-model progress")
+    rt.add_argument("--json", action="store_true", help="print the structured result as JSON")
     st = sub.add_parser("status", help="health, a run, or a project's runs")
     st.add_argument("run_id", nargs="?")
     st.add_argument("--project")
@@ -252,6 +279,7 @@ COMMANDS = {
     "serve": cmd_serve,
     "deploy": cmd_deploy,
     "run": cmd_run,
+    "retry": cmd_retry,
     "status": cmd_status,
     "demo": cmd_demo,
 }

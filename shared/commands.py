@@ -15,6 +15,7 @@ from shared.bundle import Skipped
 
 __all__ = [
     "BuildCommand",
+    "RetryCommand",
     "RunCommand",
     "DeployCommand",
     "CommandRejected",
@@ -32,10 +33,18 @@ class BuildCommand(
     full_refresh: bool = False
 
 
+class RetryCommand(
+    msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag="retry", tag_field="label"
+):
+    """Resume the named run with `dbt retry`; it must be the run the retry state holds."""
+
+    dbt_retry_job: str
+
+
 class RunCommand(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     """The body of `dbt.cmd.run.<project>`."""
 
-    command: BuildCommand
+    command: BuildCommand | RetryCommand
     args: dict[str, Any] = {}
     run_id: str | None = None
     requested_by: str = ""

@@ -25,6 +25,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     warehouses_file: Path | None = None
     variables_file: Path | None = None
     engines_dir: Path | None = None
+    runner_name: str | None = None
 
     @property
     def warehouse_dir(self) -> Path:
@@ -73,4 +74,5 @@ def load(env=None) -> Settings:
         warehouses_file=_path(env, "JETDBT_WAREHOUSES"),
         variables_file=_path(env, "JETDBT_VARIABLES"),
         engines_dir=_path(env, "JETDBT_ENGINES_DIR"),
+        runner_name=env.get("JETDBT_RUNNER_NAME") or None,
     )

@@ -19,9 +19,12 @@ class RunnerContext:
     bus: Bus
     settings: Settings
     warehouses: dict[str, Warehouse] = field(default_factory=dict)
-    name: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
+    name: str = ""
 
     def __post_init__(self):
+        self.name = (
+            self.name or self.settings.runner_name or f"{socket.gethostname()}:{os.getpid()}"
+        )
         if not self.warehouses:
             self.warehouses = load_warehouses(
                 self.settings.warehouses_file, self.settings.default_duckdb

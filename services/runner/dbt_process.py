@@ -92,7 +92,9 @@ class DbtInvocation:
             start_new_session=True,
         )
         done = asyncio.Event()
-        tail = asyncio.create_task(self._tail(on_event, done)) if on_event else None
+        # dbt appends to the log of earlier invocations in this job: follow only what is new.
+        offset = self.log_file.stat().st_size if self.log_file.exists() else 0
+        tail = asyncio.create_task(self._tail(on_event, done, offset)) if on_event else None
         try:
             async with asyncio.timeout(timeout):
                 async for raw in proc.stdout:
@@ -111,7 +113,7 @@ class DbtInvocation:
                 await tail
         return self.returncode
 
-    async def _tail(self, on_event, done: asyncio.Event) -> None:
+    async def _tail(self, on_event, done: asyncio.Event, offset: int) -> None:
         """Follow the JSON file log until dbt exits, then read what is left."""
         handle = None
         buffer = b""
@@ -120,6 +122,7 @@ class DbtInvocation:
                 finished = done.is_set()
                 if handle is None and self.log_file.exists():
                     handle = open(self.log_file, "rb")  # noqa: SIM115 - closed in finally
+                    handle.seek(offset)
                 if handle is not None:
                     buffer += handle.read()
                     *complete, buffer = buffer.split(b"\n")

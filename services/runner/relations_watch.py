@@ -35,8 +35,6 @@ class RelationWatch:
 
     def refusal(self, data: bytes, subject: str, seq: int) -> ev.RelationRefused | None:
         """The refusal a declared write earns, or None when it names a configured warehouse."""
-        parts = subject.split(".")
-        written = subjects.untoken(parts[3]) if len(parts) > 3 else ""
         try:
             event = ev.decode(data)
             if not isinstance(event, ev.RelationMaterialized):
@@ -44,7 +42,7 @@ class RelationWatch:
             pick(self.ctx.warehouses, parse(event.relation).warehouse)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             return ev.RelationRefused(
-                relation=written, write_seq=seq, reason=f"not a declared write: {exc}"
+                relation=_written(subject), write_seq=seq, reason=f"not a declared write: {exc}"
             )
         except (InvalidRelation, UnknownWarehouse) as exc:
             return ev.RelationRefused(
@@ -81,3 +79,12 @@ class RelationWatch:
         finally:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
+
+
+def _written(subject: str) -> str:
+    """The relation a malformed write's subject names, as far as it can be read."""
+    parts = subject.split(".")
+    try:
+        return subjects.untoken(parts[3]) if len(parts) > 3 else ""
+    except ValueError:  # not a token() spelling: keep it as written
+        return parts[3]

@@ -17,6 +17,7 @@ import msgspec
 from services.runner.build import build
 from services.runner.context import RunnerContext
 from services.runner.deploy import deploy
+from services.runner.retry import retry
 from shared import commands, subjects
 from shared import events as ev
 from shared import logging as jlog
@@ -144,7 +145,8 @@ class Runner:
         except subjects.InvalidName as exc:
             reason = str(exc)
         deployed = None
-        if reason is None:
+        is_retry = isinstance(body.command, commands.RetryCommand)
+        if reason is None and not is_retry:
             deployed = await bus.last_event(subjects.deploy_event(raw_project, "deployed"))
             if deployed is None:
                 reason = (
@@ -160,7 +162,10 @@ class Runner:
             )
         cancelled = self.active.setdefault(run_id, asyncio.Event())
         try:
-            await build(self.ctx, raw_project, body, run_id, attempt, deployed, cancelled)
+            if is_retry:
+                await retry(self.ctx, raw_project, body, run_id, attempt, cancelled)
+            else:
+                await build(self.ctx, raw_project, body, run_id, attempt, deployed, cancelled)
         finally:
             self.active.pop(run_id, None)
 
