@@ -78,9 +78,12 @@ async def cmd_up(args, settings: Settings) -> int:
 
 async def cmd_serve(args, settings: Settings) -> int:
     """One service per process, against configured servers (production)."""
-    if not (settings.nats_url and settings.database_url):
-        raise CliError("`jetdbt serve` needs NATS_URL and DATABASE_URL; use `jetdbt up` locally")
     roles = {args.role} if args.role != "all" else {"runner", "projectors", "api"}
+    if not settings.nats_url or (roles - {"runner"} and not settings.database_url):
+        raise CliError(
+            "`jetdbt serve` needs NATS_URL (and DATABASE_URL for projectors and the"
+            " api; runners never touch Postgres); use `jetdbt up` locally"
+        )
     stack = Stack(
         settings, runner="runner" in roles, projectors="projectors" in roles, api="api" in roles
     )
@@ -154,6 +157,7 @@ async def cmd_run(args, settings: Settings) -> int:
         exclude=args.exclude or [],
         vars=_vars(args.vars),
         full_refresh=args.full_refresh,
+        defer=True if args.defer else None,
     )
     command = RunCommand(command=build, args=_run_args(args.arg or []), run_id=args.run_id)
     return await _follow(args, settings, project, command)
@@ -253,6 +257,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--exclude", action="extend", nargs="+", help="dbt's --exclude")
     run.add_argument("--vars", help="dbt vars as a YAML/JSON mapping")
     run.add_argument("--full-refresh", action="store_true")
+    run.add_argument(
+        "--defer",
+        action="store_true",
+        help="resolve unbuilt refs to the environment's published state",
+    )
     run.add_argument(
         "--arg",
         action="append",

@@ -98,11 +98,15 @@ def result_table(result: ev.RunResult) -> str:
         )
         if n.outcome in ("failed", "warned") and n.message:
             lines.append(f"{'':<8} └ {n.message.splitlines()[0][:100]}")
-    totals = ", ".join(f"{k}={v}" for k, v in result.totals.items() if v)
+    if not result.nodes:
+        lines.append("(the selection matched no nodes: nothing to build)")
+    totals = ", ".join(f"{k}={v}" for k, v in result.totals.items() if v) or "no nodes"
     lines.append(
         f"{result.status.upper()}: {totals} ({result.engine} {result.engine_version},"
         f" warehouse {result.warehouse}, target {result.target})"
     )
+    if result.deferred_to:
+        lines.append(f"deferred to the state published by run {result.deferred_to}")
     if result.error:
         lines.append("error: " + result.error.splitlines()[-1][:200])
     return "\n".join(lines)

@@ -126,8 +126,9 @@ async def connect(
 
     Services reconnect forever (`forever=True`); the CLI fails fast instead.
     """
+    servers = [u.strip() for u in url.split(",") if u.strip()]  # a cluster: a,b,c
     nc = await nats.connect(
-        url,
+        servers,
         name=name,
         max_reconnect_attempts=-1 if forever else 3,
         connect_timeout=5,

@@ -31,6 +31,7 @@ class BuildCommand(
     exclude: list[str] = []
     vars: dict[str, Any] = {}
     full_refresh: bool = False
+    defer: bool | None = None  # None: the descriptor's `defer`
 
 
 class RetryCommand(

@@ -27,6 +27,7 @@ class StreamSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     duplicate_window_seconds: float = 120
     deny_delete: bool = False
     deny_purge: bool = False
+    replicas: int = 1
 
 
 class ConsumerSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -70,6 +71,7 @@ def _stream_config(name: str, spec: StreamSpec) -> api.StreamConfig:
         duplicate_window=spec.duplicate_window_seconds,
         deny_delete=spec.deny_delete,
         deny_purge=spec.deny_purge,
+        num_replicas=spec.replicas,
     )
 
 
@@ -106,6 +108,8 @@ async def _ensure_stream(js, name: str, spec: StreamSpec) -> None:
         await js.add_stream(want)
         return
     _check_compatible(name, info.config, want)
+    # An operator who scaled a stream up (R3 in a cluster) keeps it: never shrink replicas.
+    want.num_replicas = max(want.num_replicas or 1, info.config.num_replicas or 1)
     await js.update_stream(want)
 
 

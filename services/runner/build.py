@@ -14,6 +14,7 @@ import asyncio
 import msgspec
 
 from services.runner import selection
+from services.runner import state as state_mod
 from services.runner.context import RunnerContext
 from services.runner.execution import Execution, finish, refuse
 from services.runner.node_retry import retry_rounds
@@ -60,6 +61,12 @@ async def build(
         reason = await _check_selection(prepared, project)
         if reason:
             return await refuse(ctx, project, run_id, prepared.resolver.mask(reason))
+        state = None
+        if prepared.plan.defer:
+            try:
+                state = await state_mod.load(ctx, project, prepared)
+            except state_mod.DeferRefused as exc:
+                return await refuse(ctx, project, run_id, str(exc))
         await ctx.bus.publish(
             ev.RunStarted(
                 project=project,
@@ -70,7 +77,7 @@ async def build(
             )
         )
         execution = Execution(ctx, prepared, project, run_id, attempt, cancelled)
-        code, error = await _run(execution)
+        code, error = await _run(execution, state_mod.defer_args(prepared.plan) if state else [])
         submitted = msgspec.to_builtins(body.command)
         if body.args:
             submitted["args"] = body.args
@@ -83,6 +90,10 @@ async def build(
             submitted=submitted,
             version=deployed.version,
             packages_digest=deployed.packages_digest,
+            deferred_to=state.run_id if state else None,
+            before_finished=lambda result: state_mod.publish(
+                execution, result, project, deployed.version
+            ),
         )
         log.info("run_finished", status=finished.result.status, exit_code=code)
         return finished
@@ -119,15 +130,15 @@ async def _check_selection(prepared: Prepared, project: str) -> str | None:
     )
 
 
-async def _run(execution: Execution) -> tuple[int, str | None]:
+async def _run(execution: Execution, defer: list[str]) -> tuple[int, str | None]:
     """The test_behavior sequence, then node retry rounds when the descriptor asks for them."""
     prepared = execution.prepared
     plan = prepared.plan
-    common = plan.common_args() + (["--full-refresh"] if plan.full_refresh else [])
+    common = plan.common_args() + defer + (["--full-refresh"] if plan.full_refresh else [])
     code = 0
     try:
         for command, extra in _SEQUENCES[plan.test_behavior]:
-            base = plan.common_args() if command == "test" else common
+            base = plan.common_args() + defer if command == "test" else common
             code = await execution.invoke(command, [*base, *plan.selection_args(), *extra])
             if code != 0:
                 break

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+from collections.abc import Awaitable, Callable
 
 import msgspec
 
@@ -139,8 +140,11 @@ async def finish(
     submitted: dict,
     version: str,
     packages_digest: str | None,
+    deferred_to: str | None = None,
+    before_finished: Callable[[ev.RunResult], Awaitable[None]] | None = None,
 ) -> ev.RunFinished:
-    """Build the result, save retry state (unless hidden), publish RunFinished."""
+    """Build the result, save retry state (unless hidden), publish RunFinished last, so a
+    caller that sees the run finish also sees what it published (`before_finished`)."""
     ctx, prepared = execution.ctx, execution.prepared
     plan = prepared.plan
     nodes = sorted(
@@ -165,6 +169,7 @@ async def finish(
         warehouse=plan.warehouse,
         target=plan.target,
         error=error,
+        deferred_to=deferred_to,
     )
     if execution.merged is not None and not body.hidden:
         digest = await ctx.bus.put_blob(msgspec.json.encode(execution.merged))
@@ -182,6 +187,8 @@ async def finish(
                 args=submitted.get("args", {}),
             )
         )
+    if before_finished is not None:
+        await before_finished(result)
     finished = ev.RunFinished(
         project=execution.project, run_id=execution.run_id, attempt=execution.attempt, result=result
     )

@@ -31,6 +31,7 @@ from services.runner.setup import Prepared
 from shared import events as ev
 from shared import logging as jlog
 from shared import subjects
+from shared.bus import Bus
 from shared.commands import BuildCommand
 from shared.graph import (
     SCOPE_PARSE,
@@ -313,7 +314,7 @@ async def column_index(
     return found
 
 
-async def version_graph_digest(bus, project: str, version: str) -> str | None:
+async def version_graph_digest(bus: Bus, project: str, version: str) -> str | None:
     """The digest of the version's deployed graph, read from the stream (runners never
     read projections)."""
     event = await bus.last_event(subjects.graph_event(project, SCOPE_VERSION, version))

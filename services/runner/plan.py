@@ -25,8 +25,12 @@ from shared.descriptor import (
     placeholders,
     without_placeholders,
 )
+from shared.environments import Environment, is_template
 
-__all__ = ["Plan", "PlanRefused", "make_plan", "selection_methods"]
+__all__ = ["Plan", "PlanRefused", "make_plan", "selection_methods", "STATE_READERS"]
+
+# Selector methods that read a state directory rather than the project.
+STATE_READERS = {"state", "result", "source_status"}
 
 
 class PlanRefused(ValueError):
@@ -49,6 +53,13 @@ class Plan(msgspec.Struct, frozen=True, kw_only=True):
     test_behavior: str
     dynamic: bool
     overridden: bool
+    defer: bool = False
+    environment: Environment | None = None
+    unlocated: str | None = None  # why `environment` is None
+
+    def publishes_ownership(self) -> bool:
+        """A run whose graph is what the project owns: no override, nothing dynamic."""
+        return not (self.overridden or self.dynamic)
 
     def selection_args(self) -> list[str]:
         args = []
@@ -107,7 +118,7 @@ def _render_profile_name(project_dir: Path, env: dict[str, str]) -> str:
 
 def _own_profiles(
     project_dir: Path, path: str, profile: str, target: str | None
-) -> tuple[str, str]:
+) -> tuple[str, str, dict[str, Any]]:
     rel = bundle.check_path(path)
     file = project_dir / rel
     if not file.is_file():
@@ -122,7 +133,7 @@ def _own_profiles(
         raise PlanRefused(
             f"{path}: profile {profile!r} has no target {chosen!r}; outputs: {outputs}"
         )
-    return text, str(chosen)
+    return text, str(chosen), entry["outputs"][chosen]
 
 
 def _selection(desc: Descriptor, cmd: BuildCommand | None):
@@ -150,6 +161,53 @@ def _vars(desc: Descriptor, args: dict[str, Any] | None) -> dict[str, Any]:
     return interpolate(desc.vars, args)
 
 
+def _environment(
+    warehouse: str, target: str, output: dict[str, Any]
+) -> tuple[Environment | None, str | None]:
+    """Where this target's relations live, or why that cannot be known before dbt runs."""
+    kind = output.get("type")
+    if kind == "duckdb":
+        schema = output.get("schema") or "main"
+        database = output.get("database") or Path(str(output.get("path", ""))).stem
+    else:
+        schema = output.get("schema") or ("public" if kind == "postgres" else "")
+        database = next(
+            (str(output[k]) for k in ("database", "dbname", "catalog", "project") if output.get(k)),
+            "",
+        )
+    for name, value in (("schema", schema), ("database", database)):
+        if is_template(str(value)):
+            return None, (
+                f"the profile's {name} is a template ({value!r}), rendered by dbt and"
+                " not here, so its relations have no known location"
+            )
+    return Environment(
+        warehouse=warehouse, target=target, schema=str(schema), database=str(database)
+    ), None
+
+
+def _check_state_methods(desc: Descriptor, cmd: BuildCommand | None, defer: bool) -> None:
+    """Selectors that read a state are refused where they could only answer silently wrong."""
+    spelled = selection_methods(desc.select + desc.exclude)
+    if spelled & STATE_READERS:
+        raise PlanRefused(
+            "the descriptor's select/exclude use a state:/result:/source_status: method; they"
+            " decide what the project owns and are resolved at deploy, with no state to compare"
+            " against. Put such selectors in a run's own --select instead"
+        )
+    run = selection_methods((cmd.select + cmd.exclude) if cmd else [])
+    if "source_status" in run:
+        raise PlanRefused(
+            "source_status: compares sources.json, which `dbt source freshness` writes and no"
+            " run publishes here, so there is nothing to compare against; select otherwise"
+        )
+    if run & {"state", "result"} and not defer:
+        raise PlanRefused(
+            "state:/result: selectors compare against the environment's published state, which"
+            " only a deferring run is handed: add --defer (or defer: true on the command)"
+        )
+
+
 def make_plan(
     desc: Descriptor,
     cmd: BuildCommand | None,
@@ -160,6 +218,8 @@ def make_plan(
     engine: str,
 ) -> Plan:
     """`args` is None for a deploy, the run arguments for a run."""
+    defer = bool(desc.defer if cmd is None or cmd.defer is None else cmd.defer) and cmd is not None
+    _check_state_methods(desc, cmd, defer)
     env = {k: resolver.resolve(v, f"env.{k}") for k, v in desc.env.items()}
     dbt_vars = _vars(desc, args)
     if cmd is not None and cmd.vars:
@@ -168,13 +228,14 @@ def make_plan(
     full_refresh = bool(desc.full_refresh or (cmd is not None and cmd.full_refresh))
     profile = _render_profile_name(project_dir, {**os.environ, **env})
     if desc.profile.profiles_yml:
-        text, target = _own_profiles(
+        text, target, output = _own_profiles(
             project_dir, desc.profile.profiles_yml, profile, desc.profile.target
         )
     else:
         target = desc.profile.target or wh.target
         output = render_output(wh, resolver, schema=desc.profile.schema, threads=desc.threads)
         text = render_profiles(profile, target, output)
+    environment, unlocated = _environment(wh.name, target, output)
     overridden = narrowed or bool(cmd and (cmd.vars or cmd.full_refresh))
     return Plan(
         engine=engine,
@@ -192,4 +253,7 @@ def make_plan(
         test_behavior=desc.test_behavior,
         dynamic=is_dynamic(desc),
         overridden=overridden,
+        defer=defer,
+        environment=environment,
+        unlocated=unlocated,
     )

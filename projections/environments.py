@@ -1,0 +1,38 @@
+"""Environment fold: the state each (project, environment) would hand a deferring run."""
+
+from __future__ import annotations
+
+from shared import events as ev
+
+__all__ = ["EnvironmentsFold"]
+
+
+class EnvironmentsFold:
+    name = "environments"
+
+    async def apply(self, conn, event: ev.Event, seq: int) -> None:
+        if not isinstance(event, ev.StatePublished):
+            return
+        env = event.environment
+        await conn.execute(
+            "INSERT INTO environments (project, environment_key, warehouse, target, schema_name,"
+            " database_name, run_id, version, manifest_digest, run_results_digest, published_at,"
+            " stream_seq) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12)"
+            " ON CONFLICT (project, environment_key) DO UPDATE SET run_id = EXCLUDED.run_id,"
+            " version = EXCLUDED.version, manifest_digest = EXCLUDED.manifest_digest,"
+            " run_results_digest = EXCLUDED.run_results_digest,"
+            " published_at = EXCLUDED.published_at, stream_seq = EXCLUDED.stream_seq"
+            " WHERE environments.stream_seq < EXCLUDED.stream_seq",
+            event.project,
+            env.key(),
+            env.warehouse,
+            env.target,
+            env.schema,
+            env.database,
+            event.run_id,
+            event.version,
+            event.manifest_digest,
+            event.run_results_digest,
+            event.at,
+            seq,
+        )
