@@ -90,8 +90,12 @@ class NatsServer:
 
 def start_postgres(data_dir: Path):
     """Start (or reuse) pgserver's Postgres in `data_dir`; returns (server, url)."""
-    # pgserver asks platformdirs for a runtime dir, which warns when none is set.
-    os.environ.setdefault("XDG_RUNTIME_DIR", str(Path(data_dir).parent))
+    # pgserver asks platformdirs for a runtime dir, which warns unless one is set and private.
+    if not os.environ.get("XDG_RUNTIME_DIR"):
+        runtime = Path(data_dir).parent / "run"
+        runtime.mkdir(mode=0o700, parents=True, exist_ok=True)
+        runtime.chmod(0o700)
+        os.environ["XDG_RUNTIME_DIR"] = str(runtime)
     import pgserver
 
     Path(data_dir).mkdir(parents=True, exist_ok=True)
