@@ -67,16 +67,9 @@ async def build(
                 state = await state_mod.load(ctx, project, prepared)
             except state_mod.DeferRefused as exc:
                 return await refuse(ctx, project, run_id, str(exc))
-        await ctx.bus.publish(
-            ev.RunStarted(
-                project=project,
-                run_id=run_id,
-                attempt=attempt,
-                version=deployed.version,
-                runner=ctx.name,
-            )
+        execution = await Execution.start(
+            ctx, prepared, project, run_id, attempt, cancelled, version=deployed.version
         )
-        execution = Execution(ctx, prepared, project, run_id, attempt, cancelled)
         code, error = await _run(execution, state_mod.defer_args(prepared.plan) if state else [])
         submitted = msgspec.to_builtins(body.command)
         if body.args:

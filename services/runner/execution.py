@@ -46,6 +46,26 @@ class Execution:
         self.lines: list[str] = []
         self.log_subject = subjects.run_log(run_id)
 
+    @classmethod
+    async def start(
+        cls,
+        ctx: RunnerContext,
+        prepared: Prepared,
+        project: str,
+        run_id: str,
+        attempt: int,
+        cancelled: asyncio.Event,
+        *,
+        version: str,
+    ) -> Execution:
+        """Say the attempt started (on which runner, with which version), then run it."""
+        await ctx.bus.publish(
+            ev.RunStarted(
+                project=project, run_id=run_id, attempt=attempt, version=version, runner=ctx.name
+            )
+        )
+        return cls(ctx, prepared, project, run_id, attempt, cancelled)
+
     async def log(self, line: str) -> None:
         """A line in the run's human-readable log (masked: a secret may be in any line)."""
         line = self.prepared.resolver.mask(line)

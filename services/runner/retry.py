@@ -77,16 +77,9 @@ async def retry(
         target = prepared.job.project / "target"
         target.mkdir(exist_ok=True)
         (target / "run_results.json").write_bytes(await ctx.bus.get_blob(saved.run_results_digest))
-        await ctx.bus.publish(
-            ev.RunStarted(
-                project=project,
-                run_id=run_id,
-                attempt=attempt,
-                version=saved.version,
-                runner=ctx.name,
-            )
+        execution = await Execution.start(
+            ctx, prepared, project, run_id, attempt, cancelled, version=saved.version
         )
-        execution = Execution(ctx, prepared, project, run_id, attempt, cancelled)
         try:
             # --state is dbt retry's own: it reads the resumed run_results from there.
             code, error = await execution.invoke("retry", ["--state", "target"]), None
