@@ -96,7 +96,7 @@ class ProgressFold:
             _plain(r),
         )
         for node in r.nodes:
-            await self._node(conn, e.run_id, e.attempt, node)
+            await self._node(conn, e.run_id, e.attempt, node, e.at)
 
     async def _node_started(self, conn, e: ev.NodeStarted) -> None:
         inserted = await conn.fetchval(
@@ -122,9 +122,11 @@ class ProgressFold:
             )
 
     async def _node_finished(self, conn, e: ev.NodeFinished) -> None:
-        await self._node(conn, e.run_id, e.attempt, e.node)
+        await self._node(conn, e.run_id, e.attempt, e.node, e.at)
 
-    async def _node(self, conn, run_id: str, attempt: int, n: ev.NodeResult) -> None:
+    async def _node(self, conn, run_id: str, attempt: int, n: ev.NodeResult, at) -> None:
+        """A node result; one dbt reports no finish time for (skipped) is stamped with the
+        event's time, never the clock, so a replay folds exactly the same row."""
         # `was_finished` is read before the upsert so the counter moves once per node.
         was_finished = await conn.fetchval(
             "SELECT finished_at IS NOT NULL FROM run_nodes WHERE run_id = $1 AND unique_id = $2",
@@ -134,7 +136,7 @@ class ProgressFold:
         changed = await conn.fetchval(
             "INSERT INTO run_nodes (run_id, unique_id, resource_type, name, relation, status,"
             " outcome, message, started_at, finished_at, execution_time, rows_affected, failures,"
-            " round, attempt) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,COALESCE($10, now()),$11,$12,$13,"
+            " round, attempt) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,COALESCE($10, $16::timestamptz),$11,$12,$13,"
             "$14,$15) ON CONFLICT (run_id, unique_id) DO UPDATE SET"
             " resource_type = COALESCE(NULLIF(EXCLUDED.resource_type, ''),"
             " run_nodes.resource_type),"
@@ -162,6 +164,7 @@ class ProgressFold:
             n.failures,
             n.round,
             attempt,
+            at,
         )
         if changed and not was_finished:
             await conn.execute(

@@ -1,13 +1,37 @@
-"""Every fold by projection name; streams.yaml says which subjects each one reads."""
+"""Every fold by projection name, built from the bus (a fold may read blobs);
+streams.yaml says which subjects each one reads."""
 
 from __future__ import annotations
 
 from projections.deploys import DeploysFold
+from projections.environments import EnvironmentsFold
+from projections.graph import GraphFold
 from projections.progress import ProgressFold
+from projections.retry import RetryFold
 
-__all__ = ["FOLDS"]
+__all__ = ["FOLDS", "TABLES"]
 
 FOLDS = {
-    "progress": ProgressFold,
-    "deploys": DeploysFold,
+    "progress": lambda bus: ProgressFold(),
+    "deploys": lambda bus: DeploysFold(),
+    "graph": GraphFold,
+    "retry": lambda bus: RetryFold(),
+    "environments": lambda bus: EnvironmentsFold(),
+}
+
+# The tables each projection writes, for `jetdbt replay --projection NAME`: a
+# replay compares exactly these with the live ones. tests/test_replay.py checks
+# that every table the migrations create has one owner here.
+TABLES = {
+    "progress": ("runs", "run_nodes"),
+    "deploys": ("deploys",),
+    "graph": (
+        "graph_versions",
+        "graph_nodes",
+        "graph_edges",
+        "graph_column_edges",
+        "relation_writes",
+    ),
+    "retry": ("retry_state",),
+    "environments": ("environments",),
 }

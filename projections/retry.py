@@ -25,6 +25,14 @@ class RetryFold:
             " version = EXCLUDED.version, run_results_digest = EXCLUDED.run_results_digest,"
             " command = EXCLUDED.command, args = EXCLUDED.args, saved_at = EXCLUDED.saved_at,"
             " stream_seq = EXCLUDED.stream_seq WHERE retry_state.stream_seq < EXCLUDED.stream_seq",
-            event.project, event.principal or "anonymous", event.run_id, event.attempt,
-            event.version, event.run_results_digest, event.command, event.args, event.at, seq,
+            event.project,
+            event.principal or "anonymous",
+            event.run_id,
+            event.attempt,
+            event.version,
+            event.run_results_digest,
+            event.command,
+            event.args,
+            event.at,
+            seq,
         )

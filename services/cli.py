@@ -17,7 +17,9 @@ import aiohttp
 import msgspec
 import yaml
 
-from services import client
+from projections import dead_letters, lag, replay
+from projections.migrate import connect_pool
+from services import audit, client, export
 from services.stack import Stack, read_stack_file
 from services.watch import Progress, planned_nodes, result_table
 from shared import events as ev
@@ -228,11 +230,95 @@ async def cmd_status(args, settings: Settings) -> int:
     elif args.project:
         path = f"/v1/projects/{subjects.check_project(args.project)}/runs"
     else:
-        path = "/healthz"
+        return await _projections(api_url)
     async with aiohttp.ClientSession() as session, session.get(api_url + path) as resp:
         body = await resp.json()
     print(yaml.safe_dump(body, sort_keys=False, default_flow_style=False).rstrip())
     return 0 if resp.status == 200 else EXIT_FAILED
+
+
+async def _projections(api_url: str) -> int:
+    """Each projection's checkpoint, the stream's last sequence, lag and dead letters."""
+    async with aiohttp.ClientSession() as session, session.get(f"{api_url}/v1/projections") as resp:
+        body = await resp.read()
+    if resp.status != 200:
+        raise CliError(f"GET /v1/projections answered {resp.status}: {body.decode()[:200]}")
+    print(lag.render(msgspec.json.decode(body, type=lag.Lags)))
+    return 0
+
+
+def _database_url(settings: Settings) -> str:
+    """DATABASE_URL, else the embedded Postgres that `jetdbt up` started."""
+    found = settings.database_url or (read_stack_file(settings.home) or {}).get("database_url")
+    if not found:
+        raise CliError(
+            "this command works on Postgres directly: set DATABASE_URL (and JETDBT_SCHEMA)"
+        )
+    return found
+
+
+async def cmd_replay(args, settings: Settings) -> int:
+    bus = await _bus(settings)
+    try:
+        report = await replay.replay(
+            bus,
+            _database_url(settings),
+            settings.schema,
+            None if args.all else args.projection,
+            swap=args.swap,
+            keep=args.keep,
+            show=args.show,
+        )
+    finally:
+        await bus.close()
+    print(replay.render(report))
+    return 0 if report.swapped or not report.differences else EXIT_FAILED
+
+
+async def cmd_audit(args, settings: Settings) -> int:
+    bus = await _bus(settings)
+    try:
+        if args.audit_cmd == "run":
+            history = await audit.run_history(bus, args.run_id, args.project)
+            print(msgspec.json.encode(history).decode() if args.json else audit.render(history))
+            return 0
+        done = await export.export(
+            bus,
+            Path(args.out),
+            since=export.parse_time(args.since) if args.since else None,
+            until=export.parse_time(args.until) if args.until else None,
+            project=args.project,
+        )
+    finally:
+        await bus.close()
+    print(f"wrote {done.rows} events (sequences {done.first_seq}..{done.last_seq}) to {done.path}")
+    return 0
+
+
+async def cmd_dead_letters(args, settings: Settings) -> int:
+    if args.dead_cmd == "list":
+        _, api_url = _endpoints(settings)
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(f"{api_url}/v1/dead-letters") as resp,
+        ):
+            body = await resp.json()
+        print(yaml.safe_dump(body, sort_keys=False, default_flow_style=False).rstrip())
+        return 0 if resp.status == 200 else EXIT_FAILED
+    bus = await _bus(settings)
+    pool = await connect_pool(_database_url(settings), settings.schema, min_size=1, max_size=2)
+    try:
+        outcomes = await dead_letters.retry(pool, bus, args.projection)
+    finally:
+        await pool.close()
+        await bus.close()
+    for o in outcomes:
+        print(
+            f"{o.projector} #{o.stream_seq}: " + ("applied" if o.applied else f"failed: {o.error}")
+        )
+    failing = sum(not o.applied for o in outcomes)
+    print(f"{len(outcomes) - failing} applied, {failing} still failing")
+    return EXIT_FAILED if failing else 0
 
 
 async def cmd_demo(args, settings: Settings) -> int:
@@ -280,6 +366,29 @@ def _parser() -> argparse.ArgumentParser:
     st.add_argument("run_id", nargs="?")
     st.add_argument("--project")
     sub.add_parser("demo", help="start, deploy the example, build it, show the API, stop")
+    rep = sub.add_parser("replay", help="rebuild projections from the log into a shadow, compare")
+    which = rep.add_mutually_exclusive_group()
+    which.add_argument("--projection", action="append", help="one projection (repeatable)")
+    which.add_argument("--all", action="store_true", help="every projection (the default)")
+    rep.add_argument("--swap", action="store_true", help="then make the shadow the live schema")
+    rep.add_argument("--keep", action="store_true", help="keep the shadow schema to inspect it")
+    rep.add_argument("--show", type=int, default=20, help="differences shown per table")
+    aud = sub.add_parser("audit", help="a run's history from the log, or the log as Parquet")
+    aud_sub = aud.add_subparsers(dest="audit_cmd", required=True)
+    aud_run = aud_sub.add_parser("run", help="a run's whole history, commands included")
+    aud_run.add_argument("run_id")
+    aud_run.add_argument("--project", help="the run's project (when its id is not unique)")
+    aud_run.add_argument("--json", action="store_true", help="for machines")
+    aud_exp = aud_sub.add_parser("export", help="one Parquet row per event")
+    aud_exp.add_argument("--since", help="ISO 8601 time, inclusive")
+    aud_exp.add_argument("--until", help="ISO 8601 time, exclusive")
+    aud_exp.add_argument("--project")
+    aud_exp.add_argument("--out", required=True, help="the .parquet file to write")
+    dead = sub.add_parser("dead-letters", help="events a projection could not apply")
+    dead_sub = dead.add_subparsers(dest="dead_cmd", required=True)
+    dead_sub.add_parser("list", help="list them (from the API)")
+    dead_retry = dead_sub.add_parser("retry", help="apply them again, after a fix")
+    dead_retry.add_argument("--projection", help="only this projection's")
     return p
 
 
@@ -291,6 +400,9 @@ COMMANDS = {
     "retry": cmd_retry,
     "status": cmd_status,
     "demo": cmd_demo,
+    "replay": cmd_replay,
+    "audit": cmd_audit,
+    "dead-letters": cmd_dead_letters,
 }
 
 

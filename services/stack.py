@@ -20,6 +20,7 @@ from projections.registry import FOLDS
 from services.api.app import create_app
 from services.embedded import NatsServer, start_postgres
 from services.runner.context import RunnerContext
+from services.runner.relations_watch import RelationWatch
 from services.runner.worker import Runner
 from shared import contract
 from shared import logging as jlog
@@ -63,21 +64,25 @@ class Stack:
             self._nats = NatsServer(s.home / "nats").start()
             self.nats_url = self._nats.url
         self.database_url = s.database_url or ""
-        if not self.database_url:
+        needs_db = self.projectors or self.api
+        if needs_db and not self.database_url:
             self._pg, self.database_url = await asyncio.to_thread(start_postgres, s.home / "pg")
         overrides = {"runners": {"max_ack_pending": s.max_concurrent_runs}}
         self.bus = await connect(
             self.nats_url, "jetdbt-stack", forever=True, consumer_overrides=overrides
         )
-        self.pool = await connect_pool(self.database_url, s.schema, min_size=1, max_size=8)
+        if needs_db:  # runners never touch Postgres
+            self.pool = await connect_pool(self.database_url, s.schema, min_size=1, max_size=8)
         if self.projectors:
             subjects = contract.load().projections
             for name, fold in FOLDS.items():
-                projector = Projector(self.bus, self.pool, fold(), subjects[name])
+                projector = Projector(self.bus, self.pool, fold(self.bus), subjects[name])
                 self._tasks.append(asyncio.create_task(projector.run(self._stop)))
         if self.runner:
             runner = Runner(RunnerContext(bus=self.bus, settings=s))
             self._tasks.append(asyncio.create_task(runner.run(self._stop)))
+            watch = RelationWatch(runner.ctx)
+            self._tasks.append(asyncio.create_task(watch.run(self._stop)))
         if self.api:
             self._site_runner = web.AppRunner(create_app(self.pool, self.bus))
             await self._site_runner.setup()
@@ -89,8 +94,13 @@ class Stack:
         return self
 
     def describe(self) -> dict:
-        """What a CLI in another process needs to reach this stack (no secrets in URLs here)."""
-        return {"nats_url": self.nats_url, "api_url": self.api_url}
+        """What a CLI in another process needs to reach this stack (no secrets in URLs here:
+        the embedded Postgres is a local socket without a password, a configured one is not
+        written)."""
+        found = {"nats_url": self.nats_url, "api_url": self.api_url}
+        if self._pg is not None:
+            found["database_url"] = self.database_url
+        return found
 
     def write_stack_file(self) -> None:
         self.settings.home.mkdir(parents=True, exist_ok=True)

@@ -15,6 +15,7 @@ import msgspec
 
 from shared import subjects
 from shared.bundle import Skipped
+from shared.environments import Environment
 
 __all__ = [
     "Event",
@@ -32,6 +33,11 @@ __all__ = [
     "RunFinished",
     "NodeStarted",
     "NodeFinished",
+    "GraphIngested",
+    "RelationMaterialized",
+    "RelationRefused",
+    "RetryStateSaved",
+    "StatePublished",
     "EVENT_TYPES",
     "encode",
     "decode",
@@ -74,6 +80,7 @@ class RunResult(msgspec.Struct, frozen=True, kw_only=True):
     warehouse: str = "main"
     target: str = ""
     error: str | None = None
+    deferred_to: str | None = None
 
 
 class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
@@ -226,6 +233,116 @@ class NodeFinished(_NodeEvent, frozen=True, kw_only=True, tag="node.finished.v1"
         return f"node:{self.run_id}:{self.attempt}:{n.round}:{n.unique_id}:finished"
 
 
+class GraphIngested(Event, frozen=True, kw_only=True, tag="graph.ingested.v1"):
+    """A project graph stored in the object store under `graph_digest`.
+
+    scope "version": the deployed version's graph; "run": a run's own snapshot, written
+    only when it differs from its version's; "parse": a parse of an undeployed bundle
+    (`version` is ""), keyed by that job alone. `graph_digest` names the blob;
+    `content_digest` covers nodes, edges and relation root, and is what runs compare.
+    """
+
+    version: str
+    run_id: str | None = None
+    scope: str
+    graph_digest: str
+    graph_size: int
+    node_count: int
+    edge_count: int
+    content_digest: str = ""
+    principal: str = ""
+
+    def subject(self) -> str:
+        return subjects.graph_event(self.project, self.scope, self.run_id or self.version)
+
+    def event_id(self) -> str:
+        key = self.run_id or self.version
+        return f"graph:{self.project}:{self.scope}:{key}:{self.graph_digest}"
+
+
+class RelationMaterialized(Event, frozen=True, kw_only=True, tag="relation.materialized.v1"):
+    """A write another system declares on a warehouse relation (no project: any producer).
+
+    Published with a plain NATS publish on subjects.relation_event(relation, "materialized").
+    `at` is required: decoding must not stamp it, or a replay would fold another time.
+    """
+
+    project: str = ""
+    at: datetime
+    relation: str
+    producer: str
+    status: str = "success"
+    row_count: int | None = None
+
+    def subject(self) -> str:
+        return subjects.relation_event(self.relation, "materialized")
+
+    def event_id(self) -> str:
+        return f"relation:{self.relation}:{self.producer}:{self.at.isoformat()}"
+
+
+class RelationRefused(Event, frozen=True, kw_only=True, tag="relation.refused.v1"):
+    """The declared write at stream sequence `write_seq` names no configured warehouse."""
+
+    project: str = ""
+    relation: str
+    producer: str = ""
+    write_seq: int
+    reason: str
+
+    def subject(self) -> str:
+        return subjects.relation_event(self.relation, "refused")
+
+    def event_id(self) -> str:
+        return f"relation-refused:{self.write_seq}"
+
+
+class RetryStateSaved(Event, frozen=True, kw_only=True, tag="retry.saved.v1"):
+    """What a later `dbt retry` of this run needs, saved per (project, principal).
+
+    Only the latest run per (project, principal) counts: it is the last message on
+    the subject. The run's identity pins what a retry may resume: the version, the
+    digests of its profile and package resolution, and its arguments as submitted.
+    """
+
+    principal: str
+    run_id: str
+    attempt: int
+    run_results_digest: str
+    version: str
+    packages_digest: str | None = None
+    profile_digest: str
+    command: dict[str, Any]
+    args: dict[str, Any] = {}
+
+    def subject(self) -> str:
+        return subjects.retry_event(self.project, self.principal, "saved")
+
+    def event_id(self) -> str:
+        return f"retry:{self.project}:{self.run_id}:{self.attempt}:saved"
+
+
+class StatePublished(Event, frozen=True, kw_only=True, tag="state.published.v1"):
+    """The state a later run of this environment defers to: the last successful full build.
+
+    `run_results_digest` is None when the build was recovered by in-run node retry: its
+    run_results describe the retried slice, not the build, so only the manifest is kept.
+    """
+
+    environment: Environment
+    run_id: str
+    version: str
+    manifest_digest: str
+    manifest_size: int
+    run_results_digest: str | None = None
+
+    def subject(self) -> str:
+        return subjects.state_event(self.project, self.environment.key(), "published")
+
+    def event_id(self) -> str:
+        return f"state:{self.project}:{self.run_id}:published"
+
+
 EVENT_TYPES: tuple[type[Event], ...] = (
     DeployRequested,
     DeployRefused,
@@ -239,6 +356,11 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     RunFinished,
     NodeStarted,
     NodeFinished,
+    GraphIngested,
+    RelationMaterialized,
+    RelationRefused,
+    RetryStateSaved,
+    StatePublished,
 )
 
 _decoder = msgspec.json.Decoder(Union[EVENT_TYPES])  # noqa: UP007 - a runtime tuple

@@ -20,7 +20,11 @@ __all__ = [
     "deploy_event",
     "run_event",
     "node_event",
+    "graph_event",
+    "relation_event",
     "run_log",
+    "retry_event",
+    "state_event",
     "COMMAND_VERBS",
 ]
 
@@ -86,6 +90,26 @@ def run_event(project: str, run_id: str, kind: str) -> str:
 
 def node_event(project: str, run_id: str, kind: str) -> str:
     return f"dbt.evt.node.{token(project)}.{token(run_id)}.{kind}"
+
+
+def graph_event(project: str, scope: str, key: str) -> str:
+    """`key` is the version for a deployed graph, the run id for a run's or a parse's own."""
+    return f"dbt.evt.graph.{token(project)}.{scope}.{token(key)}"
+
+
+def relation_event(relation: str, kind: str) -> str:
+    """Declared writes from other systems: the relation key is a user string like any other."""
+    return f"dbt.evt.relation.{token(relation)}.{kind}"
+
+
+def retry_event(project: str, principal: str, kind: str) -> str:
+    """Retry state is one subject per (project, principal): the last message is the state."""
+    return f"dbt.evt.retry.{token(project)}.{token(principal or 'anonymous')}.{kind}"
+
+
+def state_event(project: str, environment_key: str, kind: str) -> str:
+    """One subject per (project, environment): its last message is the environment's state."""
+    return f"dbt.evt.state.{token(project)}.{token(environment_key)}.{kind}"
 
 
 def run_log(run_id: str) -> str:

@@ -135,6 +135,41 @@ EXPECTED = {
         lambda e: (e.node.unique_id, e.node.status, e.node.failures, e.subject()),
         (WARN_TEST, "warn", 1, f"dbt.evt.node.jaffle_shop.{RUN}.finished"),
     ),
+    "graph.ingested.v1": (
+        ev.GraphIngested,
+        lambda e: (e.scope, e.run_id, e.node_count, e.principal, e.subject().split(".")[:5]),
+        ("version", None, 23, "ana", ["dbt", "evt", "graph", "jaffle_shop", "version"]),
+    ),
+    # Declared writes come from other systems, which name no project.
+    "relation.materialized.v1": (
+        ev.RelationMaterialized,
+        lambda e: (e.project, e.relation, e.producer, e.row_count, e.subject().split(".")[-1]),
+        ("", 'dbt://main/"RAW"/"Events"', "ingest-events", 1200, "materialized"),
+    ),
+    "relation.refused.v1": (
+        ev.RelationRefused,
+        lambda e: (e.project, e.write_seq, e.event_id()),
+        ("", 118, "relation-refused:118"),
+    ),
+    "state.published.v1": (
+        ev.StatePublished,
+        lambda e: (e.environment.key(), e.manifest_size, e.subject().split(".")[:4]),
+        (
+            "4:main|4:prod|9:analytics|12:dbt_wh_defer",
+            622383,
+            ["dbt", "evt", "state", "jaffle_shop"],
+        ),
+    ),
+    "retry.saved.v1": (
+        ev.RetryStateSaved,
+        lambda e: (e.principal, e.command["vars"], e.args, e.subject().split(".")[:4]),
+        (
+            "analyst@example.com",
+            {"break_payments": True},
+            {"run_date": "2026-11-29"},
+            ["dbt", "evt", "retry", "jaffle_shop"],
+        ),
+    ),
 }
 
 
@@ -152,7 +187,7 @@ def test_golden_decodes(tag):
     kind, read, values = EXPECTED[tag]
     event = ev.decode((GOLDEN / f"{tag}.json").read_bytes())
     assert type(event) is kind
-    assert event.project == "jaffle_shop"
+    assert event.project == ("" if tag.startswith("relation.") else "jaffle_shop")
     assert event.at.tzinfo is not None and event.at.year == 2025
     assert read(event) == values
 

@@ -12,6 +12,8 @@ import asyncpg
 import msgspec
 from aiohttp import web
 
+from services.api.graph_routes import add_graph_routes
+from services.api.ops_routes import add_ops_routes
 from shared import commands, subjects
 from shared.bus import Bus
 
@@ -66,31 +68,56 @@ async def get_run(request: web.Request) -> web.Response:
 
 
 async def list_runs(request: web.Request) -> web.Response:
-    project = request.match_info["project"]
     try:
         limit = min(int(request.query.get("limit", "50")), 500)
     except ValueError:
         return _error(400, "limit must be a whole number")
+    return await _project_rows(
+        request,
+        "runs",
+        f"SELECT {RUN_COLUMNS} FROM runs WHERE project = $1"
+        " ORDER BY requested_at DESC NULLS LAST LIMIT $2",
+        limit,
+    )
+
+
+async def _project_rows(request: web.Request, key: str, sql: str, *args) -> web.Response:
+    """One project's rows of a projection, under `key`; `sql` takes the project as $1."""
+    project = request.match_info["project"]
     async with request.app[POOL].acquire() as conn:
-        rows = await conn.fetch(
-            f"SELECT {RUN_COLUMNS} FROM runs WHERE project = $1"
-            " ORDER BY requested_at DESC NULLS LAST LIMIT $2",
-            project,
-            limit,
-        )
-    return _json({"project": project, "runs": [dict(r) for r in rows]})
+        rows = await conn.fetch(sql, project, *args)
+    return _json({"project": project, key: [dict(r) for r in rows]})
 
 
 async def list_deploys(request: web.Request) -> web.Response:
-    project = request.match_info["project"]
-    async with request.app[POOL].acquire() as conn:
-        rows = await conn.fetch(
-            "SELECT deploy_id, status, version, manifest_digest, engine, engine_version, adapter,"
-            " adapter_version, skipped, reason, requested_by, at FROM deploys"
-            " WHERE project = $1 ORDER BY at DESC LIMIT 100",
-            project,
-        )
-    return _json({"project": project, "deploys": [dict(r) for r in rows]})
+    return await _project_rows(
+        request,
+        "deploys",
+        "SELECT deploy_id, status, version, manifest_digest, engine, engine_version, adapter,"
+        " adapter_version, skipped, reason, requested_by, at FROM deploys"
+        " WHERE project = $1 ORDER BY at DESC LIMIT 100",
+    )
+
+
+async def retry_state(request: web.Request) -> web.Response:
+    """Per principal, which run a retry would resume."""
+    return await _project_rows(
+        request,
+        "retry_state",
+        "SELECT principal, run_id, attempt, version, command, args, saved_at"
+        " FROM retry_state WHERE project = $1 ORDER BY principal",
+    )
+
+
+async def environments(request: web.Request) -> web.Response:
+    """Each environment's published state: which run published it, and when."""
+    return await _project_rows(
+        request,
+        "environments",
+        "SELECT warehouse, target, schema_name AS schema, database_name AS database, run_id,"
+        " version, manifest_digest, run_results_digest IS NOT NULL AS has_run_results,"
+        " published_at FROM environments WHERE project = $1 ORDER BY warehouse, target",
+    )
 
 
 async def post_run(request: web.Request) -> web.Response:
@@ -120,5 +147,9 @@ def create_app(pool: asyncpg.Pool, bus: Bus) -> web.Application:
     app.router.add_get("/v1/runs/{run_id}", get_run)
     app.router.add_get("/v1/projects/{project}/runs", list_runs)
     app.router.add_post("/v1/projects/{project}/runs", post_run)
+    app.router.add_get("/v1/projects/{project}/retry-state", retry_state)
+    app.router.add_get("/v1/projects/{project}/environments", environments)
     app.router.add_get("/v1/projects/{project}/deploys", list_deploys)
+    add_graph_routes(app, pool)
+    add_ops_routes(app, pool, bus)
     return app

@@ -13,7 +13,7 @@ import asyncio
 
 import msgspec
 
-from services.runner import selection
+from services.runner import graph, selection
 from services.runner import state as state_mod
 from services.runner.context import RunnerContext
 from services.runner.execution import Execution, finish, refuse
@@ -70,7 +70,22 @@ async def build(
         execution = await Execution.start(
             ctx, prepared, project, run_id, attempt, cancelled, version=deployed.version
         )
-        code, error = await _run(execution, state_mod.defer_args(prepared.plan) if state else [])
+        try:
+            await graph.refresh_run_graph(
+                ctx,
+                prepared,
+                project,
+                deployed.version,
+                run_id,
+                body.command,
+                principal=body.requested_by,
+                on_line=execution.log,
+            )
+        except graph.GraphRefreshFailed as exc:
+            code, error = -1, str(exc)  # fail rather than show a stale graph
+        else:
+            defer = state_mod.defer_args(prepared.plan) if state else []
+            code, error = await _run(execution, defer)
         submitted = msgspec.to_builtins(body.command)
         if body.args:
             submitted["args"] = body.args

@@ -1,0 +1,122 @@
+"""Graph benchmark: deploy ingest of a 5,000-model project next to `dbt parse` alone,
+and the graph query latency for that project.
+
+Starts the embedded stack (its own nats-server and Postgres) in a temporary home,
+so it needs nothing running. `dbt parse` alone is the floor a deploy cannot beat;
+what the graph adds is the difference, plus the projector's fold.
+
+    python bench/bench_graph.py [--models N] [--queries Q]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+import msgspec
+from gen_project import generate
+
+from services import client
+from services.runner import graph
+from services.runner.context import RunnerContext
+from services.stack import Stack
+from shared import events as ev
+from shared import logging as jlog
+from shared.config import load
+
+
+def parse_alone(project: Path, work: Path) -> float:
+    """`dbt parse` from scratch (no partial parse), against a throwaway DuckDB profile."""
+    profiles = work / "profiles"
+    profiles.mkdir()
+    (profiles / "profiles.yml").write_text(
+        f"bench:\n  target: main\n  outputs:\n    main:\n      type: duckdb\n"
+        f"      path: {work / 'parse.duckdb'}\n"
+    )
+    argv = [sys.executable, "-m", "dbt.cli.main", "parse", "--no-partial-parse",
+            "--project-dir", str(project), "--profiles-dir", str(profiles), "--quiet"]  # fmt: skip
+    started = time.perf_counter()
+    subprocess.run(argv, check=True, cwd=project, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - started
+
+
+async def _latency(session, url: str, n: int) -> tuple[float, float, int]:
+    samples, size = [], 0
+    for _ in range(n):
+        started = time.perf_counter()
+        async with session.get(url) as resp:
+            body = await resp.read()
+            assert resp.status == 200, body[:200]
+        samples.append(time.perf_counter() - started)
+        size = len(body)
+    samples.sort()
+    return statistics.median(samples), samples[int(0.95 * (len(samples) - 1))], size
+
+
+async def bench(models: int, queries: int) -> None:
+    jlog.configure("warning")
+    with tempfile.TemporaryDirectory(prefix="jetdbt-bench-") as tmp:
+        work = Path(tmp)
+        project = generate(work / "project", models)
+        parse_s = parse_alone(project, work)
+        settings = load({"JETDBT_HOME": str(work / "home"), "JETDBT_API_PORT": "0"})
+        stack = await Stack(settings).start()
+        try:
+            started = time.perf_counter()
+            _, deployed = await client.deploy(stack.bus, project, "bench")
+            deploy_s = time.perf_counter() - started
+            assert isinstance(deployed, ev.Deployed), deployed
+            url = f"{stack.api_url}/v1/projects/bench/graph"
+            async with aiohttp.ClientSession() as session:
+                while True:
+                    async with session.get(url) as resp:
+                        if resp.status == 200:
+                            break
+                    await asyncio.sleep(0.05)
+                folded_s = time.perf_counter() - started - deploy_s
+                # The deploy's graph step again, alone: decode the manifest, build the graph,
+                # store the blob, publish (the stream drops the duplicate event).
+                raw = await stack.bus.get_blob(deployed.manifest_digest)
+                ctx = RunnerContext(bus=stack.bus, settings=settings)
+                t = time.perf_counter()
+                manifest = msgspec.json.decode(raw)
+                event = await graph.publish_graph(ctx, "bench", deployed.version, manifest, "main")
+                ingest_s = time.perf_counter() - t
+                p50, p95, size = await _latency(session, url, queries)
+                relation = f"{stack.api_url}/v1/relations/dbt:%2F%2Fmain%2Fmain%2Fm_00042"
+                r50, r95, _ = await _latency(session, relation, queries)
+        finally:
+            await stack.stop()
+    rows = [
+        ("models / graph nodes / edges", f"{models} / {event.node_count} / {event.edge_count}"),
+        ("dbt parse alone", f"{parse_s:.2f} s"),
+        ("deploy, end to end (bundle, deps, parse, graph)", f"{deploy_s:.2f} s"),
+        ("  graph ingest in it (manifest to GraphIngested)", f"{ingest_s:.2f} s,"
+         f" manifest {len(raw) / 1e6:.1f} MB, graph {event.graph_size / 1e6:.1f} MB"),
+        ("graph folded into Postgres after Deployed", f"{folded_s:.2f} s"),
+        (f"GET project graph (n={queries})", f"p50 {p50 * 1e3:.0f} ms, p95 {p95 * 1e3:.0f} ms,"
+         f" body {size / 1e6:.1f} MB"),
+        (f"GET one relation (n={queries})", f"p50 {r50 * 1e3:.1f} ms, p95 {r95 * 1e3:.1f} ms"),
+    ]  # fmt: skip
+    width = max(len(k) for k, _ in rows)
+    for key, value in rows:
+        print(f"{key:<{width}}  {value}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", type=int, default=5000)
+    parser.add_argument("--queries", type=int, default=20)
+    args = parser.parse_args()
+    asyncio.run(bench(args.models, args.queries))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,188 @@
+"""Graph queries: a project's graph, a run's graph, and one relation across projects.
+
+A run reads its own snapshot when it stored one, else its version's graph: a run
+whose graph matched the version's stored nothing, so the fallback is the normal
+case. A relation is answered from every project's latest deployed graph plus the
+writes other systems declared on it, which is where two projects meet.
+"""
+
+from __future__ import annotations
+
+import asyncpg
+import msgspec
+from aiohttp import web
+
+from projections.graph import DEPLOYED
+from shared.graph import SCOPE_VERSION
+from shared.relations import InvalidRelation, normalise
+
+__all__ = ["add_graph_routes"]
+
+_encoder = msgspec.json.Encoder()
+_PRODUCING = ("model", "seed", "snapshot")
+WRITES_SHOWN = 50
+
+
+def _respond(data, status: int = 200) -> web.Response:
+    return web.Response(body=_encoder.encode(data), status=status, content_type="application/json")
+
+
+async def _writes(conn, relations: list[str]) -> dict[str, list[dict]]:
+    """The latest accepted write of each producer, per relation."""
+    rows = await conn.fetch(
+        "SELECT DISTINCT ON (relation, producer) relation, producer, status, row_count,"
+        " written_at FROM relation_writes WHERE relation = ANY($1::text[])"
+        " AND refused_reason IS NULL ORDER BY relation, producer, stream_seq DESC",
+        relations,
+    )
+    out: dict[str, list[dict]] = {}
+    for r in rows:
+        row = dict(r)
+        out.setdefault(row.pop("relation"), []).append(row)
+    return out
+
+
+def _without(record, key: str) -> dict:
+    row = dict(record)
+    row.pop(key)
+    return row
+
+
+async def _graph(conn, project: str, version: str, run_id: str) -> dict | None:
+    key = (project, version, run_id)
+    where = "WHERE project = $1 AND version = $2 AND run_id = $3"
+    head = await conn.fetchrow(
+        "SELECT project, version, scope, graph_digest, content_digest, relation_root,"
+        f" default_database, principal, ingested_at FROM graph_versions {where}",
+        *key,
+    )
+    if head is None:
+        return None
+    nodes = [
+        dict(r)
+        for r in await conn.fetch(
+            "SELECT unique_id, resource_type, name, package, relation, owned, materialized,"
+            " tags, description, columns, column_schema, test_severity, test_kind,"
+            f" attached_node, raw_code FROM graph_nodes {where} ORDER BY unique_id",
+            *key,
+        )
+    ]
+    edges = await conn.fetch(
+        f"SELECT parent, child, kind FROM graph_edges {where} ORDER BY parent, child", *key
+    )
+    column_edges = await conn.fetch(
+        "SELECT from_node, from_column, to_node, to_column, lineage_kind"
+        f" FROM graph_column_edges {where} ORDER BY from_node, from_column, to_node, to_column",
+        *key,
+    )
+    writes = await _writes(conn, [n["relation"] for n in nodes if n["relation"]])
+    for node in nodes:
+        node["declared_writes"] = writes.get(node["relation"], [])
+    body = dict(head)
+    body["run_id"] = None if run_id == DEPLOYED else run_id
+    body["nodes"] = nodes
+    body["edges"] = [dict(e) for e in edges]
+    body["column_edges"] = [dict(c) for c in column_edges]
+    return body
+
+
+def add_graph_routes(app: web.Application, pool: asyncpg.Pool) -> None:
+    async def project_graph(request: web.Request) -> web.Response:
+        project = request.match_info["project"]
+        version = request.query.get("version")
+        async with pool.acquire() as conn:
+            if version is None:
+                version = await conn.fetchval(
+                    "SELECT version FROM graph_versions WHERE project = $1 AND scope = $2"
+                    " ORDER BY stream_seq DESC LIMIT 1",
+                    project,
+                    SCOPE_VERSION,
+                )
+            body = await _graph(conn, project, version, DEPLOYED) if version else None
+        if body is None:
+            which = f"version {version!r}" if version else "any deployed version"
+            return _respond({"error": f"project {project!r} has no graph for {which}"}, 404)
+        return _respond(body)
+
+    async def run_graph(request: web.Request) -> web.Response:
+        run_id = request.match_info["run_id"]
+        async with pool.acquire() as conn:
+            own = await conn.fetchrow(
+                "SELECT project, version FROM graph_versions WHERE run_id = $1 AND scope <> $2",
+                run_id,
+                SCOPE_VERSION,
+            )
+            if own is not None:
+                body = await _graph(conn, own["project"], own["version"], run_id)
+                fallback = False
+            else:
+                run = await conn.fetchrow(
+                    "SELECT project, version FROM runs WHERE run_id = $1", run_id
+                )
+                body = None
+                if run is not None and run["version"]:
+                    body = await _graph(conn, run["project"], run["version"], DEPLOYED)
+                fallback = True
+        if body is None:
+            return _respond({"error": f"run {run_id!r} has no graph (yet)"}, 404)
+        body["run_id"] = run_id
+        body["fallback"] = fallback
+        return _respond(body)
+
+    async def relation(request: web.Request) -> web.Response:
+        try:
+            key = normalise(request.match_info["key"])
+        except InvalidRelation as exc:
+            return _respond({"error": str(exc)}, 400)
+        async with pool.acquire() as conn:
+            nodes = await conn.fetch(
+                "WITH latest AS (SELECT DISTINCT ON (project) project, version, run_id"
+                " FROM graph_versions WHERE scope = $2 ORDER BY project, stream_seq DESC)"
+                " SELECT n.project, n.version, n.run_id, n.unique_id, n.resource_type, n.name,"
+                " n.owned, n.materialized FROM graph_nodes n"
+                " JOIN latest l USING (project, version, run_id) WHERE n.relation = $1"
+                " ORDER BY n.project, n.unique_id",
+                key,
+                SCOPE_VERSION,
+            )
+            readers = await conn.fetch(
+                "SELECT e.project, e.child AS unique_id, c.resource_type, c.name,"
+                " e.parent AS reads_through FROM graph_edges e JOIN graph_nodes c"
+                " ON (c.project, c.version, c.run_id, c.unique_id)"
+                " = (e.project, e.version, e.run_id, e.child)"
+                " WHERE (e.project, e.version, e.run_id, e.parent) IN"
+                " (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]))"
+                " ORDER BY e.project, e.child",
+                [n["project"] for n in nodes],
+                [n["version"] for n in nodes],
+                [n["run_id"] for n in nodes],
+                [n["unique_id"] for n in nodes],
+            )
+            writes = await conn.fetch(
+                "SELECT producer, status, row_count, written_at, refused_reason"
+                " FROM relation_writes WHERE relation = $1 ORDER BY stream_seq DESC LIMIT $2",
+                key,
+                WRITES_SHOWN,
+            )
+            declared = (await _writes(conn, [key])).get(key, [])
+        dbt_producers = [
+            {"kind": "dbt", "project": n["project"], "unique_id": n["unique_id"]}
+            for n in nodes
+            if n["resource_type"] in _PRODUCING and n["owned"]
+        ]
+        declared_producers = [
+            {"kind": "declared", "producer": w["producer"], "last_write": w} for w in declared
+        ]
+        return _respond(
+            {
+                "relation": key,
+                "nodes": [_without(n, "run_id") for n in nodes],
+                "producers": dbt_producers + declared_producers,
+                "readers": [dict(r) for r in readers],
+                "writes": [dict(w) for w in writes],
+            }
+        )
+
+    app.router.add_get("/v1/projects/{project}/graph", project_graph)
+    app.router.add_get("/v1/runs/{run_id}/graph", run_graph)
+    app.router.add_get("/v1/relations/{key:.+}", relation)
