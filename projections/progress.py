@@ -136,8 +136,9 @@ class ProgressFold:
         changed = await conn.fetchval(
             "INSERT INTO run_nodes (run_id, unique_id, resource_type, name, relation, status,"
             " outcome, message, started_at, finished_at, execution_time, rows_affected, failures,"
-            " round, attempt) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,COALESCE($10, $16::timestamptz),$11,$12,$13,"
-            "$14,$15) ON CONFLICT (run_id, unique_id) DO UPDATE SET"
+            " round, attempt) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,"
+            "COALESCE($10, $16::timestamptz),$11,$12,$13,$14,$15)"
+            " ON CONFLICT (run_id, unique_id) DO UPDATE SET"
             " resource_type = COALESCE(NULLIF(EXCLUDED.resource_type, ''),"
             " run_nodes.resource_type),"
             " name = COALESCE(NULLIF(EXCLUDED.name, ''), run_nodes.name),"

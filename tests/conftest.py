@@ -44,13 +44,15 @@ def nats_url(tmp_path):
 
 @pytest.fixture
 def settings(tmp_path, nats_url, pg_url):
-    return load({
-        "JETDBT_HOME": str(tmp_path / "home"),
-        "NATS_URL": nats_url,
-        "DATABASE_URL": pg_url,
-        "JETDBT_SCHEMA": f"t_{uuid.uuid4().hex[:12]}",
-        "JETDBT_API_PORT": "0",
-    })
+    return load(
+        {
+            "JETDBT_HOME": str(tmp_path / "home"),
+            "NATS_URL": nats_url,
+            "DATABASE_URL": pg_url,
+            "JETDBT_SCHEMA": f"t_{uuid.uuid4().hex[:12]}",
+            "JETDBT_API_PORT": "0",
+        }
+    )
 
 
 @pytest.fixture

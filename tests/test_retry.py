@@ -139,8 +139,10 @@ async def test_node_retry_recovers_a_transient_failure_in_the_same_run(
         stack.bus, "jaffle_shop", RunCommand(command=BuildCommand()), on_event=seen
     )
     assert final.result.status == "passed", [
-        (n.unique_id, n.round, n.status, n.message) for n in final.result.nodes
-        if n.outcome != "passed"] + seen.started
+        (n.unique_id, n.round, n.status, n.message)
+        for n in final.result.nodes
+        if n.outcome != "passed"
+    ] + seen.started
     ids = [n.unique_id for n in final.result.nodes]
     assert len(ids) == len(set(ids)) == 25
     by_id = {n.unique_id: n for n in final.result.nodes}
