@@ -61,3 +61,29 @@ async def test_node_finished_is_readable_while_a_later_model_runs(stack, project
         n.unique_id == "model.jaffle_shop.gate" and n.outcome == "passed"
         for n in final.result.nodes
     )
+
+
+async def test_cancel_kills_the_running_build(stack, project_copy, tmp_path):
+    """A cancel reaches the runner holding the run; dbt is killed and the run says so."""
+    import msgspec
+
+    release = tmp_path / "never-released"
+    (project_copy / "models" / "marts" / "gate.py").write_text(GATE_MODEL)
+    (project_copy / "models" / "marts" / "gate.yml").write_text(
+        f"models:\n  - name: gate\n    config:\n      release_file: '{release}'\n"
+    )
+    await client.deploy(stack.bus, project_copy, "live")
+    run_task = asyncio.create_task(
+        client.run(stack.bus, "live", RunCommand(command=BuildCommand(), run_id="cancel1"))
+    )
+
+    async def gate_running():
+        status, body = await get_json(f"{stack.api_url}/v1/runs/cancel1")
+        nodes = {n["unique_id"]: n for n in body.get("nodes", [])} if status == 200 else {}
+        return nodes.get("model.jaffle_shop.gate", {}).get("status") == "running"
+
+    await wait_for(gate_running, timeout=90)
+    await stack.bus.js.publish("dbt.cmd.cancel.live", msgspec.json.encode({"run_id": "cancel1"}))
+    final = await asyncio.wait_for(run_task, 60)
+    assert final.result.status == "cancelled" and final.result.error == "cancelled"
+    assert not release.exists()
