@@ -22,12 +22,12 @@ from projections.migrate import connect_pool
 from services import audit, client, export
 from services.stack import Stack, read_stack_file
 from services.watch import Progress, planned_nodes, result_table
+from shared import bundle, subjects
 from shared import events as ev
 from shared import logging as jlog
-from shared import subjects
 from shared.bundle import BundleRefused
 from shared.bus import Bus, ServerRefused, connect
-from shared.commands import BuildCommand, RetryCommand, RunCommand
+from shared.commands import BuildCommand, ParseCommand, RetryCommand, RunCommand
 from shared.config import Settings, load
 
 __all__ = ["main"]
@@ -163,6 +163,32 @@ async def cmd_run(args, settings: Settings) -> int:
     )
     command = RunCommand(command=build, args=_run_args(args.arg or []), run_id=args.run_id)
     return await _follow(args, settings, project, command)
+
+
+async def cmd_parse(args, settings: Settings) -> int:
+    """Parse a project directory as it is (not deployed) and store its graph under the run."""
+    path = Path(args.path)
+    project = client.project_name(path, args.project)
+    packed = bundle.pack(path)
+    bus = await _bus(settings)
+    try:
+        digest = await bus.put_blob(packed.data)
+        command = RunCommand(command=ParseCommand(bundle_digest=digest, vars=_vars(args.vars)))
+        final = await client.run(bus, project, command)
+    finally:
+        await bus.close()
+    if isinstance(final, ev.RunRefused):
+        print(f"parse {final.run_id} refused: {final.reason}", file=sys.stderr)
+        return EXIT_REFUSED
+    if final.result.status != "passed":
+        print(f"parse failed:\n{final.result.error}", file=sys.stderr)
+        return EXIT_FAILED
+    _, api_url = _endpoints(settings)
+    print(
+        f"parsed {project}: graph stored under run {final.run_id}:"
+        f" {api_url}/v1/runs/{final.run_id}/graph"
+    )
+    return 0
 
 
 async def cmd_retry(args, settings: Settings) -> int:
@@ -357,6 +383,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--run-id", help="choose the run id (default: a new uuid)")
     run.add_argument("--watch", action="store_true", help="show live per-model progress")
     run.add_argument("--json", action="store_true", help="print the structured result as JSON")
+    ps = sub.add_parser("parse", help="parse a project directory (not deployed) into a graph")
+    ps.add_argument("path")
+    ps.add_argument("--project", help="project name (default: dbt_project.yml's name)")
+    ps.add_argument("--vars", help="dbt vars as a YAML/JSON mapping")
     rt = sub.add_parser("retry", help="resume a run with dbt retry, rebuilding what failed")
     rt.add_argument("run_id")
     rt.add_argument("--project", help="the run's project (default: looked up from the API)")
@@ -398,6 +428,7 @@ COMMANDS = {
     "deploy": cmd_deploy,
     "run": cmd_run,
     "retry": cmd_retry,
+    "parse": cmd_parse,
     "status": cmd_status,
     "demo": cmd_demo,
     "replay": cmd_replay,

@@ -15,6 +15,7 @@ from shared.bundle import Skipped
 
 __all__ = [
     "BuildCommand",
+    "ParseCommand",
     "RetryCommand",
     "RunCommand",
     "DeployCommand",
@@ -42,10 +43,20 @@ class RetryCommand(
     dbt_retry_job: str
 
 
+class ParseCommand(
+    msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag="parse", tag_field="label"
+):
+    """Parse and store a graph: of a bundle not deployed (its digest, already in the object
+    store), or of the deployed version with these vars. Builds nothing."""
+
+    bundle_digest: str | None = None
+    vars: dict[str, Any] = {}
+
+
 class RunCommand(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     """The body of `dbt.cmd.run.<project>`."""
 
-    command: BuildCommand | RetryCommand
+    command: BuildCommand | RetryCommand | ParseCommand
     args: dict[str, Any] = {}
     run_id: str | None = None
     requested_by: str = ""

@@ -3,6 +3,7 @@ projects, declared writes from plain NATS publishes, run snapshots, retention, c
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import urllib.parse
@@ -490,3 +491,42 @@ async def test_column_lineage_from_the_engine_index(stack, tmp_path, project_cop
         ("status", "Utf8"),
     ]
     assert [c["name"] for c in orders["columns"]] == ["order_id", "customer_id", "status"]
+
+
+async def test_a_parse_of_an_undeployed_bundle_is_keyed_by_its_own_run(stack, project_copy):
+    """The editor's refresh: the project as it is on disk, never deployed, never built."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    await _deploy(stack, project_copy, P)
+    (project_copy / "models" / "marts" / "draft.sql").write_text(
+        "select * from {{ ref('orders') }}\n"
+    )
+    env = {
+        **os.environ,
+        "NATS_URL": stack.nats_url,
+        "JETDBT_API_PORT": stack.api_url.rsplit(":", 1)[1],
+    }
+    out = await asyncio.to_thread(
+        subprocess.run,
+        [str(Path(sys.executable).parent / "jetdbt"), "parse", str(project_copy), "--project", P],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    run_id = out.stdout.split("under run ")[1].split(":")[0]
+
+    async def parsed():
+        status, body = await get_json(f"{stack.api_url}/v1/runs/{run_id}/graph")
+        return body if status == 200 else None
+
+    body = await wait_for(parsed)
+    assert M + "draft" in {n["unique_id"] for n in body["nodes"]}
+    deployed_graph = await _project_graph(stack, P)
+    assert M + "draft" not in {n["unique_id"] for n in deployed_graph["nodes"]}
+    event = await stack.bus.last_event(subjects.graph_event(P, "parse", run_id))
+    assert event.scope == "parse" and event.version == ""

@@ -17,6 +17,7 @@ import msgspec
 from services.runner.build import build
 from services.runner.context import RunnerContext
 from services.runner.deploy import deploy
+from services.runner.parse import parse
 from services.runner.retry import retry
 from shared import commands, subjects
 from shared import events as ev
@@ -145,8 +146,11 @@ class Runner:
         except subjects.InvalidName as exc:
             reason = str(exc)
         deployed = None
-        is_retry = isinstance(body.command, commands.RetryCommand)
-        if reason is None and not is_retry:
+        command = body.command
+        needs_version = isinstance(command, commands.BuildCommand) or (
+            isinstance(command, commands.ParseCommand) and not command.bundle_digest
+        )
+        if reason is None and needs_version:
             deployed = await bus.last_event(subjects.deploy_event(raw_project, "deployed"))
             if deployed is None:
                 reason = (
@@ -162,8 +166,10 @@ class Runner:
             )
         cancelled = self.active.setdefault(run_id, asyncio.Event())
         try:
-            if is_retry:
+            if isinstance(command, commands.RetryCommand):
                 await retry(self.ctx, raw_project, body, run_id, attempt, cancelled)
+            elif isinstance(command, commands.ParseCommand):
+                await parse(self.ctx, raw_project, body, run_id, attempt, deployed, cancelled)
             else:
                 await build(self.ctx, raw_project, body, run_id, attempt, deployed, cancelled)
         finally:
