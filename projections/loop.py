@@ -18,7 +18,7 @@ import asyncpg
 import msgspec
 from nats.js import api
 
-from shared import events
+from shared import events, supervise
 from shared import logging as jlog
 from shared.bus import EVENTS, Bus
 
@@ -143,16 +143,9 @@ class Projector:
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
         """Project until `stop`; a failure (Postgres or NATS away) restarts from the checkpoint."""
-        stop = stop or asyncio.Event()
-        while not stop.is_set():
-            try:
-                await self._run_once(stop)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                self.log.exception("projector_failed")
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), 1.0)
+        await supervise.forever(
+            self._run_once, stop or asyncio.Event(), self.log, "projector_failed"
+        )
 
     async def _run_once(self, stop: asyncio.Event) -> None:
         async with self.pool.acquire() as conn:

@@ -118,7 +118,7 @@ async def _check_selection(prepared: Prepared, project: str) -> str | None:
     if selection_methods(plan.select + plan.exclude) & STATE_METHODS:
         return None
     try:
-        found = await selection.resolve(prepared.job, plan, prepared.env, prepared.executable)
+        found = await selection.resolve(prepared)
     except selection.SelectionFailed as exc:
         return f"the selection could not be resolved: {exc}"
     if found:

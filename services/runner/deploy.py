@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from services.runner import engine, graph, workspace
 from services.runner.context import RunnerContext
-from services.runner.dbt_process import DbtInvocation
 from services.runner.setup import Prepared, Refused, prepare
 from shared import events as ev
 from shared import subjects
@@ -72,21 +71,12 @@ async def _parse(
 
     packages_digest = None
     if any((job.project / name).exists() for name in workspace.PACKAGE_FILES):
-        deps = DbtInvocation(
-            "deps", [], job.project, job.profiles, prepared.env, executable=prepared.executable
-        )
+        deps = prepared.dbt("deps", [])
         if await deps.run(timeout=ctx.settings.run_timeout_seconds) != 0:
             return await fail("dbt deps failed:\n" + _tail(deps.lines))
         packed = workspace.pack_packages(job.project)
         packages_digest = await ctx.bus.put_blob(packed) if packed else None
-    parse = DbtInvocation(
-        "parse",
-        plan.common_args(),
-        job.project,
-        job.profiles,
-        prepared.env,
-        executable=prepared.executable,
-    )
+    parse = prepared.dbt("parse", plan.common_args())
     if await parse.run(timeout=ctx.settings.run_timeout_seconds) != 0:
         return await fail("dbt parse failed:\n" + _tail(parse.lines))
     manifest = (parse.target_dir / "manifest.json").read_bytes()

@@ -16,7 +16,6 @@ import msgspec
 
 from services.runner import results
 from services.runner.context import RunnerContext
-from services.runner.dbt_process import DbtInvocation
 from services.runner.setup import Prepared
 from shared import events as ev
 from shared import subjects
@@ -103,9 +102,7 @@ class Execution:
     async def invoke(self, command: str, args: list[str]) -> int:
         """One dbt invocation; raises CancelledError when the run is cancelled meanwhile."""
         p = self.prepared
-        inv = DbtInvocation(
-            command, args, p.job.project, p.job.profiles, p.env, executable=p.executable
-        )
+        inv = p.dbt(command, args)
         run = asyncio.create_task(
             inv.run(self.log, self._on_event, self.ctx.settings.run_timeout_seconds)
         )

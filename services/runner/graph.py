@@ -26,7 +26,6 @@ import pyarrow.parquet as pq
 
 from services.runner import engine, ownership, selection
 from services.runner.context import RunnerContext
-from services.runner.dbt_process import DbtInvocation
 from services.runner.setup import Prepared
 from shared import events as ev
 from shared import logging as jlog
@@ -291,17 +290,7 @@ async def column_index(
     args = [*plan.common_args(), "--static-analysis", "strict", "--write-index"]
     if plan.full_refresh:
         args.append("--full-refresh")
-    job = prepared.job
-    compile_ = DbtInvocation(
-        "compile",
-        args,
-        job.project,
-        job.profiles,
-        prepared.env,
-        executable=prepared.executable,
-        log_dir="logs-index",
-        target_dir=INDEX_TARGET,
-    )
+    compile_ = prepared.dbt("compile", args, log_dir="logs-index", target_dir=INDEX_TARGET)
     code = await compile_.run(timeout=timeout)
     found = read_column_index(compile_.target_dir / "index")
     if found is None:
@@ -428,15 +417,7 @@ async def refresh_run_graph(
     builds it. Raises GraphRefreshFailed when the parse fails."""
     if not needs_run_graph(prepared, cmd):
         return None
-    job, plan = prepared.job, prepared.plan
-    parse = DbtInvocation(
-        "parse",
-        plan.common_args(),
-        job.project,
-        job.profiles,
-        prepared.env,
-        executable=prepared.executable,
-    )
+    parse = prepared.dbt("parse", prepared.plan.common_args())
     if await parse.run(on_line, timeout=ctx.settings.run_timeout_seconds) != 0:
         raise GraphRefreshFailed(
             "dbt parse for this run's graph failed:\n" + "\n".join(parse.lines[-20:])
@@ -453,7 +434,7 @@ async def refresh_run_graph(
         project,
         version,
         manifest,
-        plan.warehouse,
+        prepared.plan.warehouse,
         run_id=run_id,
         base_digest=base,
         principal=principal,

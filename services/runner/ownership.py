@@ -22,7 +22,5 @@ async def owned_nodes(prepared: Prepared, timeout: float | None = 600) -> set[st
     """
     if not prepared.plan.has_selection():
         return None
-    found = await selection.resolve(
-        prepared.job, prepared.plan, prepared.env, prepared.executable, timeout=timeout
-    )
+    found = await selection.resolve(prepared, timeout=timeout)
     return set(found)

@@ -18,7 +18,7 @@ from services.runner.context import RunnerContext
 from services.runner.warehouses import UnknownWarehouse, pick
 from shared import events as ev
 from shared import logging as jlog
-from shared import subjects
+from shared import subjects, supervise
 from shared.bus import EVENTS
 from shared.relations import InvalidRelation, parse
 
@@ -52,15 +52,7 @@ class RelationWatch:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Check writes until `stop`; a failure (NATS away) resumes from the durable consumer."""
-        while not stop.is_set():
-            try:
-                await self._run_once(stop)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                self.log.exception("relation_watch_failed")
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), 1.0)
+        await supervise.forever(self._run_once, stop, self.log, "relation_watch_failed")
 
     async def _run_once(self, stop: asyncio.Event) -> None:
         sub = await self.ctx.bus.js.pull_subscribe_bind(CONSUMER, stream=EVENTS)

@@ -12,7 +12,7 @@ from typing import Any
 
 from services.runner import engine, workspace
 from services.runner.context import RunnerContext
-from services.runner.dbt_process import dbt_env
+from services.runner.dbt_process import DbtInvocation, dbt_env
 from services.runner.plan import Plan, PlanRefused, make_plan
 from services.runner.secrets import Resolver, UnresolvedReference
 from services.runner.warehouses import UnknownWarehouse, pick
@@ -45,6 +45,18 @@ class Prepared:
     resolver: Resolver
     executable: list[str]
     env: dict[str, str]
+
+    def dbt(self, command: str, args: list[str], **kw) -> DbtInvocation:
+        """A dbt invocation in this job, with its profile, environment and engine."""
+        return DbtInvocation(
+            command,
+            args,
+            self.job.project,
+            self.job.profiles,
+            self.env,
+            executable=self.executable,
+            **kw,
+        )
 
     @property
     def engine_version(self) -> str:
