@@ -173,3 +173,22 @@ async def test_a_retry_and_a_templated_schema_publish_nothing(stack, project_cop
     assert await _state(stack) is None
     refused, _ = await _run(stack, defer=True)
     assert isinstance(refused, ev.RunRefused) and "template" in refused.reason
+
+
+async def test_state_selectors_on_a_parse_are_refused(stack):
+    """A parse never defers, so it takes no selection at all: one naming a state is refused."""
+    import asyncio
+
+    seen: asyncio.Queue = asyncio.Queue()
+
+    async def collect(msg):
+        seen.put_nowait(ev.decode(msg.data))
+
+    sub = await stack.bus.nc.subscribe("dbt.evt.run.jaffle_shop.>", cb=collect)
+    await stack.bus.js.publish(
+        "dbt.cmd.run.jaffle_shop", b'{"command": {"label": "parse", "select": ["state:modified+"]}}'
+    )
+    refused = await asyncio.wait_for(seen.get(), 30)
+    await sub.unsubscribe()
+    assert isinstance(refused, ev.RunRefused)
+    assert "unknown field `select`" in refused.reason and "$.command" in refused.reason
