@@ -78,10 +78,10 @@ async def demo(settings: Settings) -> int:
             await _show(session, stack.api_url, f"/v1/runs/{final.run_id}")
         _step("done")
         print(
-            "keep the stack running with `jetdbt up`, then in another terminal:\n"
-            f"  jetdbt deploy {os.path.relpath(EXAMPLE)}\n"
-            "  jetdbt run jaffle_shop --watch\n"
-            "  jetdbt status --project jaffle_shop"
+            "keep the stack running with `.venv/bin/jetdbt up`; then, in another terminal:\n"
+            f"  .venv/bin/jetdbt deploy {os.path.relpath(EXAMPLE)}\n"
+            "  .venv/bin/jetdbt run jaffle_shop --watch\n"
+            "  .venv/bin/jetdbt status --project jaffle_shop"
         )
         return 0 if final.result.status == "passed" else 1
     finally:

@@ -11,6 +11,8 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
+import msgspec
+
 from shared.events import NodeResult
 from shared.outcomes import outcome
 
@@ -46,15 +48,14 @@ def _timing(timing: list[dict] | None) -> tuple[datetime | None, datetime | None
     return _time(entries[0].get("started_at")), _time(entries[-1].get("completed_at"))
 
 
-class NodeStart:
-    __slots__ = ("unique_id", "resource_type", "name", "relation", "started_at")
+class NodeStart(msgspec.Struct, frozen=True, kw_only=True):
+    """What a NodeStart log record says, before it becomes a NodeStarted event."""
 
-    def __init__(self, unique_id, resource_type, name, relation, started_at):
-        self.unique_id = unique_id
-        self.resource_type = resource_type
-        self.name = name
-        self.relation = relation
-        self.started_at = started_at
+    unique_id: str
+    resource_type: str
+    name: str
+    relation: str | None
+    started_at: datetime | None
 
 
 def node_start(record: dict) -> NodeStart | None:
