@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import aiohttp
 import duckdb
@@ -77,3 +81,22 @@ async def collect_everything(stack) -> list[bytes]:
             for row in await conn.fetch(f'SELECT * FROM "{t["table_name"]}"'):
                 found.append(repr(dict(row)).encode())
     return found
+
+
+async def jetdbt(stack, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """The console script as a user runs it, pointed at the test's stack."""
+    env = {
+        **os.environ,
+        "NATS_URL": stack.nats_url,
+        "DATABASE_URL": stack.database_url,
+        "JETDBT_SCHEMA": stack.settings.schema,
+        "JETDBT_API_PORT": stack.api_url.rsplit(":", 1)[1],
+    }
+    return await asyncio.to_thread(
+        subprocess.run,
+        [str(Path(sys.executable).parent / "jetdbt"), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )

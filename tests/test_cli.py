@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import subprocess
@@ -11,26 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import duckdb_tables, get_json, wait_for
+from tests.helpers import duckdb_tables, get_json, jetdbt, wait_for
 
 BIN = Path(sys.executable).parent
-
-
-async def _jetdbt(stack, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    env = {
-        **os.environ,
-        "NATS_URL": stack.nats_url,
-        "JETDBT_API_PORT": stack.api_url.rsplit(":", 1)[1],
-    }
-    return await asyncio.to_thread(
-        subprocess.run,
-        [str(BIN / "jetdbt"), *args],
-        env=env,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
 
 
 @pytest.fixture
@@ -47,13 +29,13 @@ def starter(tmp_path) -> Path:
 
 
 async def test_unmodified_starter_project_deploys_and_builds(stack, starter):
-    deployed = await _jetdbt(stack, "deploy", str(starter))
+    deployed = await jetdbt(stack, "deploy", str(starter))
     assert deployed.returncode == 0, deployed.stderr
     assert "deployed starter version sha256:" in deployed.stdout
-    again = await _jetdbt(stack, "deploy", str(starter))
+    again = await jetdbt(stack, "deploy", str(starter))
     assert again.returncode == 0 and "unchanged" in again.stdout
 
-    ran = await _jetdbt(stack, "run", "starter", "--json")
+    ran = await jetdbt(stack, "run", "starter", "--json")
     assert ran.returncode == 1, ran.stderr  # the starter's not_null test fails by design
     result = json.loads(ran.stdout)
     assert result["status"] == "failed" and result["command"] == "build"
@@ -83,15 +65,15 @@ async def test_unmodified_starter_project_deploys_and_builds(stack, starter):
 
 
 async def test_watch_prints_each_node_and_json_refusal_goes_to_stderr(stack):
-    refused = await _jetdbt(stack, "run", "never_deployed", "--json")
+    refused = await jetdbt(stack, "run", "never_deployed", "--json")
     assert refused.returncode == 3
     assert json.loads(refused.stdout)["status"] == "refused"
     assert "has no deployed version" in refused.stderr
 
     from tests.conftest import EXAMPLE
 
-    assert (await _jetdbt(stack, "deploy", str(EXAMPLE))).returncode == 0
-    watched = await _jetdbt(stack, "run", "jaffle_shop", "--watch", "-s", "+stg_orders")
+    assert (await jetdbt(stack, "deploy", str(EXAMPLE))).returncode == 0
+    watched = await jetdbt(stack, "run", "jaffle_shop", "--watch", "-s", "+stg_orders")
     assert watched.returncode == 0, watched.stderr
     lines = [line for line in watched.stdout.splitlines() if line.startswith("  ")]
     assert any("stg_orders" in line and "ok" in line for line in lines)

@@ -3,7 +3,6 @@ projects, declared writes from plain NATS publishes, run snapshots, retention, c
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import urllib.parse
@@ -22,7 +21,7 @@ from shared import events as ev
 from shared import subjects
 from shared.commands import BuildCommand
 from tests.conftest import EXAMPLE
-from tests.helpers import get_json, wait_for
+from tests.helpers import get_json, jetdbt, wait_for
 
 P = "jaffle_shop"
 M, S, T = f"model.{P}.", f"seed.{P}.", f"test.{P}."
@@ -495,28 +494,11 @@ async def test_column_lineage_from_the_engine_index(stack, tmp_path, project_cop
 
 async def test_a_parse_of_an_undeployed_bundle_is_keyed_by_its_own_run(stack, project_copy):
     """The editor's refresh: the project as it is on disk, never deployed, never built."""
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
     await _deploy(stack, project_copy, P)
     (project_copy / "models" / "marts" / "draft.sql").write_text(
         "select * from {{ ref('orders') }}\n"
     )
-    env = {
-        **os.environ,
-        "NATS_URL": stack.nats_url,
-        "JETDBT_API_PORT": stack.api_url.rsplit(":", 1)[1],
-    }
-    out = await asyncio.to_thread(
-        subprocess.run,
-        [str(Path(sys.executable).parent / "jetdbt"), "parse", str(project_copy), "--project", P],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    out = await jetdbt(stack, "parse", str(project_copy), "--project", P)
     assert out.returncode == 0, out.stderr
     run_id = out.stdout.split("under run ")[1].split(":")[0]
 

@@ -4,12 +4,8 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import re
-import subprocess
-import sys
 from datetime import UTC, datetime
-from pathlib import Path
 
 import aiohttp
 import pyarrow.parquet as pq
@@ -17,27 +13,7 @@ import pyarrow.parquet as pq
 from projections.migrate import quote_ident
 from shared import events as ev
 from tests import synthetic
-from tests.helpers import get_json, wait_for
-
-BIN = Path(sys.executable).parent
-
-
-async def jetdbt(stack, *args: str) -> subprocess.CompletedProcess:
-    env = {
-        **os.environ,
-        "NATS_URL": stack.nats_url,
-        "DATABASE_URL": stack.database_url,
-        "JETDBT_SCHEMA": stack.settings.schema,
-        "JETDBT_API_PORT": stack.api_url.rsplit(":", 1)[1],
-    }
-    return await asyncio.to_thread(
-        subprocess.run,
-        [str(BIN / "jetdbt"), *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+from tests.helpers import get_json, jetdbt, wait_for
 
 
 async def metrics(stack) -> tuple[str, dict[str, float]]:
