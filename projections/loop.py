@@ -71,6 +71,16 @@ async def _save_checkpoint(conn, projector: str, seq: int) -> None:
     )
 
 
+async def _apply_all(fold: Fold, conn, items: list[tuple[events.Event, int]]) -> None:
+    """A fold that can take a batch at once (fewer round trips) does; others go event by event."""
+    apply_many = getattr(fold, "apply_many", None)
+    if apply_many is not None:
+        await apply_many(conn, items)
+        return
+    for event, seq in items:
+        await fold.apply(conn, event, seq)
+
+
 class Projector:
     """Runs one fold over its filtered view of DBT_EVENTS until stopped."""
 
@@ -115,19 +125,19 @@ class Projector:
         name = self.fold.name
         async with conn.transaction():
             last = await checkpoint(conn, name)
+            decoded = []
             for msg in msgs:
                 seq = msg.metadata.sequence.stream
                 if seq <= last:
                     continue
                 last = seq
                 try:
-                    event = events.decode(msg.data)
+                    decoded.append((msg, events.decode(msg.data), seq))
                 except msgspec.DecodeError as exc:  # ValidationError too: a subclass
                     await self._dead_letter(conn, msg, seq, exc)
-                    continue
-                if not guarded:
-                    await self.fold.apply(conn, event, seq)
-                    continue
+            if not guarded:
+                await _apply_all(self.fold, conn, [(event, seq) for _, event, seq in decoded])
+            for msg, event, seq in decoded if guarded else ():
                 try:
                     async with conn.transaction():
                         await self.fold.apply(conn, event, seq)

@@ -2,7 +2,11 @@
 
 Every statement is an upsert that never moves a row backwards (a late duplicate
 of an earlier round or a started-after-finished is ignored), so an event folded
-twice changes nothing.
+twice changes nothing. Node events, most of the log, are folded a batch at a
+time: within a stretch between run events, starts go before finishes (the
+guards make that the same as stream order) and each kind is one pipelined
+statement; the per-run counters are then recounted once, never incremented,
+so nothing can count twice.
 """
 
 from __future__ import annotations
@@ -13,18 +17,119 @@ from shared import events as ev
 
 __all__ = ["ProgressFold"]
 
+_NODE_STARTED = (
+    "INSERT INTO run_nodes (run_id, unique_id, resource_type, name, relation, status,"
+    " started_at, round, attempt) VALUES ($1, $2, $3, $4, $5, 'running', $6, $7, $8)"
+    " ON CONFLICT (run_id, unique_id) DO UPDATE SET status = 'running',"
+    " started_at = EXCLUDED.started_at, finished_at = NULL, outcome = NULL,"
+    " round = EXCLUDED.round, attempt = EXCLUDED.attempt"
+    " WHERE (run_nodes.round, run_nodes.attempt) < (EXCLUDED.round, EXCLUDED.attempt)"
+)
 
-def _plain(value):
-    return msgspec.to_builtins(value)
+# A result dbt reports no finish time for (a skipped node) is stamped with the event's
+# time, never the clock, so a replay folds exactly the same row.
+_NODE_FINISHED = (
+    "INSERT INTO run_nodes (run_id, unique_id, resource_type, name, relation, status,"
+    " outcome, message, started_at, finished_at, execution_time, rows_affected, failures,"
+    " round, attempt) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,"
+    "COALESCE($10, $16::timestamptz),$11,$12,$13,$14,$15)"
+    " ON CONFLICT (run_id, unique_id) DO UPDATE SET"
+    " resource_type = COALESCE(NULLIF(EXCLUDED.resource_type, ''), run_nodes.resource_type),"
+    " name = COALESCE(NULLIF(EXCLUDED.name, ''), run_nodes.name),"
+    " relation = COALESCE(EXCLUDED.relation, run_nodes.relation),"
+    " status = EXCLUDED.status, outcome = EXCLUDED.outcome, message = EXCLUDED.message,"
+    " started_at = COALESCE(EXCLUDED.started_at, run_nodes.started_at),"
+    " finished_at = EXCLUDED.finished_at, execution_time = EXCLUDED.execution_time,"
+    " rows_affected = EXCLUDED.rows_affected, failures = EXCLUDED.failures,"
+    " round = EXCLUDED.round, attempt = EXCLUDED.attempt"
+    " WHERE (run_nodes.round, run_nodes.attempt) <= (EXCLUDED.round, EXCLUDED.attempt)"
+)
+
+_RECOUNT = (
+    "UPDATE runs SET nodes_started = c.started, nodes_finished = c.finished"
+    " FROM (SELECT run_id, count(*) AS started, count(finished_at) AS finished"
+    " FROM run_nodes WHERE run_id = ANY($1::text[]) GROUP BY run_id) AS c"
+    " WHERE runs.run_id = c.run_id"
+)
+
+
+def _finished_args(run_id: str, attempt: int, n: ev.NodeResult, at) -> tuple:
+    return (
+        run_id,
+        n.unique_id,
+        n.resource_type,
+        n.name,
+        n.relation,
+        n.status,
+        n.outcome,
+        n.message,
+        n.started_at,
+        n.finished_at,
+        n.execution_time,
+        n.rows_affected,
+        n.failures,
+        n.round,
+        attempt,
+        at,
+    )
+
+
+class _Batch:
+    """Node rows waiting to be written, and the runs whose counters they move."""
+
+    def __init__(self):
+        self.started: list[tuple] = []
+        self.finished: list[tuple] = []
+        self.runs: set[str] = set()
+
+    async def flush(self, conn) -> None:
+        if self.started:
+            await conn.executemany(_NODE_STARTED, self.started)
+        if self.finished:
+            await conn.executemany(_NODE_FINISHED, self.finished)
+        self.started, self.finished = [], []
 
 
 class ProgressFold:
     name = "progress"
 
     async def apply(self, conn, event: ev.Event, seq: int) -> None:
-        handler = self._handlers.get(type(event))
-        if handler is not None:
-            await handler(self, conn, event)
+        await self.apply_many(conn, [(event, seq)])
+
+    async def apply_many(self, conn, items: list[tuple[ev.Event, int]]) -> None:
+        batch = _Batch()
+        for event, _ in items:
+            if isinstance(event, ev.NodeStarted):
+                batch.started.append(
+                    (
+                        event.run_id,
+                        event.unique_id,
+                        event.resource_type,
+                        event.name,
+                        event.relation,
+                        event.started_at or event.at,
+                        event.round,
+                        event.attempt,
+                    )
+                )
+                batch.runs.add(event.run_id)
+            elif isinstance(event, ev.NodeFinished):
+                batch.finished.append(
+                    _finished_args(event.run_id, event.attempt, event.node, event.at)
+                )
+                batch.runs.add(event.run_id)
+            elif type(event) in self._handlers:
+                await batch.flush(conn)
+                await self._handlers[type(event)](self, conn, event)
+                if isinstance(event, ev.RunFinished):
+                    batch.finished.extend(
+                        _finished_args(event.run_id, event.attempt, node, event.at)
+                        for node in event.result.nodes
+                    )
+                    batch.runs.add(event.run_id)
+        await batch.flush(conn)
+        if batch.runs:
+            await conn.execute(_RECOUNT, sorted(batch.runs))
 
     async def _requested(self, conn, e: ev.RunRequested) -> None:
         await conn.execute(
@@ -79,6 +184,7 @@ class ProgressFold:
         )
 
     async def _finished(self, conn, e: ev.RunFinished) -> None:
+        """The run row; its node results follow in the same batch (see apply_many)."""
         r = e.result
         await conn.execute(
             "INSERT INTO runs (run_id, project, status, attempt, finished_at, totals, result,"
@@ -93,84 +199,8 @@ class ProgressFold:
             e.attempt,
             e.at,
             r.totals,
-            _plain(r),
+            msgspec.to_builtins(r),
         )
-        for node in r.nodes:
-            await self._node(conn, e.run_id, e.attempt, node, e.at)
-
-    async def _node_started(self, conn, e: ev.NodeStarted) -> None:
-        inserted = await conn.fetchval(
-            "INSERT INTO run_nodes (run_id, unique_id, resource_type, name, relation, status,"
-            " started_at, round, attempt) VALUES ($1, $2, $3, $4, $5, 'running', $6, $7, $8)"
-            " ON CONFLICT (run_id, unique_id) DO UPDATE SET status = 'running',"
-            " started_at = EXCLUDED.started_at, finished_at = NULL, outcome = NULL,"
-            " round = EXCLUDED.round, attempt = EXCLUDED.attempt"
-            " WHERE (run_nodes.round, run_nodes.attempt) < (EXCLUDED.round, EXCLUDED.attempt)"
-            " RETURNING xmax = 0",
-            e.run_id,
-            e.unique_id,
-            e.resource_type,
-            e.name,
-            e.relation,
-            e.started_at or e.at,
-            e.round,
-            e.attempt,
-        )
-        if inserted:
-            await conn.execute(
-                "UPDATE runs SET nodes_started = nodes_started + 1 WHERE run_id = $1", e.run_id
-            )
-
-    async def _node_finished(self, conn, e: ev.NodeFinished) -> None:
-        await self._node(conn, e.run_id, e.attempt, e.node, e.at)
-
-    async def _node(self, conn, run_id: str, attempt: int, n: ev.NodeResult, at) -> None:
-        """A node result; one dbt reports no finish time for (skipped) is stamped with the
-        event's time, never the clock, so a replay folds exactly the same row."""
-        # `was_finished` is read before the upsert so the counter moves once per node.
-        was_finished = await conn.fetchval(
-            "SELECT finished_at IS NOT NULL FROM run_nodes WHERE run_id = $1 AND unique_id = $2",
-            run_id,
-            n.unique_id,
-        )
-        changed = await conn.fetchval(
-            "INSERT INTO run_nodes (run_id, unique_id, resource_type, name, relation, status,"
-            " outcome, message, started_at, finished_at, execution_time, rows_affected, failures,"
-            " round, attempt) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,"
-            "COALESCE($10, $16::timestamptz),$11,$12,$13,$14,$15)"
-            " ON CONFLICT (run_id, unique_id) DO UPDATE SET"
-            " resource_type = COALESCE(NULLIF(EXCLUDED.resource_type, ''),"
-            " run_nodes.resource_type),"
-            " name = COALESCE(NULLIF(EXCLUDED.name, ''), run_nodes.name),"
-            " relation = COALESCE(EXCLUDED.relation, run_nodes.relation),"
-            " status = EXCLUDED.status, outcome = EXCLUDED.outcome, message = EXCLUDED.message,"
-            " started_at = COALESCE(EXCLUDED.started_at, run_nodes.started_at),"
-            " finished_at = EXCLUDED.finished_at, execution_time = EXCLUDED.execution_time,"
-            " rows_affected = EXCLUDED.rows_affected, failures = EXCLUDED.failures,"
-            " round = EXCLUDED.round, attempt = EXCLUDED.attempt"
-            " WHERE (run_nodes.round, run_nodes.attempt) <= (EXCLUDED.round, EXCLUDED.attempt)"
-            " RETURNING true",
-            run_id,
-            n.unique_id,
-            n.resource_type,
-            n.name,
-            n.relation,
-            n.status,
-            n.outcome,
-            n.message,
-            n.started_at,
-            n.finished_at,
-            n.execution_time,
-            n.rows_affected,
-            n.failures,
-            n.round,
-            attempt,
-            at,
-        )
-        if changed and not was_finished:
-            await conn.execute(
-                "UPDATE runs SET nodes_finished = nodes_finished + 1 WHERE run_id = $1", run_id
-            )
 
     _handlers = {
         ev.RunRequested: _requested,
@@ -178,6 +208,4 @@ class ProgressFold:
         ev.RunStarted: _started,
         ev.RunAttemptLost: _lost,
         ev.RunFinished: _finished,
-        ev.NodeStarted: _node_started,
-        ev.NodeFinished: _node_finished,
     }
