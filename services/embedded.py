@@ -61,6 +61,8 @@ class NatsServer:
             stdout=log,
             stderr=log,
             stdin=subprocess.DEVNULL,
+            # Its own session: Ctrl-C reaches jetdbt, which stops the server after its clients.
+            start_new_session=True,
         )
         log.close()
         deadline = time.monotonic() + timeout

@@ -10,6 +10,7 @@ from nats.js.errors import NotFoundError, ObjectNotFoundError
 
 from shared import contract as contract_mod
 from shared import events
+from shared import logging as jlog
 
 __all__ = [
     "Bus",
@@ -127,11 +128,17 @@ async def connect(
     Services reconnect forever (`forever=True`); the CLI fails fast instead.
     """
     servers = [u.strip() for u in url.split(",") if u.strip()]  # a cluster: a,b,c
+    log = jlog.get("nats", url=url)
+
+    async def on_error(exc: Exception) -> None:
+        log.warning("nats_error", error=f"{exc.__class__.__name__}: {exc}")
+
     nc = await nats.connect(
         servers,
         name=name,
         max_reconnect_attempts=-1 if forever else 3,
         connect_timeout=5,
+        error_cb=on_error,
         allow_reconnect=True,
     )
     try:
