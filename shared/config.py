@@ -17,7 +17,6 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     database_url: str | None
     home: Path
     max_concurrent_runs: int = 4
-    max_runs_per_team: int = 2
     run_timeout_seconds: int = 3600
     api_host: str = "127.0.0.1"
     api_port: int = 8580
@@ -66,7 +65,6 @@ def load(env=None) -> Settings:
         database_url=env.get("DATABASE_URL") or None,
         home=Path(env.get("JETDBT_HOME") or ".jetdbt").absolute(),
         max_concurrent_runs=_int(env, "MAX_CONCURRENT_RUNS", 4),
-        max_runs_per_team=_int(env, "MAX_RUNS_PER_TEAM", 2),
         run_timeout_seconds=_int(env, "RUN_TIMEOUT_SECONDS", 3600),
         api_host=env.get("JETDBT_API_HOST") or "127.0.0.1",
         api_port=_int(env, "JETDBT_API_PORT", 8580),
