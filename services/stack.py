@@ -67,7 +67,12 @@ class Stack:
         needs_db = self.projectors or self.api
         if needs_db and not self.database_url:
             self._pg, self.database_url = await asyncio.to_thread(start_postgres, s.home / "pg")
-        overrides = {"runners": {"max_ack_pending": s.max_concurrent_runs}}
+        overrides = {
+            "runners": {
+                "max_ack_pending": s.max_concurrent_runs,
+                "ack_wait": s.run_ack_wait_seconds,
+            }
+        }
         self.bus = await connect(
             self.nats_url, "jetdbt-stack", forever=True, consumer_overrides=overrides
         )

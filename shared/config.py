@@ -18,6 +18,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     home: Path
     max_concurrent_runs: int = 4
     run_timeout_seconds: int = 3600
+    run_ack_wait_seconds: int = 60  # how long a silent runner keeps a run before redelivery
     api_host: str = "127.0.0.1"
     api_port: int = 8580
     schema: str = "jetdbt"
@@ -66,6 +67,7 @@ def load(env=None) -> Settings:
         home=Path(env.get("JETDBT_HOME") or ".jetdbt").absolute(),
         max_concurrent_runs=_int(env, "MAX_CONCURRENT_RUNS", 4),
         run_timeout_seconds=_int(env, "RUN_TIMEOUT_SECONDS", 3600),
+        run_ack_wait_seconds=_int(env, "RUN_ACK_WAIT_SECONDS", 60),
         api_host=env.get("JETDBT_API_HOST") or "127.0.0.1",
         api_port=_int(env, "JETDBT_API_PORT", 8580),
         schema=env.get("JETDBT_SCHEMA") or "jetdbt",

@@ -118,7 +118,7 @@ async def _ensure_consumer(js, name: str, spec: ConsumerSpec, overrides: dict[st
         durable_name=name,
         filter_subjects=spec.filter_subjects,
         ack_policy=api.AckPolicy.EXPLICIT,
-        ack_wait=spec.ack_wait_seconds,
+        ack_wait=overrides.get("ack_wait", spec.ack_wait_seconds),
         max_ack_pending=overrides.get("max_ack_pending", spec.max_ack_pending),
         max_deliver=spec.max_deliver,
         deliver_policy=api.DeliverPolicy.ALL,

@@ -27,7 +27,6 @@ from shared.bus import COMMANDS
 __all__ = ["Runner", "CONSUMER"]
 
 CONSUMER = "runners"
-HEARTBEAT_SECONDS = 15
 
 
 class _Cancel(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -74,7 +73,8 @@ class Runner:
 
     async def _heartbeat(self, msg) -> None:
         while True:
-            await asyncio.sleep(HEARTBEAT_SECONDS)
+            # Four beats per ack wait: one lost beat never costs a live run its command.
+            await asyncio.sleep(self.ctx.settings.run_ack_wait_seconds / 4)
             await msg.in_progress()
 
     async def _handle(self, msg) -> None:

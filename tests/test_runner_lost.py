@@ -1,0 +1,112 @@
+"""A runner that dies mid-run is noticed by redelivery; the next attempt says so and runs."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import msgspec
+import yaml
+
+from services import client
+from services.stack import Stack
+from shared import events as ev
+from shared.commands import BuildCommand, RunCommand
+from tests.helpers import get_json, wait_for
+from tests.test_live_progress import GATE_MODEL
+
+ACK_WAIT = 4
+
+
+def _runner_process(settings, home: Path, warehouses: Path) -> subprocess.Popen:
+    env = {
+        **os.environ,
+        "NATS_URL": settings.nats_url,
+        "JETDBT_HOME": str(home),
+        "JETDBT_RUNNER_NAME": "runner-a",
+        "RUN_ACK_WAIT_SECONDS": str(ACK_WAIT),
+        "JETDBT_WAREHOUSES": str(warehouses),
+    }
+    env.pop("DATABASE_URL", None)
+    return subprocess.Popen(
+        [str(Path(sys.executable).parent / "jetdbt"), "serve", "runner"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
+async def test_a_killed_runner_is_replaced_by_the_next_attempt(settings, tmp_path, project_copy):
+    release = tmp_path / "release"
+    (project_copy / "models" / "marts" / "gate.py").write_text(GATE_MODEL)
+    (project_copy / "models" / "marts" / "gate.yml").write_text(
+        f"models:\n  - name: gate\n    config:\n      release_file: '{release}'\n"
+    )
+    warehouses = tmp_path / "warehouses.yaml"
+    warehouses.write_text(
+        yaml.safe_dump(
+            {"warehouses": {"main": {"type": "duckdb", "path": str(tmp_path / "shared.duckdb")}}}
+        )
+    )
+    base = msgspec.structs.replace(
+        settings, run_ack_wait_seconds=ACK_WAIT, warehouses_file=warehouses
+    )
+    reader = await Stack(base, runner=False).start()
+    runner_a = _runner_process(base, tmp_path / "a", warehouses)
+    runner_b = None
+    try:
+        _, deployed = await client.deploy(reader.bus, project_copy, "lost")
+        assert isinstance(deployed, ev.Deployed), deployed
+        seen: list[ev.Event] = []
+
+        async def on_event(event):
+            seen.append(event)
+
+        run = asyncio.create_task(
+            client.run(
+                reader.bus,
+                "lost",
+                RunCommand(command=BuildCommand(), run_id="lost1"),
+                on_event=on_event,
+            )
+        )
+
+        async def gate_running():
+            status, body = await get_json(f"{reader.api_url}/v1/runs/lost1")
+            nodes = {n["unique_id"]: n for n in body.get("nodes", [])} if status == 200 else {}
+            return nodes.get("model.jaffle_shop.gate", {}).get("status") == "running"
+
+        await wait_for(gate_running, timeout=90)
+        os.killpg(runner_a.pid, signal.SIGKILL)  # the runner, not its dbt (own session)
+        subprocess.run(["pkill", "-KILL", "-f", str(tmp_path / "a")], check=False)
+        release.touch()
+        runner_b = await Stack(
+            msgspec.structs.replace(base, home=tmp_path / "b", runner_name="runner-b"),
+            projectors=False,
+            api=False,
+        ).start()
+        final = await asyncio.wait_for(run, 180)
+        assert final.result.status == "passed", final.result.error
+        assert final.attempt == 2
+        lost = [e for e in seen if isinstance(e, ev.RunAttemptLost)]
+        started = [e for e in seen if isinstance(e, ev.RunStarted)]
+        assert [e.attempt for e in lost] == [1]
+        assert [(e.attempt, e.runner) for e in started] == [(1, "runner-a"), (2, "runner-b")]
+
+        async def projected():
+            status, body = await get_json(f"{reader.api_url}/v1/runs/lost1")
+            return body if body.get("status") == "passed" else None
+
+        body = await wait_for(projected)
+        assert body["lost_attempts"] == [1] and body["attempt"] == 2
+    finally:
+        if runner_a.poll() is None:
+            os.killpg(runner_a.pid, signal.SIGKILL)
+        if runner_b is not None:
+            await runner_b.stop()
+        await reader.stop()
