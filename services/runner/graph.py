@@ -114,20 +114,14 @@ def _node(
     kind = raw.get("resource_type", "")
     config = raw.get("config") or {}
     relation = None
-    if kind in _RELATION_TYPES and raw.get("relation_name"):  # ephemeral models have none
+    # A model names its table by alias, a source by identifier; ephemeral models have none.
+    physical = raw.get("alias") if kind in _RELATION_TYPES else raw.get("identifier")
+    if (kind in _RELATION_TYPES and raw.get("relation_name")) or kind == "source":
         relation = relation_key(
             warehouse,
             raw.get("database"),
             raw["schema"],
-            raw.get("alias") or raw["name"],
-            default_database,
-        )
-    elif kind == "source":
-        relation = relation_key(
-            warehouse,
-            raw.get("database"),
-            raw["schema"],
-            raw.get("identifier") or raw["name"],
+            physical or raw["name"],
             default_database,
         )
     test_kind = severity = None
