@@ -1,12 +1,12 @@
 """Progress fold: run and node events into `runs` and `run_nodes`.
 
-Every statement is an upsert that never moves a row backwards (a late duplicate
-of an earlier round or a started-after-finished is ignored), so an event folded
-twice changes nothing. Node events, most of the log, are folded a batch at a
-time: within a stretch between run events, starts go before finishes (the
-guards make that the same as stream order) and each kind is one pipelined
-statement; the per-run counters are then recounted once, never incremented,
-so nothing can count twice.
+A batch is folded in memory: the rows it touches are read once, every event is
+applied to them in stream order, and each changed row is written once, one
+statement per table. Round trips, not rows, are what a replay pays for. The
+rules below never move a row backwards (a late duplicate of an earlier round, a
+start after its finish), so an event folded twice changes nothing; the per-run
+node counters are counted from the stored nodes as the run row is written,
+never incremented.
 """
 
 from __future__ import annotations
@@ -17,77 +17,291 @@ from shared import events as ev
 
 __all__ = ["ProgressFold"]
 
-_NODE_STARTED = (
-    "INSERT INTO run_nodes (run_id, unique_id, resource_type, name, relation, status,"
-    " started_at, round, attempt) VALUES ($1, $2, $3, $4, $5, 'running', $6, $7, $8)"
-    " ON CONFLICT (run_id, unique_id) DO UPDATE SET status = 'running',"
-    " started_at = EXCLUDED.started_at, finished_at = NULL, outcome = NULL,"
-    " round = EXCLUDED.round, attempt = EXCLUDED.attempt"
-    " WHERE (run_nodes.round, run_nodes.attempt) < (EXCLUDED.round, EXCLUDED.attempt)"
+_RUN_COLUMNS = (
+    "run_id",
+    "project",
+    "status",
+    "command",
+    "requested_by",
+    "requested_at",
+    "hidden",
+    "attempt",
+    "lost_attempts",
+    "version",
+    "runner",
+    "started_at",
+    "finished_at",
+    "refused_reason",
+    "totals",
+    "result",
+)
+_JSON_COLUMNS = ("command", "totals", "result")
+_NODE_COLUMNS = (
+    "run_id",
+    "unique_id",
+    "resource_type",
+    "name",
+    "relation",
+    "status",
+    "outcome",
+    "message",
+    "started_at",
+    "finished_at",
+    "execution_time",
+    "rows_affected",
+    "failures",
+    "round",
+    "attempt",
 )
 
-# A result dbt reports no finish time for (a skipped node) is stamped with the event's
-# time, never the clock, so a replay folds exactly the same row.
-_NODE_FINISHED = (
-    "INSERT INTO run_nodes (run_id, unique_id, resource_type, name, relation, status,"
-    " outcome, message, started_at, finished_at, execution_time, rows_affected, failures,"
-    " round, attempt) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,"
-    "COALESCE($10, $16::timestamptz),$11,$12,$13,$14,$15)"
-    " ON CONFLICT (run_id, unique_id) DO UPDATE SET"
-    " resource_type = COALESCE(NULLIF(EXCLUDED.resource_type, ''), run_nodes.resource_type),"
-    " name = COALESCE(NULLIF(EXCLUDED.name, ''), run_nodes.name),"
-    " relation = COALESCE(EXCLUDED.relation, run_nodes.relation),"
-    " status = EXCLUDED.status, outcome = EXCLUDED.outcome, message = EXCLUDED.message,"
-    " started_at = COALESCE(EXCLUDED.started_at, run_nodes.started_at),"
-    " finished_at = EXCLUDED.finished_at, execution_time = EXCLUDED.execution_time,"
-    " rows_affected = EXCLUDED.rows_affected, failures = EXCLUDED.failures,"
-    " round = EXCLUDED.round, attempt = EXCLUDED.attempt"
-    " WHERE (run_nodes.round, run_nodes.attempt) <= (EXCLUDED.round, EXCLUDED.attempt)"
+
+def _replace(columns: tuple[str, ...], key: tuple[str, ...]) -> str:
+    return ", ".join(f"{c} = EXCLUDED.{c}" for c in columns if c not in key)
+
+
+# Rows travel as one JSON document that Postgres unpacks by column name: encoding it is
+# one msgspec call, where binding column arrays costs the client a check per value.
+_WRITE_NODES = (
+    "INSERT INTO run_nodes SELECT * FROM json_populate_recordset(NULL::run_nodes, $1::text::json)"
+    f" ON CONFLICT (run_id, unique_id) DO UPDATE SET"
+    f" {_replace(_NODE_COLUMNS, ('run_id', 'unique_id'))}"
+)
+# Nodes are written first, so the counts include this batch.
+_WRITE_RUNS = (
+    f"INSERT INTO runs ({', '.join(_RUN_COLUMNS)}, nodes_started, nodes_finished)"
+    f" SELECT {', '.join(f'r.{c}' for c in _RUN_COLUMNS)}, c.started, c.finished"
+    " FROM json_populate_recordset(NULL::runs, $1::text::json) AS r"
+    " CROSS JOIN LATERAL (SELECT count(*) AS started, count(n.finished_at) AS finished"
+    " FROM run_nodes n WHERE n.run_id = r.run_id) AS c"
+    f" ON CONFLICT (run_id) DO UPDATE SET {_replace(_RUN_COLUMNS, ('run_id',))},"
+    " nodes_started = EXCLUDED.nodes_started, nodes_finished = EXCLUDED.nodes_finished"
+)
+_READ_NODES = (
+    f"SELECT {', '.join(f'n.{c}' for c in _NODE_COLUMNS)} FROM run_nodes n"
+    " JOIN unnest($1::text[], $2::text[]) AS k(run_id, unique_id)"
+    " ON n.run_id = k.run_id AND n.unique_id = k.unique_id"
+)
+_READ_RUNS = (
+    f"SELECT {', '.join(f'{c}::text AS {c}' if c in _JSON_COLUMNS else c for c in _RUN_COLUMNS)}"
+    " FROM runs WHERE run_id = ANY($1::text[])"
 )
 
-_RECOUNT = (
-    "UPDATE runs SET nodes_started = c.started, nodes_finished = c.finished"
-    " FROM (SELECT run_id, count(*) AS started, count(finished_at) AS finished"
-    " FROM run_nodes WHERE run_id = ANY($1::text[]) GROUP BY run_id) AS c"
-    " WHERE runs.run_id = c.run_id"
-)
+
+def _json(value) -> msgspec.Raw:
+    """A jsonb column's value, kept as encoded JSON until the row is written."""
+    return msgspec.Raw(msgspec.json.encode(value))
 
 
-def _finished_args(run_id: str, attempt: int, n: ev.NodeResult, at) -> tuple:
-    return (
-        run_id,
-        n.unique_id,
-        n.resource_type,
-        n.name,
-        n.relation,
-        n.status,
-        n.outcome,
-        n.message,
-        n.started_at,
-        n.finished_at,
-        n.execution_time,
-        n.rows_affected,
-        n.failures,
-        n.round,
-        attempt,
-        at,
+def _prefer(value, old: dict, column: str):
+    """The event's value, or the row's when the event carries none."""
+    return value if value else old.get(column, value)
+
+
+def _node_started(row: dict | None, e: ev.NodeStarted) -> dict | None:
+    """A fresh running row, unless the row is already at this round and attempt or later."""
+    if row is not None and (row["round"], row["attempt"]) >= (e.round, e.attempt):
+        return None
+    old = row or {}
+    return {
+        "run_id": e.run_id,
+        "unique_id": e.unique_id,
+        "resource_type": _prefer(e.resource_type, old, "resource_type"),
+        "name": _prefer(e.name, old, "name"),
+        "relation": _prefer(e.relation, old, "relation"),
+        "status": "running",
+        "outcome": None,
+        "message": None,
+        "started_at": e.started_at or e.at,
+        "finished_at": None,
+        "execution_time": None,
+        "rows_affected": None,
+        "failures": None,
+        "round": e.round,
+        "attempt": e.attempt,
+    }
+
+
+def _node_finished(
+    row: dict | None, run_id: str, attempt: int, n: ev.NodeResult, at
+) -> dict | None:
+    """The result, unless the row is at a later round or attempt. A result dbt reports no
+    finish time for (a skipped node) is stamped with the event's time, never the clock, so
+    a replay folds exactly the same row."""
+    if row is not None and (row["round"], row["attempt"]) > (n.round, attempt):
+        return None
+    old = row or {}
+    return {
+        "run_id": run_id,
+        "unique_id": n.unique_id,
+        "resource_type": _prefer(n.resource_type, old, "resource_type"),
+        "name": _prefer(n.name, old, "name"),
+        "relation": _prefer(n.relation, old, "relation"),
+        "status": n.status,
+        "outcome": n.outcome,
+        "message": n.message,
+        "started_at": _prefer(n.started_at, old, "started_at"),
+        "finished_at": n.finished_at or at,
+        "execution_time": n.execution_time,
+        "rows_affected": n.rows_affected,
+        "failures": n.failures,
+        "round": n.round,
+        "attempt": attempt,
+    }
+
+
+def _new_run(e: ev.Event, status: str, requested_at) -> dict:
+    return {
+        "run_id": e.run_id,
+        "project": e.project,
+        "status": status,
+        "command": None,
+        "requested_by": None,
+        "requested_at": requested_at,
+        "hidden": False,
+        "attempt": 0,
+        "lost_attempts": [],
+        "version": None,
+        "runner": None,
+        "started_at": None,
+        "finished_at": None,
+        "refused_reason": None,
+        "totals": None,
+        "result": None,
+    }
+
+
+def _requested(row: dict | None, e: ev.RunRequested) -> dict:
+    row = row or _new_run(e, "requested", None)
+    row.update(
+        command=_json(e.command),
+        requested_by=e.requested_by,
+        requested_at=e.requested_at or e.at,
+        hidden=e.hidden,
     )
+    return row
 
 
-class _Batch:
-    """Node rows waiting to be written, and the runs whose counters they move."""
+def _refused(row: dict | None, e: ev.RunRefused) -> dict:
+    row = row or _new_run(e, "refused", e.at)
+    row.update(status="refused", refused_reason=e.reason, finished_at=e.at)
+    return row
 
-    def __init__(self):
-        self.started: list[tuple] = []
-        self.finished: list[tuple] = []
-        self.runs: set[str] = set()
 
-    async def flush(self, conn) -> None:
-        if self.started:
-            await conn.executemany(_NODE_STARTED, self.started)
-        if self.finished:
-            await conn.executemany(_NODE_FINISHED, self.finished)
-        self.started, self.finished = [], []
+def _started(row: dict | None, e: ev.RunStarted) -> dict:
+    """A later attempt takes the row over; an earlier one's start arriving late does not."""
+    row = row or _new_run(e, "running", e.at)
+    if row["attempt"] <= e.attempt:
+        row.update(
+            attempt=e.attempt,
+            version=e.version,
+            runner=e.runner,
+            started_at=row["started_at"] or e.at,
+            status="running" if row["finished_at"] is None else row["status"],
+        )
+    return row
+
+
+def _lost(row: dict | None, e: ev.RunAttemptLost) -> dict | None:
+    if row is not None and e.attempt not in row["lost_attempts"]:
+        row["lost_attempts"] = [*row["lost_attempts"], e.attempt]
+    return row
+
+
+def _finished(row: dict | None, e: ev.RunFinished) -> dict:
+    r = e.result
+    row = row or _new_run(e, r.status, e.at)
+    row.update(
+        status=r.status,
+        attempt=max(row["attempt"], e.attempt),
+        finished_at=e.at,
+        totals=_json(r.totals),
+        result=_json(_without_nodes(r)),
+    )
+    return row
+
+
+def _without_nodes(r: ev.RunResult) -> dict:
+    """The run's result as stored: its nodes are the run's `run_nodes` rows, so the row
+    stays small however many nodes the run had (the log keeps the whole result)."""
+    body = msgspec.to_builtins(r)
+    del body["nodes"]
+    return body
+
+
+_RUN_RULES = {
+    ev.RunRequested: _requested,
+    ev.RunRefused: _refused,
+    ev.RunStarted: _started,
+    ev.RunAttemptLost: _lost,
+    ev.RunFinished: _finished,
+}
+
+
+class _Rows:
+    """The rows one batch touches: read once, changed in memory, written once."""
+
+    def __init__(self, runs: dict[str, dict], nodes: dict[tuple[str, str], dict]):
+        self.runs = runs
+        self.nodes = nodes
+        self.changed: set[tuple[str, str]] = set()
+
+    @classmethod
+    async def read(cls, conn, items: list[ev.Event]) -> _Rows:
+        run_ids, keys = set(), set()
+        for e in items:
+            run_ids.add(e.run_id)
+            kind = type(e)
+            if kind is ev.NodeStarted:
+                keys.add((e.run_id, e.unique_id))
+            elif kind is ev.NodeFinished:
+                keys.add((e.run_id, e.node.unique_id))
+            elif kind is ev.RunFinished:
+                keys.update((e.run_id, n.unique_id) for n in e.result.nodes)
+        runs = {}
+        for r in await conn.fetch(_READ_RUNS, list(run_ids)):
+            row = runs[r["run_id"]] = dict(r)
+            for c in _JSON_COLUMNS:
+                row[c] = None if row[c] is None else msgspec.Raw(row[c])
+        nodes = {}
+        if keys:
+            found = await conn.fetch(_READ_NODES, [k[0] for k in keys], [k[1] for k in keys])
+            nodes = {(r["run_id"], r["unique_id"]): dict(r) for r in found}
+        return cls(runs, nodes)
+
+    def _put(self, key: tuple[str, str], row: dict | None) -> None:
+        if row is not None and row != self.nodes.get(key):
+            self.nodes[key] = row
+            self.changed.add(key)
+
+    def apply(self, e: ev.Event) -> None:
+        kind = type(e)
+        if kind is ev.NodeStarted:
+            key = (e.run_id, e.unique_id)
+            self._put(key, _node_started(self.nodes.get(key), e))
+        elif kind is ev.NodeFinished:
+            key = (e.run_id, e.node.unique_id)
+            self._put(key, _node_finished(self.nodes.get(key), e.run_id, e.attempt, e.node, e.at))
+        else:
+            row = _RUN_RULES[kind](self.runs.get(e.run_id), e)
+            if row is not None:
+                self.runs[e.run_id] = row
+            if kind is ev.RunFinished:
+                for n in e.result.nodes:
+                    key = (e.run_id, n.unique_id)
+                    self._put(
+                        key, _node_finished(self.nodes.get(key), e.run_id, e.attempt, n, e.at)
+                    )
+
+    async def write(self, conn) -> None:
+        if self.changed:
+            rows = [self.nodes[k] for k in sorted(self.changed)]
+            await conn.execute(_WRITE_NODES, msgspec.json.encode(rows).decode())
+        if self.runs:
+            rows = [self.runs[k] for k in sorted(self.runs)]
+            await conn.execute(_WRITE_RUNS, msgspec.json.encode(rows).decode())
+
+
+_FOLDED = {*_RUN_RULES, ev.NodeStarted, ev.NodeFinished}
 
 
 class ProgressFold:
@@ -97,115 +311,10 @@ class ProgressFold:
         await self.apply_many(conn, [(event, seq)])
 
     async def apply_many(self, conn, items: list[tuple[ev.Event, int]]) -> None:
-        batch = _Batch()
-        for event, _ in items:
-            if isinstance(event, ev.NodeStarted):
-                batch.started.append(
-                    (
-                        event.run_id,
-                        event.unique_id,
-                        event.resource_type,
-                        event.name,
-                        event.relation,
-                        event.started_at or event.at,
-                        event.round,
-                        event.attempt,
-                    )
-                )
-                batch.runs.add(event.run_id)
-            elif isinstance(event, ev.NodeFinished):
-                batch.finished.append(
-                    _finished_args(event.run_id, event.attempt, event.node, event.at)
-                )
-                batch.runs.add(event.run_id)
-            elif type(event) in self._handlers:
-                await batch.flush(conn)
-                await self._handlers[type(event)](self, conn, event)
-                if isinstance(event, ev.RunFinished):
-                    batch.finished.extend(
-                        _finished_args(event.run_id, event.attempt, node, event.at)
-                        for node in event.result.nodes
-                    )
-                    batch.runs.add(event.run_id)
-        await batch.flush(conn)
-        if batch.runs:
-            await conn.execute(_RECOUNT, sorted(batch.runs))
-
-    async def _requested(self, conn, e: ev.RunRequested) -> None:
-        await conn.execute(
-            "INSERT INTO runs (run_id, project, status, command, requested_by, requested_at,"
-            " hidden) VALUES ($1, $2, 'requested', $3, $4, $5, $6)"
-            " ON CONFLICT (run_id) DO UPDATE SET"
-            " command = EXCLUDED.command, requested_by = EXCLUDED.requested_by,"
-            " requested_at = EXCLUDED.requested_at, hidden = EXCLUDED.hidden",
-            e.run_id,
-            e.project,
-            e.command,
-            e.requested_by,
-            e.requested_at or e.at,
-            e.hidden,
-        )
-
-    async def _refused(self, conn, e: ev.RunRefused) -> None:
-        await conn.execute(
-            "INSERT INTO runs (run_id, project, status, refused_reason, requested_at, finished_at)"
-            " VALUES ($1, $2, 'refused', $3, $4, $4) ON CONFLICT (run_id) DO UPDATE SET"
-            " status = 'refused', refused_reason = EXCLUDED.refused_reason,"
-            " finished_at = EXCLUDED.finished_at",
-            e.run_id,
-            e.project,
-            e.reason,
-            e.at,
-        )
-
-    async def _started(self, conn, e: ev.RunStarted) -> None:
-        await conn.execute(
-            "INSERT INTO runs (run_id, project, status, attempt, version, runner, started_at,"
-            " requested_at) VALUES ($1, $2, 'running', $3, $4, $5, $6, $6)"
-            " ON CONFLICT (run_id) DO UPDATE SET attempt = EXCLUDED.attempt,"
-            " version = EXCLUDED.version, runner = EXCLUDED.runner,"
-            " started_at = COALESCE(runs.started_at, EXCLUDED.started_at),"
-            " status = CASE WHEN runs.finished_at IS NULL THEN 'running' ELSE runs.status END"
-            " WHERE runs.attempt <= EXCLUDED.attempt",
-            e.run_id,
-            e.project,
-            e.attempt,
-            e.version,
-            e.runner,
-            e.at,
-        )
-
-    async def _lost(self, conn, e: ev.RunAttemptLost) -> None:
-        await conn.execute(
-            "UPDATE runs SET lost_attempts = array_append(lost_attempts, $2)"
-            " WHERE run_id = $1 AND NOT ($2 = ANY(lost_attempts))",
-            e.run_id,
-            e.attempt,
-        )
-
-    async def _finished(self, conn, e: ev.RunFinished) -> None:
-        """The run row; its node results follow in the same batch (see apply_many)."""
-        r = e.result
-        await conn.execute(
-            "INSERT INTO runs (run_id, project, status, attempt, finished_at, totals, result,"
-            " requested_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $5)"
-            " ON CONFLICT (run_id) DO UPDATE SET status = EXCLUDED.status,"
-            " attempt = GREATEST(runs.attempt, EXCLUDED.attempt),"
-            " finished_at = EXCLUDED.finished_at, totals = EXCLUDED.totals,"
-            " result = EXCLUDED.result",
-            e.run_id,
-            e.project,
-            r.status,
-            e.attempt,
-            e.at,
-            r.totals,
-            msgspec.to_builtins(r),
-        )
-
-    _handlers = {
-        ev.RunRequested: _requested,
-        ev.RunRefused: _refused,
-        ev.RunStarted: _started,
-        ev.RunAttemptLost: _lost,
-        ev.RunFinished: _finished,
-    }
+        folded = [e for e, _ in items if type(e) in _FOLDED]
+        if not folded:
+            return
+        rows = await _Rows.read(conn, folded)
+        for e in folded:
+            rows.apply(e)
+        await rows.write(conn)

@@ -1,7 +1,7 @@
 """Rebuild projections from stream sequence 1 into a shadow schema, compare, swap.
 
-The shadow is built with the same folds and the same loop as the live
-projectors, up to each live checkpoint. The comparison then runs in one
+The shadow is built with the same folds and the same batch loop as the live
+projectors, up to each live checkpoint, reading the log once for all of them. The comparison then runs in one
 repeatable-read transaction: it reads the live checkpoints, brings the shadow
 to exactly those positions inside the same transaction, and joins every table
 with its live twin on the primary key, every column compared. Live projectors
@@ -17,7 +17,6 @@ from the checkpoints the shadow carries.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import time
 import uuid
@@ -32,6 +31,7 @@ from shared import contract
 from shared import logging as jlog
 from shared.bus import EVENTS, Bus
 from shared.reader import Slice
+from shared.subjects import covering
 
 __all__ = [
     "Difference",
@@ -45,7 +45,8 @@ __all__ = [
 
 # Tables of the loop itself, not of any fold: positions and failures, never compared.
 BOOKKEEPING = ("schema_migrations", "checkpoints", "dead_letters")
-BATCH = 1000
+BATCH = 5000
+ROUTES = 100_000  # subjects whose folds are remembered while reading
 LOCK_TIMEOUT = "30s"
 
 
@@ -98,21 +99,76 @@ class _Joined:
         return contextlib.nullcontext(self._conn)
 
 
+def _add(total: dict[str, int], more: dict[str, int]) -> None:
+    for name, n in more.items():
+        total[name] += n
+
+
 def _shadow_name(live: str) -> str:
     return f"{live[:40]}__replay_{uuid.uuid4().hex[:8]}"
 
 
-async def catch_up(bus: Bus, pool, name: str, subjects: list[str], until: int) -> int:
-    """Apply what the shadow lacks up to sequence `until`; returns the events read."""
-    projector = Projector(bus, pool, FOLDS[name](bus), subjects, batch=BATCH)
+class _OnePass:
+    """One ordered read of the log feeding several folds, each between its own checkpoint
+    and target: a message goes to the folds whose subjects it is on, and a fold that
+    gets nothing from a batch only has its position moved, once, at the end."""
+
+    def __init__(self, projectors: dict[str, Projector], after: dict, until: dict):
+        self.projectors = projectors
+        self.after = after
+        self.until = until
+        self.applied = dict.fromkeys(projectors, 0)
+        self.owed = dict.fromkeys(projectors, 0)
+        self.routes: dict[str, tuple[str, ...]] = {}  # subject -> the folds that read it
+
+    def _takers(self, subject: str) -> tuple[str, ...]:
+        takers = self.routes.get(subject)
+        if takers is None:
+            if len(self.routes) >= ROUTES:
+                self.routes.clear()
+            takers = tuple(n for n, p in self.projectors.items() if p.wants(subject))
+            self.routes[subject] = takers
+        return takers
+
+    async def feed(self, pairs) -> None:
+        parts: dict[str, list] = {n: [] for n in self.projectors}
+        for seq, msg in pairs:
+            for n in self._takers(msg.subject):
+                if self.after[n] < seq <= self.until[n]:
+                    parts[n].append((seq, msg))
+        last = pairs[-1][0]
+        for n, projector in self.projectors.items():
+            self.owed[n] = max(self.owed[n], min(last, self.until[n]))
+            if parts[n]:
+                await projector.apply_batch(parts[n], upto=self.owed[n])
+                self.applied[n] += len(parts[n])
+
+    async def finish(self) -> None:
+        for n, projector in self.projectors.items():
+            if self.owed[n] > self.after[n]:
+                await projector.apply_batch([], upto=self.owed[n])
+
+
+async def catch_up(
+    bus: Bus, pool, names: list[str], subjects: dict[str, list[str]], until: dict[str, int]
+) -> dict[str, int]:
+    """Bring each projection in `names` from its checkpoint to `until[name]`, reading the log
+    once, on the one subject that covers them all. Returns the events each one applied."""
     async with pool.acquire() as conn:
-        after = await checkpoint(conn, name)
-    read = 0
-    async with Slice(bus.js, EVENTS, subjects, after=after, until=until, batch=BATCH) as batches:
-        async for msgs in batches:
-            await projector.apply_batch(msgs)
-            read += len(msgs)
-    return read
+        after = {n: await checkpoint(conn, n) for n in names}
+    behind = [n for n in names if until.get(n, 0) > after[n]]
+    applied = dict.fromkeys(names, 0)
+    if not behind:
+        return applied
+    projectors = {n: Projector(bus, pool, FOLDS[n](bus), subjects[n], batch=BATCH) for n in behind}
+    reading = _OnePass(projectors, after, until)
+    pattern = covering([s for n in behind for s in subjects[n]])
+    first, last = min(after[n] for n in behind), max(until[n] for n in behind)
+    async with Slice(bus.js, EVENTS, pattern, after=first, until=last, batch=BATCH) as batches:
+        async for pairs in batches:
+            await reading.feed(pairs)
+    await reading.finish()
+    return applied | reading.applied
 
 
 async def _live_marks(conn, live: str) -> dict[str, int]:
@@ -197,10 +253,7 @@ async def _compare(conn, bus, live, shadow, names, subjects, tables, show, read)
     differences of each table."""
     async with conn.transaction(isolation="repeatable_read"):
         marks = await _live_marks(conn, live)  # the snapshot starts here
-        for name in names:
-            read[name] += await catch_up(
-                bus, _Joined(conn), name, subjects[name], marks.get(name, 0)
-            )
+        _add(read, await catch_up(bus, _Joined(conn), names, subjects, marks))
         diffs = [await _table_diff(conn, live, shadow, t, show) for t in tables]
     return marks, diffs
 
@@ -211,10 +264,7 @@ async def _swap(conn, bus, live, shadow, names, subjects, read) -> None:
         await conn.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
         await conn.execute(f"LOCK TABLE {quote_ident(live)}.checkpoints IN ACCESS EXCLUSIVE MODE")
         marks = await _live_marks(conn, live)
-        for name in names:
-            read[name] += await catch_up(
-                bus, _Joined(conn), name, subjects[name], marks.get(name, 0)
-            )
+        _add(read, await catch_up(bus, _Joined(conn), names, subjects, marks))
         await conn.execute(f"ALTER SCHEMA {quote_ident(live)} RENAME TO {quote_ident(old)}")
         await conn.execute(f"ALTER SCHEMA {quote_ident(shadow)} RENAME TO {quote_ident(live)}")
         await conn.execute(f"DROP SCHEMA {quote_ident(old)} CASCADE")
@@ -259,11 +309,9 @@ async def replay(
             marks = await _live_marks(conn, live)
         log.info("replay_started", shadow=shadow, projections=chosen, positions=marks)
         started = time.perf_counter()
-        built = await asyncio.gather(
-            *(catch_up(bus, pool, n, subjects[n], marks.get(n, 0)) for n in chosen)
-        )
+        read = await catch_up(bus, pool, chosen, subjects, marks)
         build_seconds = time.perf_counter() - started
-        read = dict(zip(chosen, built, strict=True))
+        built = sum(read.values())
         async with pool.acquire() as conn:
             tables = (
                 await _tables(conn, shadow)
@@ -297,7 +345,7 @@ async def replay(
         tables=diffs,
         events=sum(read.values()),
         build_seconds=build_seconds,
-        events_per_second=sum(built) / build_seconds if build_seconds else 0.0,
+        events_per_second=built / build_seconds if build_seconds else 0.0,
         swapped=swap,
         kept=keep and not swap,
     )

@@ -94,16 +94,10 @@ def _entry(stream: str, seq: int, time: datetime, subject: str, data: bytes) -> 
 
 async def _read(js, stream: str, pattern: str, after: int) -> list[tuple[Entry, bytes]]:
     out = []
-    async with Slice(js, stream, [pattern], after=after) as batches:
-        async for msgs in batches:
-            for m in msgs:
-                meta = m.metadata
-                out.append(
-                    (
-                        _entry(stream, meta.sequence.stream, meta.timestamp, m.subject, m.data),
-                        m.data,
-                    )
-                )
+    async with Slice(js, stream, pattern, after=after) as batches:
+        async for pairs in batches:
+            for seq, m in pairs:
+                out.append((_entry(stream, seq, m.metadata.timestamp, m.subject, m.data), m.data))
     return out
 
 

@@ -63,20 +63,19 @@ def parse_time(text: str) -> datetime:
     return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
-def _batch(msgs, project: str | None) -> pa.RecordBatch:
+def _batch(pairs, project: str | None) -> pa.RecordBatch:
     cols: dict[str, list] = {name: [] for name in SCHEMA.names}
-    for m in msgs:
+    for seq, m in pairs:
         try:
             head = _head.decode(m.data)
         except msgspec.DecodeError:
             head = _Head()
         if project is not None and head.project != project:
             continue  # a relation's subject token may equal a project name
-        meta = m.metadata
-        cols["stream_seq"].append(meta.sequence.stream)
+        cols["stream_seq"].append(seq)
         cols["subject"].append(m.subject)
         cols["event_type"].append(head.type)
-        cols["time"].append(meta.timestamp)
+        cols["time"].append(m.metadata.timestamp)
         cols["project"].append(head.project)
         cols["run_id"].append(head.run_id)
         cols["payload"].append(m.data.decode(errors="replace"))
@@ -99,9 +98,9 @@ async def export(
     rows, first_seq, last_seq = 0, None, None
     with pq.ParquetWriter(out, SCHEMA, compression="zstd") as writer:
         if last is None or last > after:
-            async with Slice(js, EVENTS, [pattern], after=after, until=last, batch=BATCH) as it:
-                async for msgs in it:
-                    batch = _batch(msgs, project)
+            async with Slice(js, EVENTS, pattern, after=after, until=last, batch=BATCH) as it:
+                async for pairs in it:
+                    batch = _batch(pairs, project)
                     if batch.num_rows:
                         writer.write_batch(batch)
                         rows += batch.num_rows
