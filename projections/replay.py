@@ -1,11 +1,11 @@
 """Rebuild projections from stream sequence 1 into a shadow schema, compare, swap.
 
 The shadow is built with the same folds and the same batch loop as the live
-projectors, up to each live checkpoint, reading the log once for all of them. The comparison then runs in one
-repeatable-read transaction: it reads the live checkpoints, brings the shadow
-to exactly those positions inside the same transaction, and joins every table
-with its live twin on the primary key, every column compared. Live projectors
-keep running throughout.
+projectors, up to each live checkpoint, reading the log once for all of them.
+The comparison then runs in one repeatable-read transaction: it reads the live
+checkpoints, brings the shadow to exactly those positions inside the same
+transaction, and joins every table with its live twin on the primary key, every
+column compared. Live projectors keep running throughout.
 
 The swap locks the live checkpoints table (every projector transaction starts by
 reading it, so in-flight batches finish first and new ones wait), brings the
@@ -18,6 +18,7 @@ from the checkpoints the shadow carries.
 from __future__ import annotations
 
 import contextlib
+import gc
 import time
 import uuid
 from typing import Any
@@ -46,6 +47,7 @@ __all__ = [
 # Tables of the loop itself, not of any fold: positions and failures, never compared.
 BOOKKEEPING = ("schema_migrations", "checkpoints", "dead_letters")
 BATCH = 5000
+GC_THRESHOLD = 50_000
 ROUTES = 100_000  # subjects whose folds are remembered while reading
 LOCK_TIMEOUT = "30s"
 
@@ -149,6 +151,19 @@ class _OnePass:
                 await projector.apply_batch([], upto=self.owed[n])
 
 
+@contextlib.contextmanager
+def _rare_collections():
+    """A replay allocates millions of short-lived objects while tens of thousands are in
+    flight; at the default threshold the cycle collector runs every 700 allocations and
+    takes ~15% of a replay (bench/bench_replay.py)."""
+    before = gc.get_threshold()
+    gc.set_threshold(GC_THRESHOLD, *before[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
+
+
 async def catch_up(
     bus: Bus, pool, names: list[str], subjects: dict[str, list[str]], until: dict[str, int]
 ) -> dict[str, int]:
@@ -164,9 +179,10 @@ async def catch_up(
     reading = _OnePass(projectors, after, until)
     pattern = covering([s for n in behind for s in subjects[n]])
     first, last = min(after[n] for n in behind), max(until[n] for n in behind)
-    async with Slice(bus.js, EVENTS, pattern, after=first, until=last, batch=BATCH) as batches:
-        async for pairs in batches:
-            await reading.feed(pairs)
+    with _rare_collections():
+        async with Slice(bus.js, EVENTS, pattern, after=first, until=last, batch=BATCH) as it:
+            async for pairs in it:
+                await reading.feed(pairs)
     await reading.finish()
     return applied | reading.applied
 
