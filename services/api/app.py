@@ -61,6 +61,8 @@ async def get_run(request: web.Request) -> web.Response:
             run_id,
         )
     body = dict(run)
+    # The progress fold stores results without their nodes; rows folded before it did
+    # still carry them until a `replay --swap`. The nodes are the run_nodes rows either way.
     result = body.pop("result") or {}
     body["result"] = {k: v for k, v in result.items() if k != "nodes"} or None
     body["nodes"] = [dict(n) for n in nodes]
