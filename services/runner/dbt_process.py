@@ -21,6 +21,7 @@ __all__ = ["DbtInvocation", "dbt_env"]
 
 # Variables the runner itself uses that dbt has no business seeing.
 _PRIVATE = ("NATS_URL", "DATABASE_URL")
+ERROR_TAIL = 20
 
 
 def dbt_env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -75,6 +76,21 @@ class DbtInvocation:
         self.env = env
         self.returncode: int | None = None
         self.lines: list[str] = []
+
+    def artifact_path(self, name: str) -> Path:
+        """Where this invocation's dbt writes artifact `name` (manifest.json, run_results.json)."""
+        return self.target_dir / name
+
+    def artifact(self, name: str) -> dict | None:
+        """Artifact `name` as JSON, or None when dbt did not write it (or wrote it torn)."""
+        try:
+            return msgspec.json.decode(self.artifact_path(name).read_bytes())
+        except (OSError, msgspec.DecodeError):
+            return None
+
+    def error_tail(self, count: int = ERROR_TAIL) -> str:
+        """The last lines dbt printed: what a failed invocation reports when nothing else does."""
+        return "\n".join(self.lines[-count:])
 
     async def run(
         self,
