@@ -1,8 +1,11 @@
-"""One dbt invocation as a subprocess: run it, stream its lines and JSON log events, wait.
+"""One dbt invocation: run it sealed, stream its lines and JSON log events, wait.
 
-dbt runs in its own job directory and its own process group, so a cancel or a
-timeout kills it and everything it started. NodeStart/NodeFinished are
-debug-level, so the file log is JSON at debug level and tailed while dbt runs.
+The installed dbt-core runs as a child of the runner's warm fork server (no
+import cost per invocation); an engine binary is exec'd by the same server. Either
+way the child has its own session (a cancel or timeout kills its whole group),
+dies with the runner, sees only the environment built here, and has its own HOME
+and TMPDIR inside the job. NodeStart/NodeFinished are debug-level, so the file
+log is JSON at debug level and tailed while dbt runs.
 """
 
 from __future__ import annotations
@@ -10,22 +13,41 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import signal
-import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import msgspec
 
-__all__ = ["DbtInvocation", "dbt_env"]
+from services.runner import spawn
 
-# Variables the runner itself uses that dbt has no business seeing.
-_PRIVATE = ("NATS_URL", "DATABASE_URL")
+__all__ = ["DbtInvocation", "dbt_env", "ERROR_TAIL"]
+
 ERROR_TAIL = 20
+# What dbt may see of the runner's own environment: locale, time zone, the search
+# path and TLS/proxy settings a warehouse connection may need. Never the runner's
+# credentials (NATS, Postgres, tokens): those are simply not on this list.
+_INHERITED = (
+    "PATH",
+    "LANG",
+    "LANGUAGE",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TZ",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "REQUESTS_CA_BUNDLE",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
+)
 
 
 def dbt_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in _PRIVATE}
+    """An allowlist of the runner's environment plus the run's own resolved variables."""
+    env = {k: os.environ[k] for k in _INHERITED if k in os.environ}
     # No call home from a runner: no usage stats, no version check over the network.
     env["DBT_SEND_ANONYMOUS_USAGE_STATS"] = "false"
     env["DBT_VERSION_CHECK"] = "false"
@@ -37,7 +59,10 @@ def dbt_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 
 class DbtInvocation:
-    """`python -m dbt.cli.main <command> ...` in `project_dir`, with logs under `logs/`."""
+    """`dbt <command> ...` in `project_dir`, with logs under `logs/` and artifacts under `target/`.
+
+    `executable` is None for the installed dbt-core (warm), else an engine binary's argv.
+    """
 
     def __init__(
         self,
@@ -54,10 +79,9 @@ class DbtInvocation:
         self.project_dir = project_dir
         self.log_file = project_dir / log_dir / "dbt.log"
         self.target_dir = project_dir / target_dir
-        prefix = executable or [sys.executable, "-m", "dbt.cli.main"]
+        self.executable = executable
         # JSON file log at debug level: NodeStart/NodeFinished are debug events.
         self.argv = [
-            *prefix,
             command,
             "--project-dir",
             str(project_dir),
@@ -92,20 +116,38 @@ class DbtInvocation:
         """The last lines dbt printed: what a failed invocation reports when nothing else does."""
         return "\n".join(self.lines[-count:])
 
+    def _sealed_env(self) -> dict[str, str]:
+        """The job's own HOME and TMPDIR, beside the project: nothing shared between runs."""
+        job = self.project_dir.parent
+        home, tmp = job / "home", job / "tmp"
+        home.mkdir(exist_ok=True)
+        tmp.mkdir(exist_ok=True)
+        return {**self.env, "HOME": str(home), "TMPDIR": str(tmp)}
+
     async def run(
         self,
         on_line: Callable[[str], Awaitable[None]] | None = None,
         on_event: Callable[[dict], Awaitable[None]] | None = None,
         timeout: float | None = None,
     ) -> int:
-        proc = await asyncio.create_subprocess_exec(
-            *self.argv,
-            cwd=self.project_dir,
-            env=self.env,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-            start_new_session=True,
+        read_fd, write_fd = os.pipe()
+        try:
+            child = await spawn.spawn(
+                self.argv,
+                str(self.project_dir),
+                self._sealed_env(),
+                write_fd,
+                exec_=[*self.executable, *self.argv] if self.executable else None,
+            )
+        except BaseException:
+            os.close(read_fd)
+            raise
+        finally:
+            os.close(write_fd)
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=1 << 20, loop=loop)
+        transport, _ = await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader, loop=loop), os.fdopen(read_fd, "rb", 0)
         )
         done = asyncio.Event()
         # dbt appends to the log of earlier invocations in this job: follow only what is new.
@@ -113,17 +155,19 @@ class DbtInvocation:
         tail = asyncio.create_task(self._tail(on_event, done, offset)) if on_event else None
         try:
             async with asyncio.timeout(timeout):
-                async for raw in proc.stdout:
+                async for raw in reader:
                     line = raw.decode(errors="replace").rstrip("\n")
                     self.lines.append(line)
                     if on_line:
                         await on_line(line)
-                self.returncode = await proc.wait()
+                self.returncode = await child.wait()
         except BaseException:
-            _kill(proc)
-            await proc.wait()
+            child.kill()
+            with contextlib.suppress(Exception):
+                await child.wait()
             raise
         finally:
+            transport.close()
             done.set()
             if tail:
                 await tail
@@ -152,8 +196,3 @@ class DbtInvocation:
         finally:
             if handle is not None:
                 handle.close()
-
-
-def _kill(proc) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)

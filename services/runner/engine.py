@@ -8,7 +8,6 @@ is ever downloaded at run time.
 from __future__ import annotations
 
 import subprocess
-import sys
 from functools import cache
 from importlib import metadata
 from pathlib import Path
@@ -22,10 +21,11 @@ class EngineUnavailable(RuntimeError):
     pass
 
 
-def command(engine: str, engines_dir: Path | None) -> list[str]:
-    """The argv prefix that runs `engine`, or a refusal saying how to configure it."""
+def command(engine: str, engines_dir: Path | None) -> list[str] | None:
+    """The binary that runs `engine` (None: the installed dbt-core, run warm), or a refusal
+    saying how to configure it."""
     if engine == DEFAULT:
-        return [sys.executable, "-m", "dbt.cli.main"]
+        return None
     binary = engines_dir / engine / "dbt" if engines_dir else None
     if binary is None or not binary.is_file():
         where = (

@@ -43,7 +43,7 @@ class Prepared:
     descriptor: descriptor.Descriptor
     plan: Plan
     resolver: Resolver
-    executable: list[str]
+    executable: list[str] | None
     env: dict[str, str]
 
     def dbt(self, command: str, args: list[str], **kw) -> DbtInvocation:

@@ -1,0 +1,165 @@
+"""The warm dbt: a process that imports dbt-core and its adapters once, then forks per invocation.
+
+Importing dbt costs seconds; a runner pays it once here instead of once per
+deploy, parse, ls, build, test and retry round. Each invocation is still a fresh
+process: the child takes its own session (so a cancel kills its whole group),
+dies with this server (which dies with its runner), gets only the environment it
+was handed, and works in its own directory. This process never holds threads,
+so a fork copies nothing half-locked.
+
+The runner talks over one SEQPACKET socket (its descriptor is argv[2]): a request
+is one JSON message carrying the child's output pipe as an attached descriptor;
+answers are `{"id", "pid"}` when the child exists and `{"id", "exit"}` when it
+ends. With `exec` set the child replaces itself with that binary (engines that are
+not the installed dbt-core) after the same sealing.
+
+sys.path never holds the working directory (started with -P), so a project file
+named like a module (`click.py`) is never imported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import importlib
+import json
+import os
+import selectors
+import signal
+import socket
+import sys
+
+PRELOAD = (
+    "dbt.cli.main",
+    "dbt.task.build",
+    "dbt.task.deps",
+    "dbt.task.list",
+    "dbt.task.retry",
+    "dbt.task.test",
+    "dbt.parser.manifest",
+    "dbt.adapters.duckdb",
+    "dbt.adapters.postgres",
+)
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent: int) -> None:
+    """SIGKILL this process when its parent goes; exit at once if it is already gone."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def _preload() -> None:
+    for name in PRELOAD:
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
+
+
+def _child(request: dict, out_fd: int, server: int, inherited: list[int]) -> None:
+    """In the forked child: seal, then run dbt (or exec the engine binary); never returns."""
+    code = 1
+    try:
+        for sig in (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM, signal.SIGPIPE):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.set_wakeup_fd(-1)
+        os.setsid()
+        die_with_parent(server)
+        for fd in inherited:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(out_fd, 1)
+        os.dup2(out_fd, 2)
+        os.close(null)
+        os.close(out_fd)
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        if request.get("exec"):
+            os.execve(request["exec"][0], request["exec"], request["env"])
+        sys.stdout = open(1, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
+        sys.stderr = sys.stdout
+        sys.stdin = open(0, encoding="utf-8", closefd=False)  # noqa: SIM115
+        sys.argv = ["dbt", *request["argv"]]
+        from dbt.cli.main import cli
+
+        try:
+            cli()
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException:  # noqa: BLE001 - whatever happens, say it and exit non-zero
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        for stream in (sys.stdout, sys.__stdout__, sys.__stderr__):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(code)
+
+
+def _send(control: socket.socket, message: dict) -> None:
+    with contextlib.suppress(OSError):
+        control.send(json.dumps(message).encode())
+
+
+def serve(parent: int, control_fd: int) -> None:
+    die_with_parent(parent)
+    control = socket.socket(fileno=control_fd)
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _preload()
+    children: dict[int, str] = {}
+    sel = selectors.DefaultSelector()
+    sel.register(control, selectors.EVENT_READ, "control")
+    sel.register(wake_r, selectors.EVENT_READ, "wake")
+    me = os.getpid()
+    try:
+        while True:
+            for key, _ in sel.select():
+                if key.data == "wake":
+                    with contextlib.suppress(BlockingIOError):
+                        os.read(wake_r, 4096)
+                    _reap(control, children)
+                    continue
+                message, fds, _, _ = socket.recv_fds(control, 1 << 20, 1)
+                if not message:
+                    return  # the runner is gone: so are its builds
+                request = json.loads(message)
+                if not fds:
+                    _send(control, {"id": request["id"], "error": "no output descriptor"})
+                    continue
+                pid = os.fork()
+                if pid == 0:
+                    _child(request, fds[0], me, [control_fd, wake_r, wake_w])
+                os.close(fds[0])
+                children[pid] = request["id"]
+                _send(control, {"id": request["id"], "pid": pid})
+    finally:
+        for pid in children:
+            with contextlib.suppress(OSError):
+                os.killpg(pid, signal.SIGKILL)
+
+
+def _reap(control: socket.socket, children: dict[int, str]) -> None:
+    while children:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        request_id = children.pop(pid, None)
+        if request_id is not None:
+            _send(control, {"id": request_id, "exit": os.waitstatus_to_exitcode(status)})
+
+
+if __name__ == "__main__":
+    serve(int(sys.argv[1]), int(sys.argv[2]))

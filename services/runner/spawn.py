@@ -1,0 +1,159 @@
+"""Starting dbt processes through this runner's warm fork server (see forkserver.py).
+
+One fork server per runner process, started on first use and kept for the
+process's life (whatever event loops come and go); it dies with the runner, and
+every child dies with it. A child is addressed by pid: its own session makes
+`killpg(pid)` reach everything it started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+
+__all__ = ["Child", "spawn", "warm_up"]
+
+
+class Child:
+    def __init__(self, pid: int, exited: asyncio.Future):
+        self.pid = pid
+        self._exited = exited
+
+    def kill(self) -> None:
+        """The child's whole process group: dbt and anything it started."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, signal.SIGKILL)
+
+    async def wait(self) -> int:
+        """The exit code; negative for the signal that killed it."""
+        return await asyncio.shield(self._exited)
+
+
+class _Server:
+    """The fork server process and a thread that hands its answers to waiting loops."""
+
+    def __init__(self):
+        self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        # -P: the server's sys.path never holds a working directory, so no project
+        # file is ever importable in the children it forks.
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-P",
+                "-m",
+                "services.runner.forkserver",
+                str(os.getpid()),
+                str(theirs.fileno()),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            pass_fds=(theirs.fileno(),),
+            cwd="/",
+        )
+        theirs.close()
+        self.waiting: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Future, str]] = {}
+        self.lock = threading.Lock()
+        threading.Thread(target=self._read, name="jetdbt-forkserver", daemon=True).start()
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def expect(self, request_id: str, key: str) -> asyncio.Future:
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        with self.lock:
+            self.waiting[f"{request_id}.{key}"] = (loop, future, key)
+        return future
+
+    def _read(self) -> None:
+        while True:
+            try:
+                data = self.control.recv(1 << 16)
+            except OSError:
+                data = b""
+            if not data:
+                break
+            message = json.loads(data)
+            for key in ("pid", "error", "exit"):
+                if key in message:
+                    self._answer(f"{message['id']}.{'pid' if key == 'error' else key}", message)
+        with self.lock:
+            lost, self.waiting = self.waiting, {}
+        for loop, future, _ in lost.values():
+            _settle(loop, future, ConnectionError("the warm dbt process exited"))
+
+    def _answer(self, slot: str, message: dict) -> None:
+        with self.lock:
+            entry = self.waiting.pop(slot, None)
+        if entry is not None:
+            loop, future, key = entry
+            _settle(loop, future, message if key == "pid" else message["exit"])
+
+    def stop(self) -> None:
+        self.control.close()
+        if self.alive():
+            self.process.kill()
+        self.process.wait()
+
+
+def _settle(loop: asyncio.AbstractEventLoop, future: asyncio.Future, value) -> None:
+    def settle() -> None:
+        if future.done():
+            return
+        if isinstance(value, BaseException):
+            future.set_exception(value)
+        else:
+            future.set_result(value)
+
+    with contextlib.suppress(RuntimeError):  # that loop is closed: nobody waits any more
+        loop.call_soon_threadsafe(settle)
+
+
+_server: _Server | None = None
+_guard = threading.Lock()
+_ids = itertools.count(1)
+
+
+def _current() -> _Server:
+    """The running fork server, started (again) when there is none.
+
+    Start it from a long-lived thread (the event loop's): the server is killed
+    when the thread that started it ends, which is how it dies with its runner.
+    """
+    global _server
+    with _guard:
+        if _server is None or not _server.alive():
+            if _server is not None:
+                _server.stop()
+            _server = _Server()
+        return _server
+
+
+def warm_up() -> None:
+    """Start the fork server now, so the first invocation does not wait for dbt's imports."""
+    _current()
+
+
+async def spawn(
+    argv: list[str], cwd: str, env: dict[str, str], out_fd: int, *, exec_: list[str] | None = None
+) -> Child:
+    """A sealed child running `dbt <argv>` (or the binary `exec_`), its output on `out_fd`."""
+    server = _current()
+    request_id = str(next(_ids))
+    started = server.expect(request_id, "pid")
+    exited = server.expect(request_id, "exit")
+    request = {"id": request_id, "argv": argv, "cwd": cwd, "env": env, "exec": exec_}
+    socket.send_fds(server.control, [json.dumps(request).encode()], [out_fd])
+    message = await started
+    if "error" in message:
+        exited.cancel()
+        raise RuntimeError(f"the warm dbt process refused the invocation: {message['error']}")
+    return Child(message["pid"], exited)
