@@ -1,4 +1,7 @@
-"""A runner that dies mid-run is noticed by redelivery; the next attempt says so and runs."""
+"""A runner that dies mid-run is noticed by redelivery; the next attempt says so and runs.
+
+Its dbt dies with it: no orphan goes on writing to the warehouse while the next
+attempt builds."""
 
 from __future__ import annotations
 
@@ -39,6 +42,21 @@ def _runner_process(settings, home: Path, warehouses: Path) -> subprocess.Popen:
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
+
+
+def _working_in(folder: Path) -> list[int]:
+    """Pids of live processes whose working directory is inside `folder`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cwd = Path(os.readlink(entry / "cwd"))
+        except OSError:
+            continue
+        if cwd.is_relative_to(folder):
+            found.append(int(entry.name))
+    return found
 
 
 async def test_a_killed_runner_is_replaced_by_the_next_attempt(settings, tmp_path, project_copy):
@@ -82,8 +100,13 @@ async def test_a_killed_runner_is_replaced_by_the_next_attempt(settings, tmp_pat
             return nodes.get("model.jaffle_shop.gate", {}).get("status") == "running"
 
         await wait_for(gate_running, timeout=90)
-        os.killpg(runner_a.pid, signal.SIGKILL)  # the runner, not its dbt (own session)
-        subprocess.run(["pkill", "-KILL", "-f", str(tmp_path / "a")], check=False)
+        assert _working_in(tmp_path / "a"), "dbt should be building in runner a's job folder"
+        os.kill(runner_a.pid, signal.SIGKILL)  # the runner alone: its dbt must die with it
+
+        async def orphans_gone():
+            return not _working_in(tmp_path / "a")
+
+        await wait_for(orphans_gone, timeout=5, interval=0.05)
         release.touch()
         runner_b = await Stack(
             msgspec.structs.replace(base, home=tmp_path / "b", runner_name="runner-b"),
