@@ -7,12 +7,13 @@ so the CLI, the deploy service and the runner agree on a single answer.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import pathlib
 import re
 
 import msgspec
+
+from shared.digests import digest_of
 
 __all__ = [
     "BINARY_SNIFF_BYTES",
@@ -238,7 +239,7 @@ def pack(root: pathlib.Path) -> Packed:
     data = msgspec.msgpack.encode(Bundle(files=files))
     return Packed(
         data=data,
-        digest="sha256:" + hashlib.sha256(data).hexdigest(),
+        digest=digest_of(data),
         size=len(data),
         files=[f.path for f in files],
         skipped=skipped,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
 
 import nats
 from nats.js.errors import NotFoundError, ObjectNotFoundError
@@ -11,6 +10,7 @@ from nats.js.errors import NotFoundError, ObjectNotFoundError
 from shared import contract as contract_mod
 from shared import events
 from shared import logging as jlog
+from shared.digests import digest_of
 
 __all__ = [
     "Bus",
@@ -47,10 +47,6 @@ def check_server(version: str, url: str) -> None:
             f"NATS server at {url} is version {version}; jetdbt requires NATS >= "
             f"{REQUIRED[0]}.{REQUIRED[1]} with JetStream (multiple filter subjects arrived in 2.10)"
         )
-
-
-def digest_of(data: bytes) -> str:
-    return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
 class Bus:

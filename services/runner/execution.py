@@ -9,7 +9,6 @@ run_results.json is what a later `dbt retry` resumes from.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 from collections.abc import Awaitable, Callable
 
 import msgspec
@@ -20,6 +19,7 @@ from services.runner.setup import Prepared
 from shared import events as ev
 from shared import subjects
 from shared.commands import RunCommand
+from shared.digests import digest_of
 from shared.outcomes import totals
 
 __all__ = ["Execution", "finish", "refuse"]
@@ -144,7 +144,7 @@ async def refuse(ctx: RunnerContext, project: str, run_id: str, reason: str) -> 
 
 def profile_digest(prepared: Prepared) -> str:
     """Moves when the connection moves (or a password rotates); never reveals it."""
-    return "sha256:" + hashlib.sha256(prepared.plan.profiles_text.encode()).hexdigest()
+    return digest_of(prepared.plan.profiles_text.encode())
 
 
 async def finish(

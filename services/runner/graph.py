@@ -14,7 +14,6 @@ bundle (version "") stores a graph keyed by that job alone.
 
 from __future__ import annotations
 
-import hashlib
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -32,6 +31,7 @@ from shared import logging as jlog
 from shared import subjects
 from shared.bus import Bus
 from shared.commands import BuildCommand
+from shared.digests import digest_of
 from shared.graph import (
     SCOPE_PARSE,
     SCOPE_RUN,
@@ -160,7 +160,7 @@ def _digest(graph: Graph) -> str:
     body = msgspec.json.encode(
         [graph.relation_root, graph.default_database, graph.nodes, graph.edges, graph.column_edges]
     )
-    return "sha256:" + hashlib.sha256(body).hexdigest()
+    return digest_of(body)
 
 
 def build_graph(

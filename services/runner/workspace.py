@@ -13,12 +13,11 @@ import tarfile
 import uuid
 from pathlib import Path
 
-import yaml
-
 from shared import bundle
 from shared.bus import Bus
+from shared.digests import check_digest
 
-__all__ = ["Job", "prepare", "pack_packages", "profile_name", "PACKAGE_FILES"]
+__all__ = ["Job", "prepare", "pack_packages", "PACKAGE_FILES"]
 
 PACKAGE_FILES = ("packages.yml", "dependencies.yml")
 
@@ -53,10 +52,24 @@ async def _cached_bundle(bus: Bus, cache: Path, digest: str) -> Path:
     return target
 
 
+def _check(what: str, digest: str) -> None:
+    try:
+        check_digest(digest)
+    except ValueError as exc:
+        raise bundle.BundleRefused(f"<{what}>", str(exc)) from None
+
+
 async def prepare(
     bus: Bus, cache: Path, version: str, name: str, packages_digest: str | None = None
 ) -> Job:
-    """A fresh job directory holding `version`'s files and its pinned dbt packages."""
+    """A fresh job directory holding `version`'s files and its pinned dbt packages.
+
+    Raises bundle.BundleRefused, naming it, for a digest that is not one: a digest
+    becomes a cache path, so it is checked before any path is built from it.
+    """
+    _check("version", version)
+    if packages_digest:
+        _check("packages", packages_digest)
     job = Job(cache / "jobs" / name)
     job.cleanup()
     job.profiles.mkdir(parents=True)
@@ -90,12 +103,3 @@ def pack_packages(project: Path) -> bytes | None:
             with open(lock, "rb") as fh:
                 tar.addfile(info, fh)
     return buf.getvalue()
-
-
-def profile_name(project_dir: Path) -> str:
-    """The profile dbt_project.yml asks for."""
-    doc = yaml.safe_load((project_dir / "dbt_project.yml").read_text()) or {}
-    name = doc.get("profile") or doc.get("name")
-    if not isinstance(name, str) or not name:
-        raise ValueError("dbt_project.yml names no profile")
-    return name
