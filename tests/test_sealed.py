@@ -1,0 +1,53 @@
+"""A sealed dbt process: a project's files are never imported by dbt, dbt never sees the
+runner's credentials, and every job has its own HOME and TMPDIR."""
+
+from __future__ import annotations
+
+import duckdb
+
+from services import client
+from shared import events as ev
+from shared.commands import BuildCommand, RunCommand
+
+PROBE = """
+select
+  '{{ env_var("NATS_URL", "absent") }}' as nats_url,
+  '{{ env_var("DATABASE_URL", "absent") }}' as database_url,
+  '{{ env_var("JETDBT_RUNNER_TOKEN", "absent") }}' as runner_token,
+  '{{ env_var("HOME", "") }}' as home,
+  '{{ env_var("TMPDIR", "") }}' as tmpdir
+"""
+
+
+async def test_dbt_never_imports_the_project_or_sees_the_runner_environment(
+    stack, project_copy, tmp_path, monkeypatch
+):
+    marker = tmp_path / "imported"
+    # A module named like one dbt imports: it must never run, at deploy or at build.
+    (project_copy / "click.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
+    (project_copy / "models" / "env_probe.sql").write_text(PROBE)
+    # The runner's own settings and credentials, as a production runner has them.
+    monkeypatch.setenv("NATS_URL", stack.nats_url)
+    monkeypatch.setenv("DATABASE_URL", stack.database_url)
+    monkeypatch.setenv("JETDBT_RUNNER_TOKEN", "runner-only-credential")
+
+    _, deployed = await client.deploy(stack.bus, project_copy, "sealed")
+    assert isinstance(deployed, ev.Deployed), deployed
+    final = await client.run(
+        stack.bus, "sealed", RunCommand(command=BuildCommand(select=["env_probe"]), run_id="s1")
+    )
+    assert final.result.status == "passed", final.result.error
+
+    assert not marker.exists(), "a project file was imported inside dbt's process"
+    con = duckdb.connect(str(stack.settings.default_duckdb), read_only=True)
+    try:
+        row = con.execute(
+            "SELECT nats_url, database_url, runner_token, home, tmpdir FROM main.env_probe"
+        ).fetchone()
+    finally:
+        con.close()
+    nats_url, database_url, token, home, tmpdir = row
+    assert (nats_url, database_url, token) == ("absent", "absent", "absent")
+    jobs = stack.settings.runner_cache / "jobs"
+    assert home.startswith(str(jobs / "s1.1")) and tmpdir.startswith(str(jobs / "s1.1"))
+    assert home != tmpdir
