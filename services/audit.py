@@ -118,23 +118,22 @@ def _typed(data: bytes) -> ev.Event | None:
 
 async def run_history(bus: Bus, run_id: str, project: str | None = None) -> RunHistory:
     js = bus.js
-    ptok = subjects.token(project) if project else "*"
-    pattern = f"dbt.evt.*.{ptok}.{subjects.token(run_id)}.>"
+    pattern = subjects.run_pattern(project, run_id)
     where = f" in project {project!r}" if project else ""
     try:
         first = await js.get_msg(EVENTS, seq=1, next=True, subject=pattern)
     except NotFoundError:
         raise ValueError(f"no events for run {run_id!r}{where}") from None
     found = await _read(js, EVENTS, pattern, first.seq - 1)
-    tokens = {entry.subject.split(".")[3] for entry, _ in found}
-    if len(tokens) > 1:
-        names = ", ".join(sorted(subjects.untoken(t) for t in tokens))
+    projects = {subjects.subject_key(entry.subject) for entry, _ in found}
+    if len(projects) > 1:
+        names = ", ".join(sorted(projects))
         raise ValueError(f"run id {run_id!r} is used by projects {names}; name one with --project")
-    ptok = tokens.pop()
+    project = projects.pop()
     typed = [(entry, _typed(data)) for entry, data in found]
     states = [
         entry
-        for entry, data in await _read(js, EVENTS, f"dbt.evt.state.{ptok}.>", first.seq - 1)
+        for entry, data in await _read(js, EVENTS, subjects.state_pattern(project), first.seq - 1)
         if isinstance(e := _typed(data), ev.StatePublished) and e.run_id == run_id
     ]
 
@@ -147,7 +146,9 @@ async def run_history(bus: Bus, run_id: str, project: str | None = None) -> RunH
     if command is not None:
         cancels = [
             entry
-            for entry, _ in await _read(js, COMMANDS, f"dbt.cmd.cancel.{ptok}", command.seq)
+            for entry, _ in await _read(
+                js, COMMANDS, subjects.command("cancel", project), command.seq
+            )
             if isinstance(entry.payload, dict) and entry.payload.get("run_id") == run_id
         ]
 
@@ -155,7 +156,7 @@ async def run_history(bus: Bus, run_id: str, project: str | None = None) -> RunH
     entries = sorted([entry for entry, _ in found] + states, key=lambda x: x.seq)
     return RunHistory(
         run_id=run_id,
-        project=subjects.untoken(ptok),
+        project=project,
         requested_by=requested.requested_by if requested else _submitted_by(command),
         requested_at=(requested.requested_at or requested.at) if requested else None,
         command=command,

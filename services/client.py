@@ -99,7 +99,7 @@ async def deploy(
 
     final = await _await_final(
         bus,
-        f"dbt.evt.deploy.{subjects.token(project)}.*",
+        subjects.deploy_pattern(project),
         publish,
         lambda e: getattr(e, "deploy_id", None) == deploy_id,
         DEPLOY_FINAL,
@@ -132,7 +132,7 @@ async def run(
 
     return await _await_final(
         bus,
-        f"dbt.evt.*.{subjects.token(project)}.{subjects.token(run_id)}.>",
+        subjects.run_pattern(project, run_id),
         publish,
         lambda e: getattr(e, "run_id", None) == run_id,
         RUN_FINAL,

@@ -94,7 +94,7 @@ async def export(
     js = bus.js
     after = await seq_at(js, EVENTS, since) if since else 0
     last = await seq_at(js, EVENTS, until) if until else None
-    pattern = f"dbt.evt.*.{subjects.token(project)}.>" if project else "dbt.evt.>"
+    pattern = subjects.project_pattern(project)
     rows, first_seq, last_seq = 0, None, None
     with pq.ParquetWriter(out, SCHEMA, compression="zstd") as writer:
         if last is None or last > after:

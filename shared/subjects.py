@@ -25,6 +25,11 @@ __all__ = [
     "run_log",
     "retry_event",
     "state_event",
+    "run_pattern",
+    "project_pattern",
+    "deploy_pattern",
+    "state_pattern",
+    "subject_key",
     "COMMAND_VERBS",
     "covering",
     "SubjectFilter",
@@ -116,6 +121,40 @@ def state_event(project: str, environment_key: str, kind: str) -> str:
 
 def run_log(run_id: str) -> str:
     return f"dbt.log.{token(run_id)}"
+
+
+def run_pattern(project: str | None, run_id: str) -> str:
+    """Every event of one run: of `project`, or of any project when it is None."""
+    return f"dbt.evt.*.{token(project) if project else '*'}.{token(run_id)}.>"
+
+
+def project_pattern(project: str | None) -> str:
+    """Every event keyed by `project` (a declared write whose relation token is the same
+    word matches too), or every event when it is None."""
+    return f"dbt.evt.*.{token(project)}.>" if project else "dbt.evt.>"
+
+
+def deploy_pattern(project: str) -> str:
+    """Every deploy event of a project."""
+    return f"dbt.evt.deploy.{token(project)}.*"
+
+
+def state_pattern(project: str) -> str:
+    """Every environment's state events of a project."""
+    return f"dbt.evt.state.{token(project)}.>"
+
+
+def subject_key(subject: str) -> str:
+    """What a command or event subject is keyed by, decoded: its fourth token, the project
+    (`dbt.cmd.<verb>.<project>`, `dbt.evt.<family>.<project>...`) or a declared write's
+    relation. Kept as written when it is not a `token()` spelling; "" when there is none."""
+    parts = subject.split(".")
+    if len(parts) < 4:
+        return ""
+    try:
+        return untoken(parts[3])
+    except ValueError:
+        return parts[3]
 
 
 def covering(patterns: list[str]) -> str:

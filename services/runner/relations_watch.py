@@ -42,7 +42,9 @@ class RelationWatch:
             pick(self.ctx.warehouses, parse(event.relation).warehouse)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             return ev.RelationRefused(
-                relation=_written(subject), write_seq=seq, reason=f"not a declared write: {exc}"
+                relation=subjects.subject_key(subject),
+                write_seq=seq,
+                reason=f"not a declared write: {exc}",
             )
         except (InvalidRelation, UnknownWarehouse) as exc:
             return ev.RelationRefused(
@@ -71,12 +73,3 @@ class RelationWatch:
         finally:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
-
-
-def _written(subject: str) -> str:
-    """The relation a malformed write's subject names, as far as it can be read."""
-    parts = subject.split(".")
-    try:
-        return subjects.untoken(parts[3]) if len(parts) > 3 else ""
-    except ValueError:  # not a token() spelling: keep it as written
-        return parts[3]
