@@ -11,11 +11,13 @@ import yaml
 from nats.js import api
 from nats.js.errors import BucketNotFoundError, NotFoundError
 
+from shared import logging as jlog
 from shared.config import CONTRACT
 
 __all__ = ["Contract", "IncompatibleContract", "load", "ensure"]
 
 DAY = 86400.0
+_log = jlog.get("contract")
 
 
 class StreamSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -113,7 +115,17 @@ async def _ensure_stream(js, name: str, spec: StreamSpec) -> None:
     await js.update_stream(want)
 
 
+# Settings an operator tunes per deployment; whoever created the consumer chose them.
+_TUNED = ("ack_wait", "max_ack_pending")
+
+
 async def _ensure_consumer(js, name: str, spec: ConsumerSpec, overrides: dict[str, Any]) -> None:
+    """Create a missing consumer; never rewrite a live one.
+
+    Every service ensures the contract at start, so a service whose settings differ
+    (an API started without RUN_ACK_WAIT_SECONDS) would otherwise undo the
+    operator's choice for all runners. It says so and the live value stands.
+    """
     config = api.ConsumerConfig(
         durable_name=name,
         filter_subjects=spec.filter_subjects,
@@ -123,7 +135,23 @@ async def _ensure_consumer(js, name: str, spec: ConsumerSpec, overrides: dict[st
         max_deliver=spec.max_deliver,
         deliver_policy=api.DeliverPolicy.ALL,
     )
-    await js.add_consumer(spec.stream, config)
+    try:
+        live = (await js.consumer_info(spec.stream, name)).config
+    except NotFoundError:
+        await js.add_consumer(spec.stream, config)
+        return
+    filters = live.filter_subjects or ([live.filter_subject] if live.filter_subject else [])
+    if sorted(filters) != sorted(spec.filter_subjects):
+        raise IncompatibleContract(
+            f"consumer {name}: field 'filter_subjects' is {live.filter_subjects!r} on the"
+            f" server and {spec.filter_subjects!r} in streams.yaml (an operator re-applies it)"
+        )
+    for field in _TUNED:
+        have, want = getattr(live, field), getattr(config, field)
+        if have != want:
+            _log.warning(
+                "consumer_setting_differs", consumer=name, field=field, live=have, here=want
+            )
 
 
 async def ensure(js, contract: Contract, consumer_overrides: dict | None = None) -> None:

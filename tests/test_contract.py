@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import subprocess
@@ -173,3 +174,32 @@ async def test_a_compatible_change_is_applied(js):
     assert info.config.max_age == 7 * DAY
     assert info.config.description == "human-readable log lines of a run"
     assert info.state.messages == 1  # updated in place, not recreated
+
+
+async def test_a_service_with_other_settings_does_not_rewrite_the_runners_consumer(js, nats_url):
+    """The operator's ack wait stands: an API started without RUN_ACK_WAIT_SECONDS once
+    turned 8 s into 60 s for every runner, and one run executed four times at once."""
+    spec = contract.load()
+    await contract.ensure(js, spec, {"runners": {"ack_wait": 8, "max_ack_pending": 2}})
+    other = await connect(nats_url, "api-without-settings")  # ensures with the defaults
+    await other.close()
+    await contract.ensure(js, spec, {"runners": {"ack_wait": 90}})
+    config = (await js.consumer_info(COMMANDS, "runners")).config
+    assert (config.ack_wait, config.max_ack_pending) == (8, 2)
+
+
+async def test_a_runner_heartbeats_at_the_live_ack_wait(settings):
+    """A runner configured for 60 s under a consumer created with 8 s beats every 2 s."""
+    from services.runner.context import RunnerContext
+    from services.runner.worker import Runner
+
+    bus = await connect(settings.nats_url, "t", consumer_overrides={"runners": {"ack_wait": 8}})
+    try:
+        runner = Runner(RunnerContext(bus=bus, settings=settings))
+        assert runner.ack_wait == 60
+        stop = asyncio.Event()
+        stop.set()
+        await runner.run(stop)
+        assert runner.ack_wait == 8
+    finally:
+        await bus.close()

@@ -38,11 +38,14 @@ class Runner:
         self.ctx = ctx
         self.log = jlog.get("runner", runner=ctx.name)
         self.active: dict[str, asyncio.Event] = {}
+        self.ack_wait = float(ctx.settings.run_ack_wait_seconds)
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
         stop = stop or asyncio.Event()
         js = self.ctx.bus.js
         sub = await js.pull_subscribe_bind(CONSUMER, stream=COMMANDS)
+        # The consumer's live ack wait, not this runner's setting: one owner for it.
+        self.ack_wait = (await js.consumer_info(COMMANDS, CONSUMER)).config.ack_wait
         cancels = await self.ctx.bus.nc.subscribe("dbt.cmd.cancel.>", cb=self._on_cancel)
         slots = asyncio.Semaphore(self.ctx.settings.max_concurrent_runs)
         tasks: set[asyncio.Task] = set()
@@ -74,7 +77,7 @@ class Runner:
     async def _heartbeat(self, msg) -> None:
         while True:
             # Four beats per ack wait: one lost beat never costs a live run its command.
-            await asyncio.sleep(self.ctx.settings.run_ack_wait_seconds / 4)
+            await asyncio.sleep(self.ack_wait / 4)
             await msg.in_progress()
 
     async def _handle(self, msg) -> None:
