@@ -48,7 +48,7 @@ def project_name(path: Path, given: str | None) -> str:
 async def _await_final(
     bus: Bus,
     pattern: str,
-    publish: Callable[[], Awaitable[None]],
+    publish: Callable[[], Awaitable[object]],
     wanted: Callable[[ev.Event], bool],
     final: tuple,
     on_event: Callable[[ev.Event], Awaitable[None]] | None,
@@ -89,18 +89,10 @@ async def deploy(
         deploy_id=deploy_id,
         requested_by=requested_by or principal(),
     )
-
-    async def publish() -> None:
-        await bus.js.publish(
-            subjects.command("deploy", project),
-            msgspec.json.encode(cmd),
-            headers={"Nats-Msg-Id": f"cmd:deploy:{project}:{deploy_id}"},
-        )
-
     final = await _await_final(
         bus,
         subjects.deploy_pattern(project),
-        publish,
+        lambda: bus.publish_command("deploy", project, cmd, deploy_id),
         lambda e: getattr(e, "deploy_id", None) == deploy_id,
         DEPLOY_FINAL,
         None,
@@ -122,18 +114,10 @@ async def run(
     command = msgspec.structs.replace(
         command, run_id=run_id, requested_by=command.requested_by or principal()
     )
-
-    async def publish() -> None:
-        await bus.js.publish(
-            subjects.command("run", project),
-            msgspec.json.encode(command),
-            headers={"Nats-Msg-Id": f"cmd:run:{project}:{run_id}"},
-        )
-
     return await _await_final(
         bus,
         subjects.run_pattern(project, run_id),
-        publish,
+        lambda: bus.publish_command("run", project, command, run_id),
         lambda e: getattr(e, "run_id", None) == run_id,
         RUN_FINAL,
         on_event,

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import contextlib
 
+import msgspec
 import nats
 from nats.js.errors import NotFoundError, ObjectNotFoundError
 
 from shared import contract as contract_mod
-from shared import events
+from shared import events, subjects
 from shared import logging as jlog
 from shared.digests import digest_of
 
@@ -65,6 +66,15 @@ class Bus:
             events.encode(event),
             stream=EVENTS,
             headers={"Nats-Msg-Id": event.event_id()},
+        )
+
+    async def publish_command(self, verb: str, project: str, command, key: str):
+        """Publish a command (a msgspec Struct) on its subject. Its message id,
+        `cmd:<verb>:<project>:<key>`, makes a repeated publish a duplicate the stream drops."""
+        return await self.js.publish(
+            subjects.command(verb, project),
+            msgspec.json.encode(command),
+            headers={"Nats-Msg-Id": f"cmd:{verb}:{project}:{key}"},
         )
 
     async def _store(self):

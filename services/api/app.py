@@ -133,11 +133,7 @@ async def post_run(request: web.Request) -> web.Response:
         return _error(400, str(exc))
     run_id = body.run_id or uuid.uuid4().hex
     cmd = msgspec.structs.replace(body, run_id=run_id)
-    await request.app[BUS].js.publish(
-        subjects.command("run", project),
-        msgspec.json.encode(cmd),
-        headers={"Nats-Msg-Id": f"cmd:run:{project}:{run_id}"},
-    )
+    await request.app[BUS].publish_command("run", project, cmd, run_id)
     return _json({"run_id": run_id, "project": project}, status=202)
 
 
