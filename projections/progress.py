@@ -13,46 +13,16 @@ from __future__ import annotations
 
 import msgspec
 
+from projections.progress_tables import (
+    COUNT_COLUMNS,
+    JSON_COLUMNS,
+    NODE_COLUMNS,
+    RUN_COLUMNS,
+    without_nodes,
+)
 from shared import events as ev
 
 __all__ = ["ProgressFold"]
-
-_RUN_COLUMNS = (
-    "run_id",
-    "project",
-    "status",
-    "command",
-    "requested_by",
-    "requested_at",
-    "hidden",
-    "attempt",
-    "lost_attempts",
-    "version",
-    "runner",
-    "started_at",
-    "finished_at",
-    "refused_reason",
-    "totals",
-    "result",
-)
-_JSON_COLUMNS = ("command", "totals", "result")
-_NODE_COLUMNS = (
-    "run_id",
-    "unique_id",
-    "resource_type",
-    "name",
-    "relation",
-    "status",
-    "outcome",
-    "message",
-    "started_at",
-    "finished_at",
-    "execution_time",
-    "rows_affected",
-    "failures",
-    "round",
-    "attempt",
-)
 
 
 def _replace(columns: tuple[str, ...], key: tuple[str, ...]) -> str:
@@ -64,25 +34,24 @@ def _replace(columns: tuple[str, ...], key: tuple[str, ...]) -> str:
 _WRITE_NODES = (
     "INSERT INTO run_nodes SELECT * FROM json_populate_recordset(NULL::run_nodes, $1::text::json)"
     f" ON CONFLICT (run_id, unique_id) DO UPDATE SET"
-    f" {_replace(_NODE_COLUMNS, ('run_id', 'unique_id'))}"
+    f" {_replace(NODE_COLUMNS, ('run_id', 'unique_id'))}"
 )
 # Nodes are written first, so the counts include this batch.
 _WRITE_RUNS = (
-    f"INSERT INTO runs ({', '.join(_RUN_COLUMNS)}, nodes_started, nodes_finished)"
-    f" SELECT {', '.join(f'r.{c}' for c in _RUN_COLUMNS)}, c.started, c.finished"
+    f"INSERT INTO runs ({', '.join(RUN_COLUMNS + COUNT_COLUMNS)})"
+    f" SELECT {', '.join(f'r.{c}' for c in RUN_COLUMNS)}, c.started, c.finished"
     " FROM json_populate_recordset(NULL::runs, $1::text::json) AS r"
     " CROSS JOIN LATERAL (SELECT count(*) AS started, count(n.finished_at) AS finished"
     " FROM run_nodes n WHERE n.run_id = r.run_id) AS c"
-    f" ON CONFLICT (run_id) DO UPDATE SET {_replace(_RUN_COLUMNS, ('run_id',))},"
-    " nodes_started = EXCLUDED.nodes_started, nodes_finished = EXCLUDED.nodes_finished"
+    f" ON CONFLICT (run_id) DO UPDATE SET {_replace(RUN_COLUMNS + COUNT_COLUMNS, ('run_id',))}"
 )
 _READ_NODES = (
-    f"SELECT {', '.join(f'n.{c}' for c in _NODE_COLUMNS)} FROM run_nodes n"
+    f"SELECT {', '.join(f'n.{c}' for c in NODE_COLUMNS)} FROM run_nodes n"
     " JOIN unnest($1::text[], $2::text[]) AS k(run_id, unique_id)"
     " ON n.run_id = k.run_id AND n.unique_id = k.unique_id"
 )
 _READ_RUNS = (
-    f"SELECT {', '.join(f'{c}::text AS {c}' if c in _JSON_COLUMNS else c for c in _RUN_COLUMNS)}"
+    f"SELECT {', '.join(f'{c}::text AS {c}' if c in JSON_COLUMNS else c for c in RUN_COLUMNS)}"
     " FROM runs WHERE run_id = ANY($1::text[])"
 )
 
@@ -215,17 +184,9 @@ def _finished(row: dict | None, e: ev.RunFinished) -> dict:
         attempt=max(row["attempt"], e.attempt),
         finished_at=e.at,
         totals=_json(r.totals),
-        result=_json(_without_nodes(r)),
+        result=_json(without_nodes(msgspec.to_builtins(r))),
     )
     return row
-
-
-def _without_nodes(r: ev.RunResult) -> dict:
-    """The run's result as stored: its nodes are the run's `run_nodes` rows, so the row
-    stays small however many nodes the run had (the log keeps the whole result)."""
-    body = msgspec.to_builtins(r)
-    del body["nodes"]
-    return body
 
 
 _RUN_RULES = {
@@ -260,7 +221,7 @@ class _Rows:
         runs = {}
         for r in await conn.fetch(_READ_RUNS, list(run_ids)):
             row = runs[r["run_id"]] = dict(r)
-            for c in _JSON_COLUMNS:
+            for c in JSON_COLUMNS:
                 row[c] = None if row[c] is None else msgspec.Raw(row[c])
         nodes = {}
         if keys:

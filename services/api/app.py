@@ -12,6 +12,7 @@ import asyncpg
 import msgspec
 from aiohttp import web
 
+from projections.progress_tables import COUNT_COLUMNS, NODE_COLUMNS, RUN_COLUMNS, without_nodes
 from services.api.graph_routes import add_graph_routes
 from services.api.ops_routes import add_ops_routes
 from shared import commands, subjects
@@ -33,11 +34,9 @@ def _error(status: int, message: str) -> web.Response:
     return _json({"error": message}, status)
 
 
-RUN_COLUMNS = (
-    "run_id, project, status, command, requested_by, requested_at, hidden, attempt,"
-    " lost_attempts, version, runner, started_at, finished_at, refused_reason, totals,"
-    " nodes_started, nodes_finished"
-)
+# A run as listed: its columns without the stored result, with the node counts.
+_RUN = ", ".join([c for c in RUN_COLUMNS if c != "result"] + list(COUNT_COLUMNS))
+_NODE = ", ".join(c for c in NODE_COLUMNS if c != "run_id")
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -49,22 +48,19 @@ async def healthz(request: web.Request) -> web.Response:
 async def get_run(request: web.Request) -> web.Response:
     run_id = request.match_info["run_id"]
     async with request.app[POOL].acquire() as conn:
-        run = await conn.fetchrow(
-            f"SELECT {RUN_COLUMNS}, result FROM runs WHERE run_id = $1", run_id
-        )
+        run = await conn.fetchrow(f"SELECT {_RUN}, result FROM runs WHERE run_id = $1", run_id)
         if run is None:
             return _error(404, f"run {run_id!r} not found")
         nodes = await conn.fetch(
-            "SELECT unique_id, resource_type, name, relation, status, outcome, message,"
-            " started_at, finished_at, execution_time, rows_affected, failures, round, attempt"
-            " FROM run_nodes WHERE run_id = $1 ORDER BY started_at NULLS LAST, unique_id",
+            f"SELECT {_NODE} FROM run_nodes WHERE run_id = $1"
+            " ORDER BY started_at NULLS LAST, unique_id",
             run_id,
         )
     body = dict(run)
     # The progress fold stores results without their nodes; rows folded before it did
     # still carry them until a `replay --swap`. The nodes are the run_nodes rows either way.
     result = body.pop("result") or {}
-    body["result"] = {k: v for k, v in result.items() if k != "nodes"} or None
+    body["result"] = without_nodes(result) or None
     body["nodes"] = [dict(n) for n in nodes]
     return _json(body)
 
@@ -77,7 +73,7 @@ async def list_runs(request: web.Request) -> web.Response:
     return await _project_rows(
         request,
         "runs",
-        f"SELECT {RUN_COLUMNS} FROM runs WHERE project = $1"
+        f"SELECT {_RUN} FROM runs WHERE project = $1"
         " ORDER BY requested_at DESC NULLS LAST LIMIT $2",
         limit,
     )

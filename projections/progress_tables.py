@@ -1,0 +1,51 @@
+"""The progress projection's tables, `runs` and `run_nodes`, as the fold writes them and
+the API reads them: their columns, and what a stored run result holds."""
+
+from __future__ import annotations
+
+__all__ = ["RUN_COLUMNS", "JSON_COLUMNS", "COUNT_COLUMNS", "NODE_COLUMNS", "without_nodes"]
+
+RUN_COLUMNS = (
+    "run_id",
+    "project",
+    "status",
+    "command",
+    "requested_by",
+    "requested_at",
+    "hidden",
+    "attempt",
+    "lost_attempts",
+    "version",
+    "runner",
+    "started_at",
+    "finished_at",
+    "refused_reason",
+    "totals",
+    "result",
+)
+JSON_COLUMNS = ("command", "totals", "result")
+# Counted from the run's run_nodes rows each time the run row is written, never incremented.
+COUNT_COLUMNS = ("nodes_started", "nodes_finished")
+NODE_COLUMNS = (
+    "run_id",
+    "unique_id",
+    "resource_type",
+    "name",
+    "relation",
+    "status",
+    "outcome",
+    "message",
+    "started_at",
+    "finished_at",
+    "execution_time",
+    "rows_affected",
+    "failures",
+    "round",
+    "attempt",
+)
+
+
+def without_nodes(result: dict) -> dict:
+    """A run's result as stored: its nodes are the run's `run_nodes` rows, so the row
+    stays small however many nodes the run had (the log keeps the whole result)."""
+    return {k: v for k, v in result.items() if k != "nodes"}
