@@ -21,6 +21,7 @@ from projections.progress_tables import (
     without_nodes,
 )
 from shared import events as ev
+from shared.outcomes import precedence
 
 __all__ = ["ProgressFold"]
 
@@ -66,9 +67,13 @@ def _prefer(value, old: dict, column: str):
     return value if value else old.get(column, value)
 
 
+def _rank(row: dict) -> tuple[int, int]:
+    return precedence(row["attempt"], row["round"])
+
+
 def _node_started(row: dict | None, e: ev.NodeStarted) -> dict | None:
-    """A fresh running row, unless the row is already at this round and attempt or later."""
-    if row is not None and (row["round"], row["attempt"]) >= (e.round, e.attempt):
+    """A fresh running row, unless the row already ranks at this start or above."""
+    if row is not None and _rank(row) >= precedence(e.attempt, e.round):
         return None
     old = row or {}
     return {
@@ -93,10 +98,10 @@ def _node_started(row: dict | None, e: ev.NodeStarted) -> dict | None:
 def _node_finished(
     row: dict | None, run_id: str, attempt: int, n: ev.NodeResult, at
 ) -> dict | None:
-    """The result, unless the row is at a later round or attempt. A result dbt reports no
-    finish time for (a skipped node) is stamped with the event's time, never the clock, so
-    a replay folds exactly the same row."""
-    if row is not None and (row["round"], row["attempt"]) > (n.round, attempt):
+    """The result, unless the row ranks above it. A result dbt reports no finish time for
+    (a skipped node) is stamped with the event's time, never the clock, so a replay folds
+    exactly the same row."""
+    if row is not None and _rank(row) > precedence(attempt, n.round):
         return None
     old = row or {}
     return {

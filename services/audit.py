@@ -20,6 +20,7 @@ from nats.js.errors import NotFoundError
 from shared import events as ev
 from shared import subjects
 from shared.bus import COMMANDS, EVENTS, Bus
+from shared.outcomes import precedence
 from shared.reader import Slice
 
 __all__ = ["Entry", "Attempt", "NodeOutcome", "RunHistory", "run_history", "render"]
@@ -202,7 +203,7 @@ def _summarise(typed: list[ev.Event]) -> dict[str, Any]:
             status, deferred = r.status, r.deferred_to
     nodes, retries = [], []
     for outcomes in finished.values():
-        outcomes.sort(key=lambda n: (n.attempt, n.round))
+        outcomes.sort(key=_rank)
         nodes.append(outcomes[-1])
         retries += outcomes[:-1]
     return {
@@ -210,9 +211,13 @@ def _summarise(typed: list[ev.Event]) -> dict[str, Any]:
         "refused_reason": refused,
         "attempts": sorted(attempts.values(), key=lambda a: a.attempt),
         "nodes": sorted(nodes, key=lambda n: n.unique_id),
-        "retries": sorted(retries, key=lambda n: (n.unique_id, n.attempt, n.round)),
+        "retries": sorted(retries, key=lambda n: (n.unique_id, _rank(n))),
         "deferred_to": deferred,
     }
+
+
+def _rank(n: NodeOutcome) -> tuple[int, int]:
+    return precedence(n.attempt, n.round)
 
 
 def _add(finished: dict[str, list[NodeOutcome]], attempt: int, node: ev.NodeResult) -> None:

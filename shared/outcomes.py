@@ -1,4 +1,5 @@
-"""dbt's own status words mapped onto jetdbt's stable outcomes, in one place.
+"""dbt's own status words mapped onto jetdbt's stable outcomes, in one place, and which
+of a node's outcomes in a run stands.
 
 `status` is dbt's vocabulary and moves between dbt releases (casing, new words
 such as no-op); `outcome` is the half downstream code branches on.
@@ -6,7 +7,7 @@ such as no-op); `outcome` is the half downstream code branches on.
 
 from __future__ import annotations
 
-__all__ = ["OUTCOMES", "outcome", "totals"]
+__all__ = ["OUTCOMES", "outcome", "totals", "precedence"]
 
 OUTCOMES = ("passed", "failed", "warned", "skipped", "no_op", "unknown")
 
@@ -35,3 +36,10 @@ def totals(outcomes) -> dict[str, int]:
     for value in outcomes:
         counts[value] = counts.get(value, 0) + 1
     return counts
+
+
+def precedence(attempt: int, round_: int) -> tuple[int, int]:
+    """The rank of a node's result in its run; the highest stands. A later attempt supersedes
+    everything of an earlier one, even retry rounds a lost runner reached, because the new
+    attempt rebuilt from the start; within an attempt the later retry round wins."""
+    return (attempt, round_)
