@@ -18,15 +18,13 @@ from services.runner import state as state_mod
 from services.runner.context import RunnerContext
 from services.runner.execution import Execution, finish, refuse
 from services.runner.node_retry import retry_rounds
-from services.runner.plan import selection_methods
 from services.runner.setup import Prepared, Refused, prepare
 from shared import events as ev
 from shared import logging as jlog
 from shared.commands import RunCommand
 
-__all__ = ["build", "STATE_METHODS"]
+__all__ = ["build"]
 
-STATE_METHODS = {"state", "result"}
 NO_TESTS = ("--exclude-resource-type", "test", "unit_test")
 _SEQUENCES = {
     "build": (("build", ()),),
@@ -115,7 +113,7 @@ async def _check_selection(prepared: Prepared, project: str) -> str | None:
     plan = prepared.plan
     if not plan.has_selection():
         return None
-    if selection_methods(plan.select + plan.exclude) & STATE_METHODS:
+    if plan.compares_state():
         return None
     try:
         found = await selection.resolve(prepared)

@@ -15,6 +15,12 @@ import msgspec
 import yaml
 
 from services.runner.secrets import Resolver
+from services.runner.selectors import (
+    STATE_METHODS,
+    STATE_READERS,
+    compares_state,
+    selection_methods,
+)
 from services.runner.warehouses import Warehouse, render_output, render_profiles
 from shared import bundle
 from shared.commands import BuildCommand
@@ -27,10 +33,7 @@ from shared.descriptor import (
 )
 from shared.environments import Environment, is_template
 
-__all__ = ["Plan", "PlanRefused", "make_plan", "selection_methods", "STATE_READERS"]
-
-# Selector methods that read a state directory rather than the project.
-STATE_READERS = {"state", "result", "source_status"}
+__all__ = ["Plan", "PlanRefused", "make_plan"]
 
 
 class PlanRefused(ValueError):
@@ -83,16 +86,9 @@ class Plan(msgspec.Struct, frozen=True, kw_only=True):
     def has_selection(self) -> bool:
         return bool(self.select or self.exclude or self.selector)
 
-
-def selection_methods(items: list[str]) -> set[str]:
-    """The selector methods (`state`, `result`, `tag`, ...) spelled in select/exclude items."""
-    methods = set()
-    for item in items:
-        for part in item.replace(",", " ").split():
-            head = part.lstrip("+@").split(":", 1)
-            if len(head) == 2:
-                methods.add(head[0].split(".", 1)[0])
-    return methods
+    def compares_state(self) -> bool:
+        """Whether the selection compares against a state directory (state:, result:)."""
+        return compares_state(self.select + self.exclude)
 
 
 def _render_profile_name(project_dir: Path, env: dict[str, str]) -> str:
@@ -201,7 +197,7 @@ def _check_state_methods(desc: Descriptor, cmd: BuildCommand | None, defer: bool
             "source_status: compares sources.json, which `dbt source freshness` writes and no"
             " run publishes here, so there is nothing to compare against; select otherwise"
         )
-    if run & {"state", "result"} and not defer:
+    if run & STATE_METHODS and not defer:
         raise PlanRefused(
             "state:/result: selectors compare against the environment's published state, which"
             " only a deferring run is handed: add --defer (or defer: true on the command)"

@@ -12,7 +12,8 @@ import msgspec
 
 from services.runner.context import RunnerContext
 from services.runner.execution import Execution
-from services.runner.plan import Plan, selection_methods
+from services.runner.plan import Plan
+from services.runner.selectors import selection_methods
 from services.runner.setup import Prepared
 from shared import events as ev
 from shared import subjects
@@ -63,7 +64,7 @@ def defer_args(plan: Plan) -> list[str]:
     """--defer-state for deferral alone, so a later `dbt retry` never reads it as its --state;
     --state only when the selection itself compares against the state."""
     args = ["--defer", "--defer-state", STATE_DIR]
-    if selection_methods(plan.select + plan.exclude) & {"state", "result"}:
+    if plan.compares_state():
         args += ["--state", STATE_DIR]
     return args
 
