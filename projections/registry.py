@@ -7,7 +7,7 @@ from projections.deploys import DeploysFold
 from projections.environments import EnvironmentsFold
 from projections.graph import GraphFold
 from projections.progress import ProgressFold
-from projections.retry import RetryFold
+from projections.retry_state import RetryFold
 
 __all__ = ["FOLDS", "TABLES"]
 

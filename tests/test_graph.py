@@ -15,7 +15,8 @@ import pyarrow.parquet as pq
 
 from projections.graph import PARSE_GRAPHS_KEPT, VERSIONS_KEPT
 from services import client
-from services.runner import graph, setup
+from services.runner import graph
+from services.runner import job_setup as setup
 from services.runner.context import RunnerContext
 from shared import events as ev
 from shared import subjects

@@ -17,8 +17,8 @@ from services.runner import graph, selection
 from services.runner import state as state_mod
 from services.runner.context import RunnerContext
 from services.runner.execution import Execution, finish, refuse
-from services.runner.node_retry import retry_rounds
-from services.runner.setup import Prepared, Refused, prepare
+from services.runner.job_setup import Prepared, Refused, prepare
+from services.runner.node_retry_rounds import retry_rounds
 from shared import events as ev
 from shared import logging as jlog
 from shared.commands import RunCommand

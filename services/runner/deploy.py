@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from services.runner import engine, graph, workspace
 from services.runner.context import RunnerContext
-from services.runner.setup import Prepared, Refused, prepare
+from services.runner.job_setup import Prepared, Refused, prepare
 from shared import events as ev
 from shared import subjects
 from shared.commands import DeployCommand

@@ -15,7 +15,7 @@ import msgspec
 
 from services.runner import results
 from services.runner.context import RunnerContext
-from services.runner.setup import Prepared
+from services.runner.job_setup import Prepared
 from shared import events as ev
 from shared import subjects
 from shared.commands import RunCommand

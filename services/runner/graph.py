@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 
 from services.runner import engine, ownership, selection
 from services.runner.context import RunnerContext
-from services.runner.setup import Prepared
+from services.runner.job_setup import Prepared
 from shared import events as ev
 from shared import logging as jlog
 from shared import subjects

@@ -10,7 +10,7 @@ a run's override answers for that run, never for what the project owns.
 from __future__ import annotations
 
 from services.runner import selection
-from services.runner.setup import Prepared
+from services.runner.job_setup import Prepared
 
 __all__ = ["owned_nodes"]
 

@@ -14,7 +14,7 @@ import msgspec
 from services.runner import graph
 from services.runner.context import RunnerContext
 from services.runner.execution import Execution, finish, refuse
-from services.runner.setup import Refused, prepare
+from services.runner.job_setup import Refused, prepare
 from shared import events as ev
 from shared.commands import BuildCommand, ParseCommand, RunCommand
 

@@ -12,9 +12,9 @@ import msgspec
 
 from services.runner.context import RunnerContext
 from services.runner.execution import Execution
+from services.runner.job_setup import Prepared
 from services.runner.plan import Plan
 from services.runner.selectors import selection_methods
-from services.runner.setup import Prepared
 from shared import events as ev
 from shared import subjects
 

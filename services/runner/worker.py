@@ -16,9 +16,9 @@ import msgspec
 
 from services.runner.build import build
 from services.runner.context import RunnerContext
+from services.runner.dbt_retry import retry
 from services.runner.deploy import deploy
 from services.runner.parse import parse
-from services.runner.retry import retry
 from shared import commands, subjects
 from shared import events as ev
 from shared import logging as jlog
