@@ -28,7 +28,7 @@ from shared.bus import EVENTS, Bus
 from shared.reader import stream_seq
 from shared.subjects import SubjectFilter, covering
 
-__all__ = ["Fold", "Projector", "POISON", "checkpoint", "dead_letter"]
+__all__ = ["Fold", "Projector", "POISON", "apply_many", "checkpoint", "dead_letter"]
 
 # Errors that say "this event cannot be applied", as opposed to "Postgres is away".
 POISON = (
@@ -43,9 +43,33 @@ POISON = (
 
 
 class Fold(Protocol):
+    """A projection: folds decoded events, each with its stream sequence, into its tables.
+
+    The loop hands each batch to `apply_many`, in stream order, inside the transaction
+    that then writes the checkpoint; a batch that fails on a poison event is applied
+    again through `apply`, one event under a savepoint at a time, and dead-letter
+    retries use `apply` too. A fold with a batch path of its own (fewer round trips:
+    progress) defines `apply_many`; one that folds event by event defines only `apply`
+    and gets the default below, by subclassing Fold or through `apply_many(fold, ...)`.
+    Either way, applying the same events again must leave the same rows.
+    """
+
     name: str
 
     async def apply(self, conn: asyncpg.Connection, event: events.Event, seq: int) -> None: ...
+
+    async def apply_many(
+        self, conn: asyncpg.Connection, items: list[tuple[events.Event, int]]
+    ) -> None:
+        """Fold (event, stream sequence) pairs in order; by default one at a time."""
+        for event, seq in items:
+            await self.apply(conn, event, seq)
+
+
+async def apply_many(fold: Fold, conn, items: list[tuple[events.Event, int]]) -> None:
+    """Fold a batch with the fold's own `apply_many`, or with Fold's default when the fold
+    has only `apply` (the folds do not subclass Fold: a Protocol is matched by shape)."""
+    await getattr(type(fold), "apply_many", Fold.apply_many)(fold, conn, items)
 
 
 async def checkpoint(conn, projector: str) -> int:
@@ -75,16 +99,6 @@ async def _save_checkpoint(conn, projector: str, seq: int) -> None:
         projector,
         seq,
     )
-
-
-async def _apply_all(fold: Fold, conn, items: list[tuple[events.Event, int]]) -> None:
-    """A fold that can take a batch at once (fewer round trips) does; others go event by event."""
-    apply_many = getattr(fold, "apply_many", None)
-    if apply_many is not None:
-        await apply_many(conn, items)
-        return
-    for event, seq in items:
-        await fold.apply(conn, event, seq)
 
 
 class Projector:
@@ -144,7 +158,7 @@ class Projector:
                 except msgspec.DecodeError as exc:  # ValidationError too: a subclass
                     await self._dead_letter(conn, msg, seq, exc)
             if not guarded:
-                await _apply_all(self.fold, conn, [(event, seq) for _, event, seq in decoded])
+                await apply_many(self.fold, conn, [(event, seq) for _, event, seq in decoded])
             for msg, event, seq in decoded if guarded else ():
                 try:
                     async with conn.transaction():

@@ -1,17 +1,22 @@
 """Every fold by projection name, built from the bus (a fold may read blobs);
-streams.yaml says which subjects each one reads."""
+streams.yaml says which subjects each one reads. tests/test_fold_contract.py runs
+one behaviour suite over every fold listed here."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from projections.deploys import DeploysFold
 from projections.environments import EnvironmentsFold
 from projections.graph import GraphFold
+from projections.loop import Fold
 from projections.progress import ProgressFold
 from projections.retry_state import RetryFold
+from shared.bus import Bus
 
 __all__ = ["FOLDS", "TABLES"]
 
-FOLDS = {
+FOLDS: dict[str, Callable[[Bus], Fold]] = {
     "progress": lambda bus: ProgressFold(),
     "deploys": lambda bus: DeploysFold(),
     "graph": GraphFold,
