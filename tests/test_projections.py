@@ -28,14 +28,23 @@ async def bus(nats_url):
     await b.close()
 
 
-@pytest.fixture
-async def pool(pg_url):
+@contextlib.asynccontextmanager
+async def scratch_pool(pg_url):
+    """A pool on a schema of its own, dropped afterwards."""
     schema = f"t_{uuid.uuid4().hex[:12]}"
     p = await connect_pool(pg_url, schema)
-    yield p
-    async with p.acquire() as conn:
-        await conn.execute(f"DROP SCHEMA {quote_ident(schema)} CASCADE")
-    await p.close()
+    try:
+        yield p
+    finally:
+        async with p.acquire() as conn:
+            await conn.execute(f"DROP SCHEMA {quote_ident(schema)} CASCADE")
+        await p.close()
+
+
+@pytest.fixture
+async def pool(pg_url):
+    async with scratch_pool(pg_url) as p:
+        yield p
 
 
 class Recording:

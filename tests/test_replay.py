@@ -6,30 +6,17 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-from projections import lag
 from projections.dead_letters import retry
 from projections.migrate import connect_pool, quote_ident
 from projections.registry import FOLDS, TABLES
 from projections.replay import BOOKKEEPING, replay
 from services import client
-from shared import contract
 from shared import events as ev
 from shared.commands import BuildCommand, RunCommand
 from tests import synthetic
 from tests.conftest import EXAMPLE
-from tests.helpers import get_json, wait_for
-
-
-async def settled(stack, timeout: float = 30) -> lag.Lags:
-    """Every live projection has applied everything on its subjects."""
-    projections = contract.load().projections
-
-    async def done():
-        async with stack.pool.acquire() as conn:
-            lags = await lag.lags(conn, stack.bus.js, projections)
-        return lags if all(p.lag == 0 for p in lags.projections) else None
-
-    return await wait_for(done, timeout=timeout, interval=0.2)
+from tests.helpers import get_json
+from tests.recorded_log import settled
 
 
 async def test_every_projection_table_has_one_owner(pg_url):

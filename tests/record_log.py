@@ -1,0 +1,218 @@
+"""Record a real event log, so tests of projections, replay, audit and the API need not run dbt.
+
+Runs the real stack (an embedded nats-server and a runner with real dbt on
+DuckDB; no Postgres, nothing here reads a projection) on examples/jaffle_shop:
+
+1. deploy jaffle_shop;
+2. a passing build (it publishes state for its environment);
+3. a failing build, `--vars '{fail_error_test: true}'`: an error-severity test fails;
+4. `dbt retry` of the failing run (it fails again: a retry restores the run's vars);
+5. a build of a project never deployed (refused);
+6. a malformed run command (refused as `c<command sequence>`);
+7. two declared writes: one on jaffle_shop's `orders`, one naming a warehouse that is
+   not configured (refused by the runner's relation watch).
+
+It writes every message of DBT_COMMANDS and DBT_EVENTS in stream order (subject,
+headers including Nats-Msg-Id, data) and every object-store blob a message names
+by a `*_digest` field to `tests/recorded/jaffle_shop.jsonl.gz`, one JSON document
+a line: first a `meta` line naming the runs, then the blobs, then the messages.
+tests/recorded_log.py republishes it into a test's stack.
+
+Re-record when event shapes change (a new event, a new field a fold or the audit
+reads), from the repository root:
+
+    .venv/bin/python -m tests.record_log
+
+then run the tests that read it (`grep -l recorded_log tests/*.py`) and commit
+the new file with the change. Until then the old recording keeps working: the
+golden fixtures in tests/golden hold every event version and prove that old
+events stay decodable, so a recording only grows stale, never unreadable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import gzip
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import msgspec
+from nats.js.errors import ObjectNotFoundError
+
+from services import client
+from services.stack import Stack
+from shared import events as ev
+from shared import subjects
+from shared.bus import BLOBS, COMMANDS, EVENTS
+from shared.commands import BuildCommand, RetryCommand, RunCommand
+from shared.config import load
+from shared.reader import last_matching, last_seq
+
+__all__ = ["PATH", "PROJECT", "record"]
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "jaffle_shop"
+PATH = Path(__file__).resolve().parent / "recorded" / "jaffle_shop.jsonl.gz"
+PROJECT = "jaffle_shop"
+PRINCIPAL = "ann"
+MAX_BYTES = 2 * 1024 * 1024
+
+
+def _declared_write(relation: str, rows: int) -> tuple[str, bytes]:
+    """A write declared the way another system does it: a plain NATS publish."""
+    body = {
+        "type": "relation.materialized.v1",
+        "relation": relation,
+        "producer": "ingest",
+        "row_count": rows,
+        "at": "2025-06-02T09:12:00+00:00",
+    }
+    return subjects.relation_event(relation, "materialized"), msgspec.json.encode(body)
+
+
+async def _until(probe, timeout: float = 60):
+    async with asyncio.timeout(timeout):
+        while not (found := await probe()):
+            await asyncio.sleep(0.1)
+    return found
+
+
+async def _quiet(js, still: float = 1.0) -> None:
+    """Wait until nothing more lands on the event stream for `still` seconds."""
+    seen = -1
+    while (now := await last_seq(js, EVENTS)) != seen:
+        seen = now
+        await asyncio.sleep(still)
+
+
+def _digests(doc) -> set[str]:
+    """Every string under a key ending in `_digest`, at any depth."""
+    if isinstance(doc, dict):
+        found = {v for k, v in doc.items() if k.endswith("_digest") and isinstance(v, str)}
+        return found.union(*(_digests(v) for v in doc.values()))
+    if isinstance(doc, list):
+        return set().union(*(_digests(v) for v in doc))
+    return set()
+
+
+async def _messages(js, stream: str) -> list[dict]:
+    out = []
+    for seq in range(1, await last_seq(js, stream) + 1):
+        msg = await js.get_msg(stream, seq)
+        out.append(
+            {
+                "kind": "message",
+                "stream": stream,
+                "seq": msg.seq,
+                "subject": msg.subject,
+                "headers": dict(msg.headers or {}),
+                "data": msg.data.decode(),
+            }
+        )
+    return out
+
+
+async def _blobs(js, messages: list[dict]) -> list[dict]:
+    store = await js.object_store(BLOBS)
+    named = set()
+    for m in messages:
+        try:
+            named |= _digests(msgspec.json.decode(m["data"]))
+        except msgspec.DecodeError:
+            continue  # the malformed command, kept as sent
+    out = []
+    for digest in sorted(named):
+        try:
+            data = (await store.get(digest)).data
+        except ObjectNotFoundError:
+            continue  # a digest of something never stored (a profile, a graph's content)
+        out.append({"kind": "blob", "digest": digest, "data": base64.b64encode(data).decode()})
+    return out
+
+
+async def _scenario(stack: Stack) -> dict:
+    bus, js = stack.bus, stack.bus.js
+    step = time.perf_counter()
+
+    def timed(what: str) -> None:
+        nonlocal step
+        print(f"{what}: {time.perf_counter() - step:.1f}s", file=sys.stderr)
+        step = time.perf_counter()
+
+    _, deployed = await client.deploy(bus, EXAMPLE, PROJECT, requested_by=PRINCIPAL)
+    assert isinstance(deployed, ev.Deployed), deployed
+    timed("deploy")
+    build = RunCommand(command=BuildCommand(), requested_by=PRINCIPAL)
+    passed = await client.run(bus, PROJECT, build)
+    assert passed.result.status == "passed", passed.result.error
+    timed("passing build")
+    failing = RunCommand(
+        command=BuildCommand(vars={"fail_error_test": True}), requested_by=PRINCIPAL
+    )
+    failed = await client.run(bus, PROJECT, failing)
+    assert failed.result.status == "failed", failed
+    timed("failing build")
+    again = RunCommand(command=RetryCommand(dbt_retry_job=failed.run_id), requested_by=PRINCIPAL)
+    retried = await client.run(bus, PROJECT, again)
+    assert retried.result.status == "failed", retried
+    timed("retry")
+    refused = await client.run(bus, "never_deployed", build)
+    assert isinstance(refused, ev.RunRefused), refused
+    bad = await js.publish(
+        subjects.command("run", PROJECT), b'{"command": {"label": "build", "selct": []}}'
+    )
+    malformed = f"c{bad.seq}"
+    await _until(lambda: last_matching(js, EVENTS, subjects.run_pattern(PROJECT, malformed)))
+    for relation, rows in (("dbt://main/main/orders", 99), ("dbt://lake/raw/events", 7)):
+        await bus.nc.publish(*_declared_write(relation, rows))
+    await _until(lambda: last_matching(js, EVENTS, "dbt.evt.relation.*.refused"))
+    await _quiet(js)
+    timed("refusals and declared writes")
+    return {
+        "kind": "meta",
+        "project": PROJECT,
+        "principal": PRINCIPAL,
+        "deploy_id": deployed.deploy_id,
+        "version": deployed.version,
+        "runs": {
+            "passed": passed.run_id,
+            "failed": failed.run_id,
+            "retried": retried.run_id,
+            "refused": refused.run_id,
+            "malformed": malformed,
+        },
+        "refused_project": "never_deployed",
+    }
+
+
+async def record(path: Path = PATH) -> dict:
+    """Run the scenario on a fresh stack and write its log to `path`; returns the meta line."""
+    with tempfile.TemporaryDirectory(prefix="jetdbt-record-") as home:
+        settings = load({"JETDBT_HOME": home})
+        stack = await Stack(settings, projectors=False, api=False).start()
+        try:
+            meta = await _scenario(stack)
+            messages = await _messages(stack.bus.js, COMMANDS)
+            messages += await _messages(stack.bus.js, EVENTS)
+            blobs = await _blobs(stack.bus.js, messages)
+        finally:
+            await stack.stop()
+    lines = [msgspec.json.encode(doc) for doc in (meta, *blobs, *messages)]
+    data = gzip.compress(b"\n".join(lines) + b"\n", mtime=0)
+    if len(data) > MAX_BYTES:
+        raise RuntimeError(f"the recording is {len(data)} bytes; keep it under {MAX_BYTES}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    print(
+        f"wrote {path.relative_to(ROOT)}: {len(messages)} messages, {len(blobs)} blobs,"
+        f" {len(data)} bytes",
+        file=sys.stderr,
+    )
+    return meta
+
+
+if __name__ == "__main__":
+    asyncio.run(record())
