@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 
 import msgspec
 import nats
-from nats.js.errors import NotFoundError, ObjectNotFoundError
+from nats import errors as nats_errors
+from nats.js.errors import (
+    NoStreamResponseError,
+    NotFoundError,
+    ObjectNotFoundError,
+    ServiceUnavailableError,
+)
 
 from shared import contract as contract_mod
 from shared import events, subjects
@@ -16,6 +23,7 @@ from shared.digests import digest_of
 __all__ = [
     "Bus",
     "ServerRefused",
+    "PublishFailed",
     "check_server",
     "connect",
     "REQUIRED",
@@ -28,6 +36,23 @@ REQUIRED = (2, 10)
 EVENTS = "DBT_EVENTS"
 COMMANDS = "DBT_COMMANDS"
 BLOBS = "DBT_BLOBS"
+# How long an event publish is retried: the stream's duplicate window, so a retry
+# of a publish that did land is still dropped as the duplicate it is.
+PUBLISH_RETRY_SECONDS = 120.0
+# Errors that mean "the server is away or busy for now", not "this publish is wrong".
+_TRANSIENT = (
+    nats_errors.TimeoutError,
+    nats_errors.NoRespondersError,
+    nats_errors.ConnectionReconnectingError,
+    nats_errors.OutboundBufferLimitError,
+    nats_errors.StaleConnectionError,
+    NoStreamResponseError,
+    ServiceUnavailableError,
+)
+
+
+class PublishFailed(RuntimeError):
+    """An event could not be stored within the duplicate window (never a run timeout)."""
 
 
 class ServerRefused(RuntimeError):
@@ -59,14 +84,28 @@ class Bus:
         self.url = url
         self._blobs = None
 
-    async def publish(self, event: events.Event):
-        """Publish an event with its deterministic id; the stream drops a duplicate."""
-        return await self.js.publish(
-            event.subject(),
-            events.encode(event),
-            stream=EVENTS,
-            headers={"Nats-Msg-Id": event.event_id()},
-        )
+    async def publish(self, event: events.Event, *, retry_for: float = PUBLISH_RETRY_SECONDS):
+        """Publish an event with its deterministic id until the stream acknowledges it.
+
+        A NATS outage holds the caller (so events stay in order) instead of losing the
+        event; retries carry the same id, so one that did land is dropped as a duplicate.
+        """
+        subject, data = event.subject(), events.encode(event)
+        headers = {"Nats-Msg-Id": event.event_id()}
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + retry_for
+        delay = 0.1
+        while True:
+            try:
+                return await self.js.publish(subject, data, stream=EVENTS, headers=headers)
+            except _TRANSIENT as exc:
+                if loop.time() + delay > deadline:
+                    raise PublishFailed(
+                        f"event {event.event_id()} on {subject} was not stored within"
+                        f" {retry_for:.0f}s: {exc.__class__.__name__}"
+                    ) from None
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
 
     async def publish_command(self, verb: str, project: str, command, key: str):
         """Publish a command (a msgspec Struct) on its subject. Its message id,

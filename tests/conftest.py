@@ -36,10 +36,15 @@ def pg_url(tmp_path_factory):
 
 
 @pytest.fixture
-def nats_url(tmp_path):
+def nats_server(tmp_path):
     server = NatsServer(tmp_path / "nats").start()
-    yield server.url
+    yield server
     server.stop()
+
+
+@pytest.fixture
+def nats_url(nats_server):
+    return nats_server.url
 
 
 @pytest.fixture

@@ -19,10 +19,12 @@ from pathlib import Path
 import msgspec
 
 from services.runner import spawn
+from shared import logging as jlog
 
-__all__ = ["DbtInvocation", "dbt_env", "ERROR_TAIL"]
+__all__ = ["DbtInvocation", "RunTimedOut", "dbt_env", "ERROR_TAIL"]
 
 ERROR_TAIL = 20
+_log = jlog.get("dbt")
 # What dbt may see of the runner's own environment: locale, time zone, the search
 # path and TLS/proxy settings a warehouse connection may need. Never the runner's
 # credentials (NATS, Postgres, tokens): those are simply not on this list.
@@ -43,6 +45,14 @@ _INHERITED = (
     "https_proxy",
     "no_proxy",
 )
+
+
+class RunTimedOut(Exception):
+    """dbt outlived the time it was given: the only error reported as a timeout."""
+
+    def __init__(self, seconds: float):
+        super().__init__(f"timed out after {seconds:g}s")
+        self.seconds = seconds
 
 
 def dbt_env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -153,18 +163,21 @@ class DbtInvocation:
         # dbt appends to the log of earlier invocations in this job: follow only what is new.
         offset = self.log_file.stat().st_size if self.log_file.exists() else 0
         tail = asyncio.create_task(self._tail(on_event, done, offset)) if on_event else None
+        deadline = asyncio.timeout(timeout)
         try:
-            async with asyncio.timeout(timeout):
+            async with deadline:
                 async for raw in reader:
                     line = raw.decode(errors="replace").rstrip("\n")
                     self.lines.append(line)
                     if on_line:
-                        await on_line(line)
+                        await _guarded(on_line, line)
                 self.returncode = await child.wait()
-        except BaseException:
+        except BaseException as exc:
             child.kill()
             with contextlib.suppress(Exception):
                 await child.wait()
+            if isinstance(exc, TimeoutError) and deadline.expired():
+                raise RunTimedOut(timeout) from None
             raise
         finally:
             transport.close()
@@ -172,6 +185,15 @@ class DbtInvocation:
             if tail:
                 await tail
         return self.returncode
+
+    async def _deliver(self, on_event, raw: bytes) -> None:
+        """One log record to `on_event`. The follower outlives a failed publish: the
+        result is rebuilt from run_results.json, so a missed live event loses nothing."""
+        try:
+            record = msgspec.json.decode(raw)
+        except msgspec.DecodeError:
+            return
+        await _guarded(on_event, record)
 
     async def _tail(self, on_event, done: asyncio.Event, offset: int) -> None:
         """Follow the JSON file log until dbt exits, then read what is left."""
@@ -187,8 +209,7 @@ class DbtInvocation:
                     buffer += handle.read()
                     *complete, buffer = buffer.split(b"\n")
                     for raw in complete:
-                        with contextlib.suppress(msgspec.DecodeError):
-                            await on_event(msgspec.json.decode(raw))
+                        await self._deliver(on_event, raw)
                 if finished:
                     return
                 with contextlib.suppress(TimeoutError):
@@ -196,3 +217,11 @@ class DbtInvocation:
         finally:
             if handle is not None:
                 handle.close()
+
+
+async def _guarded(callback, value) -> None:
+    """A line or event handed on; a failure to publish it is logged, and dbt goes on."""
+    try:
+        await callback(value)
+    except Exception as exc:  # noqa: BLE001 - logged; the build is not cut short
+        _log.warning("dbt_output_not_published", error=f"{exc.__class__.__name__}: {exc}")

@@ -1,0 +1,52 @@
+"""Faults tell the truth: a NATS outage in the middle of a good build does not turn it
+into a failure, a timeout, or nodes left running."""
+
+from __future__ import annotations
+
+import asyncio
+
+from services import client
+from shared import events as ev
+from shared.commands import BuildCommand, RunCommand
+from tests.helpers import get_json, wait_for
+from tests.test_live_progress import GATE_MODEL
+
+
+async def test_a_nats_restart_mid_run_loses_nothing(stack, nats_server, project_copy, tmp_path):
+    release = tmp_path / "release"
+    (project_copy / "models" / "marts" / "gate.py").write_text(GATE_MODEL)
+    (project_copy / "models" / "marts" / "gate.yml").write_text(
+        f"models:\n  - name: gate\n    config:\n      release_file: '{release}'\n"
+    )
+    _, deployed = await client.deploy(stack.bus, project_copy, "outage")
+    assert isinstance(deployed, ev.Deployed), deployed
+    run = asyncio.create_task(
+        client.run(stack.bus, "outage", RunCommand(command=BuildCommand(), run_id="o1"))
+    )
+    url = f"{stack.api_url}/v1/runs/o1"
+
+    async def gate_running():
+        status, body = await get_json(url)
+        nodes = {n["unique_id"]: n for n in body.get("nodes", [])} if status == 200 else {}
+        return nodes.get("model.jaffle_shop.gate", {}).get("status") == "running"
+
+    await wait_for(gate_running, timeout=90)
+    nats_server.stop()
+    release.touch()  # dbt finishes the build while NATS is away
+    await asyncio.sleep(8)  # longer than a publish's own timeout
+    nats_server.start()
+
+    final = await asyncio.wait_for(run, 180)
+    assert isinstance(final, ev.RunFinished), final
+    result = final.result
+    assert result.status == "passed", result.error
+    assert result.error is None
+    assert len(result.nodes) == 24 and all(n.outcome != "unknown" for n in result.nodes)
+
+    async def settled():
+        status, body = await get_json(url)
+        return body if status == 200 and body["status"] == "passed" else None
+
+    body = await wait_for(settled, timeout=60)
+    assert len(body["nodes"]) == 24
+    assert not [n["unique_id"] for n in body["nodes"] if n["status"] == "running"]
