@@ -47,7 +47,7 @@ _INHERITED = (
 )
 
 
-class RunTimedOut(Exception):
+class RunTimedOut(TimeoutError):
     """dbt outlived the time it was given: the only error reported as a timeout."""
 
     def __init__(self, seconds: float):
