@@ -3,9 +3,9 @@
 Tests of projections, replay, audit and the API that need real events but not dbt
 itself use it: the same subjects, headers and data, at the same stream sequences,
 and the blobs the events name in the object store, with no runner behind the stack
-(a command in the log is history, not work). Import the fixture into a test module:
+(a command in the log is history, not work). Bind the fixture in a test module:
 
-    from tests.recorded_log import recorded_stack  # noqa: F401 - a fixture
+    recorded_stack = recorded_log.recorded_stack  # a fixture
 """
 
 from __future__ import annotations

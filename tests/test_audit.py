@@ -1,4 +1,6 @@
-"""`jetdbt audit run` against real NATS and dbt: a run's whole history read from the log."""
+"""`jetdbt audit run` against real NATS: a run's whole history read from the log, recorded
+from real dbt runs (tests/recorded_log.py) or written by hand. tests/test_replay.py audits
+a run of real dbt too."""
 
 from __future__ import annotations
 
@@ -12,38 +14,26 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from services import audit, client
+from services import audit
 from shared import events as ev
 from shared import subjects
 from shared.bus import COMMANDS, connect
-from shared.commands import BuildCommand, RunCommand
 from shared.environments import Environment
-from tests.conftest import EXAMPLE
-from tests.helpers import wait_for
+from tests import recorded_log
+from tests.recorded_log import recording
 from tests.synthetic import T0
 
 BIN = Path(sys.executable).parent
+recorded_stack = recorded_log.recorded_stack  # a fixture
 
 
-async def _refusal_of(bus, run_id: str) -> audit.RunHistory | None:
-    try:
-        history = await audit.run_history(bus, run_id)
-    except ValueError:
-        return None
-    return history if history.status == "refused" else None
+async def test_audit_of_recorded_real_runs_reads_the_whole_history(recorded_stack):
+    """The recorded log (tests/recorded_log.py): ann's build failing an error-severity test,
+    its retry, a build of a project never deployed, a run command with a misspelt key."""
+    stack, log = recorded_stack, recording()
+    failed = log.runs["failed"]
 
-
-async def test_audit_of_real_runs_reads_the_whole_history(stack):
-    _, deployed = await client.deploy(stack.bus, EXAMPLE, "jaffle_shop")
-    assert isinstance(deployed, ev.Deployed), deployed
-    failing = RunCommand(command=BuildCommand(vars={"fail_error_test": True}), requested_by="ann")
-    failed = await client.run(stack.bus, "jaffle_shop", failing)
-    refused = await client.run(stack.bus, "never_deployed", RunCommand(command=BuildCommand()))
-    bad = await stack.bus.js.publish(
-        subjects.command("run", "jaffle_shop"), b'{"command": {"label": "build", "selct": []}}'
-    )
-
-    h = await audit.run_history(stack.bus, failed.run_id)
+    h = await audit.run_history(stack.bus, failed)
     assert (h.project, h.status, h.requested_by) == ("jaffle_shop", "failed", "ann")
     assert h.command.stream == COMMANDS and h.command.subject == "dbt.cmd.run.jaffle_shop"
     assert h.command.payload["command"] == {
@@ -54,11 +44,11 @@ async def test_audit_of_real_runs_reads_the_whole_history(stack):
         "full_refresh": False,
         "defer": None,
     }
-    assert h.command.payload["run_id"] == failed.run_id
+    assert h.command.payload["run_id"] == failed
     assert h.arguments["vars"] == {"fail_error_test": True}
     [attempt] = h.attempts
     assert (attempt.attempt, attempt.ended, attempt.status) == (1, "finished", "failed")
-    assert attempt.version == deployed.version and attempt.exit_code == 1
+    assert attempt.version == log.meta["version"] and attempt.exit_code == 1
     outcomes = {n.unique_id: n.outcome for n in h.nodes}
     assert len(outcomes) == 23 and h.retries == []
     assert outcomes["test.jaffle_shop.assert_positive_order_total"] == "failed"
@@ -73,18 +63,27 @@ async def test_audit_of_real_runs_reads_the_whole_history(stack):
     assert types[-1] == "run.finished.v1"
     assert {"node.started.v1", "node.finished.v1"} <= set(types)
 
-    r = await audit.run_history(stack.bus, refused.run_id)
+    r = await audit.run_history(stack.bus, log.runs["refused"])
     assert (r.status, r.project, r.attempts, r.nodes) == ("refused", "never_deployed", [], [])
     assert "has no deployed version" in r.refused_reason and r.command is not None
 
-    m = await wait_for(lambda: _refusal_of(stack.bus, f"c{bad.seq}"))
-    assert m.command.seq == bad.seq and m.arguments is None
+    m = await audit.run_history(stack.bus, log.runs["malformed"])  # c<command sequence>
+    assert m.status == "refused" and m.project == "jaffle_shop"
+    assert f"c{m.command.seq}" == log.runs["malformed"] and m.arguments is None
     assert "selct" in m.refused_reason and m.command.payload["command"]["selct"] == []
+
+    # The passing build published its state; the retry names the run it resumed.
+    passed = await audit.run_history(stack.bus, log.runs["passed"])
+    [state] = passed.published_state
+    assert passed.status == "passed" and state.type == "state.published.v1"
+    again = await audit.run_history(stack.bus, log.runs["retried"])
+    assert again.arguments == {"label": "retry", "dbt_retry_job": failed}
+    assert again.status == "failed" and len(again.nodes) == 5
 
     env = {**os.environ, "NATS_URL": stack.nats_url}
     cli = await asyncio.to_thread(
         subprocess.run,
-        [str(BIN / "jetdbt"), "audit", "run", failed.run_id, "--json"],
+        [str(BIN / "jetdbt"), "audit", "run", failed, "--json"],
         env=env,
         capture_output=True,
         text=True,
@@ -94,13 +93,13 @@ async def test_audit_of_real_runs_reads_the_whole_history(stack):
     assert json.loads(cli.stdout) == json.loads(msgspec.json.encode(h))
     text = await asyncio.to_thread(
         subprocess.run,
-        [str(BIN / "jetdbt"), "audit", "run", failed.run_id],
+        [str(BIN / "jetdbt"), "audit", "run", failed],
         env=env,
         capture_output=True,
         text=True,
         timeout=60,
     )
-    assert f"run {failed.run_id} of jaffle_shop: failed" in text.stdout
+    assert f"run {failed} of jaffle_shop: failed" in text.stdout
     assert "requested by ann" in text.stdout and "fail_error_test" in text.stdout
 
 

@@ -1,9 +1,13 @@
-"""Replay against real NATS, Postgres and dbt: a shadow rebuilt from the log equals the live
-tables, a difference is found and shown, and a swap replaces the live schema under load."""
+"""Replay against real NATS and Postgres: a shadow rebuilt from the log equals the live
+tables, a difference is found and shown, and a swap replaces the live schema under load.
+
+The logs are recorded real runs (tests/recorded_log.py) and synthetic ones; one test runs
+dbt itself, and audits its run too, so a real run's log is proven to replay today."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 
 from projections.dead_letters import retry
@@ -11,12 +15,16 @@ from projections.migrate import connect_pool, quote_ident
 from projections.registry import FOLDS, TABLES
 from projections.replay import BOOKKEEPING, replay
 from services import client
+from shared import contract
 from shared import events as ev
 from shared.commands import BuildCommand, RunCommand
-from tests import synthetic
+from tests import recorded_log, synthetic
 from tests.conftest import EXAMPLE
-from tests.helpers import get_json
-from tests.recorded_log import settled
+from tests.helpers import get_json, jetdbt
+from tests.recorded_log import recording, settled
+
+recorded_stack = recorded_log.recorded_stack  # a fixture
+SUBJECTS = contract.load().projections
 
 
 async def test_every_projection_table_has_one_owner(pg_url):
@@ -35,24 +43,20 @@ async def test_every_projection_table_has_one_owner(pg_url):
     assert {r["tablename"] for r in rows} - set(BOOKKEEPING) == set(owned)
 
 
-async def test_replay_of_real_runs_finds_no_differences(stack):
-    _, deployed = await client.deploy(stack.bus, EXAMPLE, "jaffle_shop")
-    assert isinstance(deployed, ev.Deployed), deployed
-    passed = await client.run(stack.bus, "jaffle_shop", RunCommand(command=BuildCommand()))
-    assert passed.result.status == "passed", passed.result.error
-    failing = RunCommand(command=BuildCommand(vars={"fail_error_test": True}))
-    failed = await client.run(stack.bus, "jaffle_shop", failing)
-    assert failed.result.status == "failed"
-    refused = await client.run(stack.bus, "never_deployed", RunCommand(command=BuildCommand()))
-    assert isinstance(refused, ev.RunRefused)
-    await settled(stack)
-
+async def test_replay_of_recorded_real_runs_finds_no_differences(recorded_stack):
+    """The recorded log: a deploy, a passing and a failing build, a retry of the failing
+    one, a refused and a malformed run, two declared writes (one refused)."""
+    stack, log = recorded_stack, recording()
     report = await replay(stack.bus, stack.database_url, stack.settings.schema, show=100)
 
     rows = {t.table: t.live_rows for t in report.tables}
-    assert rows["runs"] == 3 and rows["run_nodes"] == 2 * 23 and rows["deploys"] == 1
+    # Two builds of 23 nodes; the retry reran the failed test and the 4 nodes it skipped.
+    assert rows["runs"] == len(log.runs) == 5 and rows["run_nodes"] == 2 * 23 + 5
+    assert rows["deploys"] == 1 and rows["retry_state"] == rows["environments"] == 1
+    assert rows["relation_writes"] == 2
     assert {t.table for t in report.tables} == {t for ts in TABLES.values() for t in ts}
     by_name = {p.projection: p for p in report.projections}
+    assert all(p.events == len(log.on(SUBJECTS[n])) for n, p in by_name.items())
     assert by_name["progress"].events >= 2 * (2 * 23 + 3) + 2 and by_name["deploys"].events >= 2
     assert all(p.checkpoint == p.live_checkpoint for p in report.projections)
     async with stack.pool.acquire() as conn:
@@ -65,6 +69,34 @@ async def test_replay_of_real_runs_finds_no_differences(stack):
     assert len(shown) == report.differences
     assert [(d.table, d.key, d.columns) for d in shown] == []
     assert report.differences == 0
+
+
+async def test_a_real_run_replays_without_differences_and_audits_from_its_log(stack):
+    """The one test of replay and audit that runs dbt: elsewhere the recorded log stands in
+    for it, and this proves that what a real run publishes today replays and audits too."""
+    _, deployed = await client.deploy(stack.bus, EXAMPLE, "jaffle_shop")
+    assert isinstance(deployed, ev.Deployed), deployed
+    failing = RunCommand(command=BuildCommand(vars={"fail_error_test": True}), requested_by="ann")
+    failed = await client.run(stack.bus, "jaffle_shop", failing)
+    assert failed.result.status == "failed"
+    await settled(stack)
+
+    report = await replay(stack.bus, stack.database_url, stack.settings.schema)
+    rows = {t.table: t.live_rows for t in report.tables}
+    assert rows["runs"] == 1 and rows["run_nodes"] == 23 and rows["deploys"] == 1
+    assert rows["graph_nodes"] > 0 and rows["retry_state"] == 1
+    assert report.differences == 0, [d for t in report.tables for d in t.shown]
+
+    done = await jetdbt(stack, "audit", "run", failed.run_id, "--json")
+    assert done.returncode == 0, done.stderr
+    h = json.loads(done.stdout)
+    assert (h["project"], h["status"], h["requested_by"]) == ("jaffle_shop", "failed", "ann")
+    assert h["arguments"]["vars"] == {"fail_error_test": True}
+    [attempt] = h["attempts"]
+    assert (attempt["version"], attempt["exit_code"]) == (deployed.version, 1)
+    outcomes = {n["unique_id"]: n["outcome"] for n in h["nodes"]}
+    assert len(outcomes) == 23
+    assert outcomes["test.jaffle_shop.assert_positive_order_total"] == "failed"
 
 
 async def test_a_dead_letter_shows_as_a_difference_until_retried(stack):
