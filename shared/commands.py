@@ -7,11 +7,14 @@ in an override must not silently build the whole project.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 
+from shared import subjects
 from shared.bundle import Skipped
+from shared.digests import check_digest
+from shared.quote import quote
 
 __all__ = [
     "BuildCommand",
@@ -22,7 +25,27 @@ __all__ = [
     "CommandRejected",
     "decode_run",
     "decode_deploy",
+    "check_selection",
+    "MAX_COMMAND_BYTES",
 ]
+
+# A command is a request, not a payload: anything larger is refused unread.
+MAX_COMMAND_BYTES = 64 * 1024
+# A principal travels in subjects (retry state is per project and principal).
+Principal = Annotated[str, msgspec.Meta(max_length=128)]
+
+
+def check_selection(field: str, items: list[str]) -> None:
+    """A selection item is a dbt selector, never a flag: dbt would read `--empty` or
+    `--target-path /elsewhere` among the values as an option of its own."""
+    for i, item in enumerate(items):
+        if not item.strip():
+            raise ValueError(f"{field}[{i}] is empty")
+        if item.lstrip().startswith("-"):
+            raise ValueError(
+                f"{field}[{i}] is {quote(item)}: a selection item cannot start with '-'"
+                " (it would reach dbt as a flag)"
+            )
 
 
 class BuildCommand(
@@ -34,6 +57,10 @@ class BuildCommand(
     full_refresh: bool = False
     defer: bool | None = None  # None: the descriptor's `defer`
 
+    def __post_init__(self):
+        check_selection("select", self.select)
+        check_selection("exclude", self.exclude)
+
 
 class RetryCommand(
     msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag="retry", tag_field="label"
@@ -41,6 +68,9 @@ class RetryCommand(
     """Resume the named run with `dbt retry`; it must be the run the retry state holds."""
 
     dbt_retry_job: str
+
+    def __post_init__(self):
+        subjects.check_run_id(self.dbt_retry_job)
 
 
 class ParseCommand(
@@ -52,6 +82,10 @@ class ParseCommand(
     bundle_digest: str | None = None
     vars: dict[str, Any] = {}
 
+    def __post_init__(self):
+        if self.bundle_digest is not None:
+            check_digest(self.bundle_digest)
+
 
 class RunCommand(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     """The body of `dbt.cmd.run.<project>`."""
@@ -59,8 +93,12 @@ class RunCommand(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
     command: BuildCommand | RetryCommand | ParseCommand
     args: dict[str, Any] = {}
     run_id: str | None = None
-    requested_by: str = ""
+    requested_by: Principal = ""
     hidden: bool = False
+
+    def __post_init__(self):
+        if self.run_id is not None:
+            subjects.check_run_id(self.run_id)
 
 
 class DeployCommand(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -70,7 +108,12 @@ class DeployCommand(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
     bundle_size: int
     skipped: list[Skipped] = []
     deploy_id: str | None = None
-    requested_by: str = ""
+    requested_by: Principal = ""
+
+    def __post_init__(self):
+        check_digest(self.bundle_digest)
+        if self.deploy_id is not None:
+            subjects.check_run_id(self.deploy_id)
 
 
 class CommandRejected(ValueError):
@@ -78,6 +121,10 @@ class CommandRejected(ValueError):
 
 
 def _decode(data: bytes, kind: type, what: str):
+    if len(data) > MAX_COMMAND_BYTES:
+        raise CommandRejected(
+            f"malformed {what} command: {len(data)} bytes; at most {MAX_COMMAND_BYTES}"
+        )
     try:
         return msgspec.json.decode(data, type=kind)
     except msgspec.ValidationError as exc:

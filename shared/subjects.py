@@ -10,8 +10,11 @@ from __future__ import annotations
 import base64
 import re
 
+from shared.quote import quote
+
 __all__ = [
     "InvalidName",
+    "MAX_TOKEN_CHARS",
     "check_project",
     "check_run_id",
     "token",
@@ -19,6 +22,7 @@ __all__ = [
     "command",
     "deploy_event",
     "run_event",
+    "run_event_of_any_project",
     "node_event",
     "graph_event",
     "relation_event",
@@ -36,6 +40,9 @@ __all__ = [
 ]
 
 _SAFE = re.compile(r"[a-z0-9][a-z0-9_-]{0,127}\Z")
+# A user string in a subject (a principal, a relation key) is at most this long, so
+# a subject stays far below the server's limit: one over 4 KB closes the connection.
+MAX_TOKEN_CHARS = 256
 COMMAND_VERBS = ("deploy", "run", "cancel")
 
 
@@ -47,7 +54,7 @@ def check_project(name: str) -> str:
     """Return `name` if it is a valid project name, else raise naming the rule."""
     if not isinstance(name, str) or not _SAFE.match(name):
         raise InvalidName(
-            f"project name {name!r} is invalid: use lowercase letters, digits, '_' and '-',"
+            f"project name {quote(name)} is invalid: use lowercase letters, digits, '_' and '-',"
             " starting with a letter or digit (at most 128 characters)"
         )
     return name
@@ -57,7 +64,8 @@ def check_run_id(run_id: str) -> str:
     """Run ids travel in subjects, so they follow the project-name rule."""
     if not isinstance(run_id, str) or not _SAFE.match(run_id):
         raise InvalidName(
-            f"run id {run_id!r} is invalid: use lowercase letters, digits, '_' and '-'"
+            f"run id {quote(run_id)} is invalid: use lowercase letters, digits, '_' and '-'"
+            " (at most 128 characters)"
         )
     return run_id
 
@@ -71,6 +79,10 @@ def token(value: str) -> str:
     """
     if _SAFE.match(value):
         return value
+    if len(value) > MAX_TOKEN_CHARS:
+        raise InvalidName(
+            f"{quote(value)} is too long for a subject token: at most {MAX_TOKEN_CHARS} characters"
+        )
     raw = base64.b32encode(value.encode()).decode().rstrip("=").lower()
     return "_" + raw
 
@@ -93,6 +105,11 @@ def deploy_event(project: str, kind: str) -> str:
 
 def run_event(project: str, run_id: str, kind: str) -> str:
     return f"dbt.evt.run.{token(project)}.{token(run_id)}.{kind}"
+
+
+def run_event_of_any_project(run_id: str, kind: str) -> str:
+    """One kind of event of `run_id`, whichever project it belongs to."""
+    return f"dbt.evt.run.*.{token(run_id)}.{kind}"
 
 
 def node_event(project: str, run_id: str, kind: str) -> str:

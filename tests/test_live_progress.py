@@ -83,6 +83,10 @@ async def test_cancel_kills_the_running_build(stack, project_copy, tmp_path):
         return nodes.get("model.jaffle_shop.gate", {}).get("status") == "running"
 
     await wait_for(gate_running, timeout=90)
+    # A cancel is scoped to its project: another project's cancel of this run id is nothing.
+    await stack.bus.js.publish("dbt.cmd.cancel.other", msgspec.json.encode({"run_id": "cancel1"}))
+    await asyncio.sleep(1)
+    assert await gate_running() and not run_task.done()
     await stack.bus.js.publish("dbt.cmd.cancel.live", msgspec.json.encode({"run_id": "cancel1"}))
     final = await asyncio.wait_for(run_task, 60)
     assert final.result.status == "cancelled" and final.result.error == "cancelled"

@@ -23,6 +23,7 @@ from shared import commands, subjects
 from shared import events as ev
 from shared import logging as jlog
 from shared.bus import COMMANDS
+from shared.quote import quote
 
 __all__ = ["Runner", "CONSUMER"]
 
@@ -33,11 +34,18 @@ class _Cancel(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     run_id: str
 
 
+def _for_events(raw_project: str) -> str:
+    """The project a refusal is filed under: as written, or a marked prefix of a name too
+    long for a subject (the '…' keeps it from ever naming a real project)."""
+    limit = 128
+    return raw_project if len(raw_project) <= limit else raw_project[: limit // 2] + "…"
+
+
 class Runner:
     def __init__(self, ctx: RunnerContext):
         self.ctx = ctx
         self.log = jlog.get("runner", runner=ctx.name)
-        self.active: dict[str, asyncio.Event] = {}
+        self.active: dict[tuple[str, str], asyncio.Event] = {}
         self.ack_wait = float(ctx.settings.run_ack_wait_seconds)
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
@@ -69,8 +77,10 @@ class Runner:
                 await cancels.unsubscribe()
 
     async def _on_cancel(self, msg) -> None:
+        """A cancel reaches only the run of the project it names."""
         with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError):
-            event = self.active.get(msgspec.json.decode(msg.data, type=_Cancel).run_id)
+            run_id = msgspec.json.decode(msg.data, type=_Cancel).run_id
+            event = self.active.get((subjects.subject_key(msg.subject), run_id))
             if event is not None:
                 event.set()
 
@@ -100,41 +110,65 @@ class Runner:
         raw_project = parts[3] if len(parts) > 3 else ""
         with contextlib.suppress(ValueError):  # not our encoding: check_project refuses it
             raw_project = subjects.untoken(raw_project)
+        try:
+            subjects.check_project(raw_project)
+            problem = None
+        except subjects.InvalidName as exc:
+            problem = str(exc)
+        project = _for_events(raw_project)
         seq = msg.metadata.sequence.stream
         attempt = msg.metadata.num_delivered
         if verb == "run":
-            await self._run(msg, raw_project, seq, attempt)
+            await self._run(msg, project, problem, seq, attempt)
         elif verb == "deploy":
-            await self._deploy(msg, raw_project, seq)
+            await self._deploy(msg, project, problem, seq)
         elif verb == "cancel":
             return  # handled on the plain subscription; the stream keeps it for audits
         else:
             await self.ctx.bus.publish(
                 ev.RunRefused(
-                    project=raw_project or "unknown",
+                    project=project or "unknown",
                     run_id=f"c{seq}",
-                    reason=f"unknown command verb {verb!r} on {msg.subject};"
+                    reason=f"unknown command verb {quote(verb)} on {quote(msg.subject)};"
                     f" known: {', '.join(subjects.COMMAND_VERBS)}",
                 )
             )
 
-    async def _run(self, msg, raw_project: str, seq: int, attempt: int) -> None:
+    async def _owner(self, run_id: str) -> str | None:
+        """The project that first asked for `run_id`, from the log: run ids are unique
+        across projects, so a command never reaches another project's run."""
+        first = await self.ctx.bus.last_event(
+            subjects.run_event_of_any_project(run_id, "requested")
+        )
+        return first.project if first is not None else None
+
+    async def _run(self, msg, project: str, problem: str | None, seq: int, attempt: int) -> None:
         bus = self.ctx.bus
         try:
             body = commands.decode_run(msg.data)
-            run_id = subjects.check_run_id(body.run_id) if body.run_id else f"c{seq}"
-        except (commands.CommandRejected, subjects.InvalidName) as exc:
-            await bus.publish(ev.RunRefused(project=raw_project, run_id=f"c{seq}", reason=str(exc)))
+        except commands.CommandRejected as exc:
+            await bus.publish(ev.RunRefused(project=project, run_id=f"c{seq}", reason=str(exc)))
             return
-        log = self.log.bind(project=raw_project, run_id=run_id)
-        done = await bus.last_event(subjects.run_event(raw_project, run_id, "finished"))
-        refused = await bus.last_event(subjects.run_event(raw_project, run_id, "refused"))
+        run_id = body.run_id or f"c{seq}"
+        owner = await self._owner(run_id)
+        if owner is not None and owner != project:
+            await bus.publish(
+                ev.RunRefused(
+                    project=project,
+                    run_id=f"c{seq}",
+                    reason=f"run id {run_id!r} belongs to another project; choose another run id",
+                )
+            )
+            return
+        log = self.log.bind(project=project, run_id=run_id)
+        done = await bus.last_event(subjects.run_event(project, run_id, "finished"))
+        refused = await bus.last_event(subjects.run_event(project, run_id, "refused"))
         if done is not None or refused is not None:
             log.info("run_already_settled")
             return
         await bus.publish(
             ev.RunRequested(
-                project=raw_project,
+                project=project,
                 run_id=run_id,
                 command=msgspec.to_builtins(body.command),
                 requested_by=body.requested_by,
@@ -143,50 +177,48 @@ class Runner:
                 command_seq=seq,
             )
         )
-        reason = None
-        try:
-            subjects.check_project(raw_project)
-        except subjects.InvalidName as exc:
-            reason = str(exc)
+        reason = problem
         deployed = None
         command = body.command
         needs_version = isinstance(command, commands.BuildCommand) or (
             isinstance(command, commands.ParseCommand) and not command.bundle_digest
         )
         if reason is None and needs_version:
-            deployed = await bus.last_event(subjects.deploy_event(raw_project, "deployed"))
+            deployed = await bus.last_event(subjects.deploy_event(project, "deployed"))
             if deployed is None:
                 reason = (
-                    f"project {raw_project!r} has no deployed version;"
-                    f" deploy it first: jetdbt deploy PATH --project {raw_project}"
+                    f"project {project!r} has no deployed version;"
+                    f" deploy it first: jetdbt deploy PATH --project {project}"
                 )
         if reason is not None:
-            await bus.publish(ev.RunRefused(project=raw_project, run_id=run_id, reason=reason))
+            await bus.publish(ev.RunRefused(project=project, run_id=run_id, reason=reason))
             return
         if attempt > 1:
             await bus.publish(
-                ev.RunAttemptLost(project=raw_project, run_id=run_id, attempt=attempt - 1)
+                ev.RunAttemptLost(project=project, run_id=run_id, attempt=attempt - 1)
             )
-        cancelled = self.active.setdefault(run_id, asyncio.Event())
+        key = (project, run_id)
+        cancelled = self.active.setdefault(key, asyncio.Event())
         try:
             if isinstance(command, commands.RetryCommand):
-                await retry(self.ctx, raw_project, body, run_id, attempt, cancelled)
+                await retry(self.ctx, project, body, run_id, attempt, cancelled)
             elif isinstance(command, commands.ParseCommand):
-                await parse(self.ctx, raw_project, body, run_id, attempt, deployed, cancelled)
+                await parse(self.ctx, project, body, run_id, attempt, deployed, cancelled)
             else:
-                await build(self.ctx, raw_project, body, run_id, attempt, deployed, cancelled)
+                await build(self.ctx, project, body, run_id, attempt, deployed, cancelled)
         finally:
-            self.active.pop(run_id, None)
+            self.active.pop(key, None)
 
-    async def _deploy(self, msg, raw_project: str, seq: int) -> None:
+    async def _deploy(self, msg, project: str, problem: str | None, seq: int) -> None:
         bus = self.ctx.bus
         try:
             body = commands.decode_deploy(msg.data)
-            deploy_id = subjects.check_run_id(body.deploy_id) if body.deploy_id else f"c{seq}"
-            subjects.check_project(raw_project)
-        except (commands.CommandRejected, subjects.InvalidName) as exc:
+        except commands.CommandRejected as exc:
+            problem = str(exc)
+        if problem is not None:
             await bus.publish(
-                ev.DeployRefused(project=raw_project, deploy_id=f"c{seq}", reason=str(exc))
+                ev.DeployRefused(project=project, deploy_id=f"c{seq}", reason=problem)
             )
             return
-        await deploy(self.ctx, raw_project, body, deploy_id)
+        deploy_id = body.deploy_id or f"c{seq}"
+        await deploy(self.ctx, project, body, deploy_id)
