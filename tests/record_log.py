@@ -207,8 +207,7 @@ async def record(path: Path = PATH) -> dict:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(data)
     print(
-        f"wrote {path.relative_to(ROOT)}: {len(messages)} messages, {len(blobs)} blobs,"
-        f" {len(data)} bytes",
+        f"wrote {path}: {len(messages)} messages, {len(blobs)} blobs, {len(data)} bytes",
         file=sys.stderr,
     )
     return meta

@@ -33,6 +33,7 @@ __all__ = [
     "Recording",
     "recording",
     "publish",
+    "put_blobs",
     "republish",
     "settled",
     "recorded",
