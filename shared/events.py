@@ -72,6 +72,8 @@ class RunResult(msgspec.Struct, frozen=True, kw_only=True):
     status: str
     engine: str
     engine_version: str
+    # What ran, despite the name (a frozen field): a build's test behaviour (build,
+    # after_all, none), or parse, or retry. Runners call it the attempt's `mode`.
     command: str
     totals: dict[str, int]
     nodes: list[NodeResult]

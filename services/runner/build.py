@@ -15,12 +15,11 @@ import msgspec
 
 from services.runner import graph, selection
 from services.runner import state as state_mod
+from services.runner.attempt import Attempt, Failed, Source
 from services.runner.context import RunnerContext
-from services.runner.execution import Execution, finish, refuse
-from services.runner.job_setup import Prepared, Refused, prepare
+from services.runner.job_setup import Prepared
 from services.runner.node_retry_rounds import retry_rounds
 from shared import events as ev
-from shared import logging as jlog
 from shared.commands import RunCommand
 
 __all__ = ["build"]
@@ -43,77 +42,85 @@ async def build(
     cancelled: asyncio.Event,
 ) -> ev.Event:
     """Run to the end and publish RunFinished, or RunRefused when the run cannot start."""
-    log = jlog.get("runner", project=project, run_id=run_id, attempt=attempt)
-    try:
-        prepared = await prepare(
-            ctx,
-            deployed.version,
-            f"{run_id}.{attempt}",
-            packages_digest=deployed.packages_digest,
-            cmd=body.command,
-            args=body.args,
-        )
-    except Refused as exc:
-        return await refuse(ctx, project, run_id, str(exc))
-    try:
-        reason = await _check_selection(prepared, project)
-        if reason:
-            return await refuse(ctx, project, run_id, prepared.resolver.mask(reason))
-        state = None
-        if prepared.plan.defer:
-            try:
-                state = await state_mod.load(ctx, project, prepared)
-            except state_mod.DeferRefused as exc:
-                return await refuse(ctx, project, run_id, str(exc))
-        execution = await Execution.start(
-            ctx, prepared, project, run_id, attempt, cancelled, version=deployed.version
-        )
+    source = Source(deployed.version, deployed.packages_digest, body.command, body.args)
+    return await _Build(ctx, project, body, run_id, attempt, cancelled, source).run()
+
+
+class _Build(Attempt):
+    state: ev.StatePublished | None = None  # what a deferring build defers to
+
+    def mode(self) -> str:
+        return self.prepared.plan.test_behavior
+
+    def submitted(self) -> dict:
+        submitted = msgspec.to_builtins(self.body.command)
+        if self.body.args:
+            submitted["args"] = self.body.args
+        return submitted
+
+    def deferred_to(self) -> str | None:
+        return self.state.run_id if self.state else None
+
+    async def check(self) -> str | None:
+        reason = await _check_selection(self.prepared, self.project)
+        if reason or not self.prepared.plan.defer:
+            return reason
+        try:
+            self.state = await state_mod.load(self.ctx, self.project, self.prepared)
+        except state_mod.DeferRefused as exc:
+            return str(exc)
+        return None
+
+    async def steps(self) -> int:
+        """The run's own graph first, then the test_behavior sequence, then node retry
+        rounds when the descriptor asks for them."""
         try:
             await graph.refresh_run_graph(
-                ctx,
-                prepared,
-                project,
-                deployed.version,
-                run_id,
-                body.command,
-                principal=body.requested_by,
-                on_line=execution.log,
+                self.ctx,
+                self.prepared,
+                self.project,
+                self.source.version,
+                self.run_id,
+                self.body.command,
+                principal=self.body.requested_by,
+                on_line=self.log,
             )
         except graph.GraphRefreshFailed as exc:
-            code, error = -1, str(exc)  # fail rather than show a stale graph
-        else:
-            defer = state_mod.defer_args(prepared.plan) if state else []
-            code, error = await _run(execution, defer)
-        submitted = msgspec.to_builtins(body.command)
-        if body.args:
-            submitted["args"] = body.args
-        finished = await finish(
-            execution,
-            body,
-            code,
-            error,
-            command=prepared.plan.test_behavior,
-            submitted=submitted,
-            version=deployed.version,
-            packages_digest=deployed.packages_digest,
-            deferred_to=state.run_id if state else None,
-            before_finished=lambda result: state_mod.publish(
-                execution, result, project, deployed.version
-            ),
+            raise Failed(str(exc)) from None  # fail rather than show a stale graph
+        plan = self.prepared.plan
+        defer = state_mod.defer_args(plan) if self.state else []
+        common = plan.common_args() + defer + (["--full-refresh"] if plan.full_refresh else [])
+        code = 0
+        for command, extra in _SEQUENCES[plan.test_behavior]:
+            base = plan.common_args() + defer if command == "test" else common
+            args = [*base, *plan.selection_args(), *extra]
+            code = await self.invoke(self.prepared.dbt(command, args))
+            if code != 0:
+                break
+        policy = self.prepared.descriptor.retry_failed_nodes
+        if code != 0 and policy is not None and policy.attempts:
+            code = await retry_rounds(self, policy, common, code)
+        return code
+
+    async def before_finished(self, result: ev.RunResult) -> None:
+        await state_mod.publish(
+            self.ctx.bus,
+            self.prepared.plan,
+            result,
+            project=self.project,
+            run_id=self.run_id,
+            version=self.source.version,
+            manifest=self.artifact_path("manifest.json"),
+            run_results=self.results.merged,
+            recovered=self.round > 0,
         )
-        log.info("run_finished", status=finished.result.status, exit_code=code)
-        return finished
-    finally:
-        prepared.job.cleanup()
 
 
 async def _check_selection(prepared: Prepared, project: str) -> str | None:
     """A selection that resolves to nothing is refused, unless it reads a state (CI with
     nothing changed is an ordinary outcome); a misspelled name is not a success."""
     plan = prepared.plan
-    if not plan.has_selection():
-        return None
-    if plan.compares_state():
+    if not plan.has_selection() or plan.compares_state():
         return None
     try:
         found = await selection.resolve(prepared)
@@ -134,27 +141,3 @@ async def _check_selection(prepared: Prepared, project: str) -> str | None:
         f"the selection ({spelled}) matches no nodes in project {project!r};"
         " check the model names and selector methods (dbt ls --select ...)"
     )
-
-
-async def _run(execution: Execution, defer: list[str]) -> tuple[int, str | None]:
-    """The test_behavior sequence, then node retry rounds when the descriptor asks for them."""
-    prepared = execution.prepared
-    plan = prepared.plan
-    common = plan.common_args() + defer + (["--full-refresh"] if plan.full_refresh else [])
-    code = 0
-    try:
-        for command, extra in _SEQUENCES[plan.test_behavior]:
-            base = plan.common_args() + defer if command == "test" else common
-            code = await execution.invoke(command, [*base, *plan.selection_args(), *extra])
-            if code != 0:
-                break
-        policy = prepared.descriptor.retry_failed_nodes
-        if code != 0 and policy is not None and policy.attempts:
-            code = await retry_rounds(execution, policy, common, code)
-    except asyncio.CancelledError:
-        if asyncio.current_task().cancelling():
-            raise  # the runner is shutting down: the command is redelivered, not settled
-        return -1, "cancelled"
-    except TimeoutError:
-        return -1, f"timed out after {execution.ctx.settings.run_timeout_seconds}s"
-    return code, None

@@ -12,14 +12,18 @@ import asyncio
 
 import msgspec
 
+from services.runner.attempt import Attempt, Source, refuse
 from services.runner.context import RunnerContext
-from services.runner.execution import Execution, finish, profile_digest, refuse
-from services.runner.job_setup import Refused, prepare
+from services.runner.dbt_process import DbtInvocation
 from shared import events as ev
 from shared import subjects
 from shared.commands import BuildCommand, RetryCommand, RunCommand
 
 __all__ = ["retry"]
+
+# dbt retry reads the resumed run_results.json from --state and writes its own to its
+# target: the same folder, relative to the project, as a retry in a terminal would use.
+RESUMED = "target"
 
 
 async def retry(
@@ -30,6 +34,7 @@ async def retry(
     attempt: int,
     cancelled: asyncio.Event,
 ) -> ev.Event:
+    """Resume the run the command names; publish RunFinished, or RunRefused naming why not."""
     command: RetryCommand = body.command
     saved = await ctx.bus.last_event(subjects.retry_event(project, body.requested_by, "saved"))
     who = body.requested_by or "anonymous"
@@ -53,50 +58,34 @@ async def retry(
             " is kept)",
         )
     resumed = msgspec.convert(saved.command, BuildCommand)
-    try:
-        prepared = await prepare(
-            ctx,
-            saved.version,
-            f"{run_id}.{attempt}",
-            packages_digest=saved.packages_digest,
-            cmd=resumed,
-            args=saved.args,
-        )
-    except Refused as exc:
-        return await refuse(ctx, project, run_id, str(exc))
-    try:
-        if profile_digest(prepared) != saved.profile_digest:
-            return await refuse(
-                ctx,
-                project,
-                run_id,
+    source = Source(saved.version, saved.packages_digest, resumed, saved.args, resumes=saved)
+    return await _Retry(ctx, project, body, run_id, attempt, cancelled, source).run()
+
+
+class _Retry(Attempt):
+    resume: DbtInvocation | None = None  # the dbt retry, once its state is restored
+
+    def mode(self) -> str:
+        return "retry"
+
+    def submitted(self) -> dict:
+        saved = self.source.resumes
+        return {**saved.command, **({"args": saved.args} if saved.args else {})}
+
+    async def check(self) -> str | None:
+        """Refused when the profile moved; else the saved run_results.json is restored."""
+        saved = self.source.resumes
+        if self.prepared.profile_digest != saved.profile_digest:
+            return (
                 f"the warehouse profile changed since run {saved.run_id!r}"
                 " (repointed, or a credential rotated); a retry would resume"
-                " against another connection: start a new build instead",
+                " against another connection: start a new build instead"
             )
-        target = prepared.job.project / "target"
-        target.mkdir(exist_ok=True)
-        (target / "run_results.json").write_bytes(await ctx.bus.get_blob(saved.run_results_digest))
-        execution = await Execution.start(
-            ctx, prepared, project, run_id, attempt, cancelled, version=saved.version
-        )
-        try:
-            # --state is dbt retry's own: it reads the resumed run_results from there.
-            code, error = await execution.invoke("retry", ["--state", "target"]), None
-        except asyncio.CancelledError:
-            if asyncio.current_task().cancelling():
-                raise
-            code, error = -1, "cancelled"
-        submitted = {**saved.command, **({"args": saved.args} if saved.args else {})}
-        return await finish(
-            execution,
-            body,
-            code,
-            error,
-            command="retry",
-            submitted=submitted,
-            version=saved.version,
-            packages_digest=saved.packages_digest,
-        )
-    finally:
-        prepared.job.cleanup()
+        self.resume = self.prepared.dbt("retry", ["--state", RESUMED], target_dir=RESUMED)
+        restored = self.resume.artifact_path("run_results.json")
+        restored.parent.mkdir(exist_ok=True)
+        restored.write_bytes(await self.ctx.bus.get_blob(saved.run_results_digest))
+        return None
+
+    async def steps(self) -> int:
+        return await self.invoke(self.resume)

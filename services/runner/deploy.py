@@ -19,10 +19,6 @@ __all__ = ["deploy"]
 LOG_TAIL = 30
 
 
-def _tail(lines: list[str]) -> str:
-    return "\n".join(lines[-LOG_TAIL:])
-
-
 async def deploy(ctx: RunnerContext, project: str, cmd: DeployCommand, deploy_id: str) -> ev.Event:
     """Run one deploy to its end; returns the final event it published."""
     bus = ctx.bus
@@ -73,13 +69,13 @@ async def _parse(
     if any((job.project / name).exists() for name in workspace.PACKAGE_FILES):
         deps = prepared.dbt("deps", [])
         if await deps.run(timeout=ctx.settings.run_timeout_seconds) != 0:
-            return await fail("dbt deps failed:\n" + _tail(deps.lines))
+            return await fail("dbt deps failed:\n" + deps.error_tail(LOG_TAIL))
         packed = workspace.pack_packages(job.project)
         packages_digest = await ctx.bus.put_blob(packed) if packed else None
     parse = prepared.dbt("parse", plan.common_args())
     if await parse.run(timeout=ctx.settings.run_timeout_seconds) != 0:
-        return await fail("dbt parse failed:\n" + _tail(parse.lines))
-    manifest = (parse.target_dir / "manifest.json").read_bytes()
+        return await fail("dbt parse failed:\n" + parse.error_tail(LOG_TAIL))
+    manifest = parse.artifact_path("manifest.json").read_bytes()
     manifest_digest = await ctx.bus.put_blob(manifest)
     reason = await graph.ingest_version_graph(
         ctx, prepared, project, version, manifest, cmd.requested_by

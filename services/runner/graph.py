@@ -286,10 +286,10 @@ async def column_index(
         args.append("--full-refresh")
     compile_ = prepared.dbt("compile", args, log_dir="logs-index", target_dir=INDEX_TARGET)
     code = await compile_.run(timeout=timeout)
-    found = read_column_index(compile_.target_dir / "index")
+    found = read_column_index(compile_.artifact_path("index"))
     if found is None:
         await on_line(f"column_lineage: no index appeared (dbt compile exited {code}):")
-        for line in compile_.lines[-20:]:
+        for line in compile_.error_tail().splitlines():
             await on_line(line)
         return None
     for note in found.notes:
@@ -412,11 +412,10 @@ async def refresh_run_graph(
     if not needs_run_graph(prepared, cmd):
         return None
     parse = prepared.dbt("parse", prepared.plan.common_args())
-    if await parse.run(on_line, timeout=ctx.settings.run_timeout_seconds) != 0:
-        raise GraphRefreshFailed(
-            "dbt parse for this run's graph failed:\n" + "\n".join(parse.lines[-20:])
-        )
-    manifest = msgspec.json.decode((parse.target_dir / "manifest.json").read_bytes())
+    code = await parse.run(on_line, timeout=ctx.settings.run_timeout_seconds)
+    manifest = parse.artifact("manifest.json")
+    if code != 0 or manifest is None:
+        raise GraphRefreshFailed("dbt parse for this run's graph failed:\n" + parse.error_tail())
     columns = None
     if prepared.descriptor.column_lineage:
         columns = await column_index(

@@ -18,6 +18,7 @@ from services.runner.secrets import Resolver, UnresolvedReference
 from services.runner.warehouses import UnknownWarehouse, pick
 from shared import bundle, descriptor
 from shared.commands import BuildCommand
+from shared.digests import digest_of
 
 __all__ = ["Prepared", "Refused", "prepare"]
 
@@ -61,6 +62,11 @@ class Prepared:
     @property
     def engine_version(self) -> str:
         return engine.version(self.plan.engine, self.executable)
+
+    @property
+    def profile_digest(self) -> str:
+        """Moves when the connection moves (or a password rotates); never reveals it."""
+        return digest_of(self.plan.profiles_text.encode())
 
 
 async def prepare(

@@ -7,29 +7,28 @@ is deterministic: it is not retried unless a model it tests is rebuilt.
 
 from __future__ import annotations
 
-import asyncio
+from collections.abc import Iterable
 
-from services.runner import results
-from services.runner.execution import Execution
+from services.runner.attempt import Attempt
 from shared.descriptor import RetryPolicy
+from shared.events import NodeResult
 
 __all__ = ["retry_rounds", "to_redo"]
 
 _EXECUTABLE = {"model", "seed", "snapshot"}
 
 
-def _selectors(execution: Execution) -> dict[str, str]:
+def _selectors(manifest: dict | None) -> dict[str, str]:
     """unique_id -> the node's full fqn (`package.path.name`), which selects exactly it."""
-    manifest = results.read_json(execution.prepared.job.project / "target" / "manifest.json")
     nodes = (manifest or {}).get("nodes", {})
     return {uid: ".".join(node["fqn"]) for uid, node in nodes.items() if node.get("fqn")}
 
 
-def to_redo(execution: Execution) -> tuple[list[str], list[str]]:
+def to_redo(nodes: Iterable[NodeResult], manifest: dict | None) -> tuple[list[str], list[str]]:
     """(selectors to rebuild, data tests left failed on purpose)."""
-    fqn = _selectors(execution)
+    fqn = _selectors(manifest)
     redo, kept = [], []
-    for node in execution.nodes.values():
+    for node in nodes:
         if node.status == "fail":
             kept.append(node.unique_id)
         elif node.outcome in ("failed", "skipped") and (
@@ -39,34 +38,28 @@ def to_redo(execution: Execution) -> tuple[list[str], list[str]]:
     return sorted(set(redo)), sorted(kept)
 
 
-async def retry_rounds(
-    execution: Execution, policy: RetryPolicy, args: list[str], code: int
-) -> int:
+async def retry_rounds(attempt: Attempt, policy: RetryPolicy, args: list[str], code: int) -> int:
     """Up to `policy.attempts` rounds with the delay between them; returns the last exit code."""
     for round_ in range(1, policy.attempts + 1):
         if code == 0:
             break
-        redo, kept = to_redo(execution)
+        redo, kept = to_redo(attempt.results.nodes.values(), attempt.artifact("manifest.json"))
         if not redo:
-            await execution.log(
+            await attempt.log(
                 f"jetdbt: node retry stops: nothing errored or skipped to redo;"
                 f" data tests that failed their assertion are not retried: {kept}"
             )
             break
         if policy.delay_seconds:
-            try:
-                await asyncio.wait_for(execution.cancelled.wait(), policy.delay_seconds)
-                raise asyncio.CancelledError("cancelled")
-            except TimeoutError:
-                pass
-        await execution.log(
+            await attempt.pause(policy.delay_seconds)
+        await attempt.log(
             f"jetdbt: node retry round {round_}/{policy.attempts}: rebuilding {', '.join(redo)}"
         )
         if kept:
-            await execution.log(
+            await attempt.log(
                 "jetdbt: not retrying data tests that failed their assertion"
                 f" (deterministic) unless a model they test is rebuilt: {kept}"
             )
-        execution.round = round_
-        code = await execution.invoke("build", [*args, "--select", *redo])
+        rebuild = attempt.prepared.dbt("build", [*args, "--select", *redo])
+        code = await attempt.invoke(rebuild, round_)
     return code

@@ -12,9 +12,8 @@ import asyncio
 import msgspec
 
 from services.runner import graph
+from services.runner.attempt import Attempt, Source
 from services.runner.context import RunnerContext
-from services.runner.execution import Execution, finish, refuse
-from services.runner.job_setup import Refused, prepare
 from shared import events as ev
 from shared.commands import BuildCommand, ParseCommand, RunCommand
 
@@ -30,55 +29,41 @@ async def parse(
     deployed: ev.Deployed | None,
     cancelled: asyncio.Event,
 ) -> ev.Event:
+    """Parse a bundle (undeployed) or the deployed version; publish RunFinished or RunRefused."""
     command: ParseCommand = body.command
-    version = command.bundle_digest or deployed.version
-    try:
-        prepared = await prepare(
-            ctx,
-            version,
-            f"{run_id}.{attempt}",
-            packages_digest=None if command.bundle_digest else deployed.packages_digest,
-            cmd=BuildCommand(vars=command.vars),
-            args=body.args,
+    if command.bundle_digest:
+        version, packages = command.bundle_digest, None
+    else:
+        version, packages = deployed.version, deployed.packages_digest
+    source = Source(version, packages, BuildCommand(vars=command.vars), body.args)
+    return await _Parse(ctx, project, body, run_id, attempt, cancelled, source).run()
+
+
+class _Parse(Attempt):
+    def mode(self) -> str:
+        return "parse"
+
+    def submitted(self) -> dict:
+        return msgspec.to_builtins(self.body.command)
+
+    async def steps(self) -> int:
+        undeployed = bool(self.body.command.bundle_digest)
+        code = await self.invoke(self.prepared.dbt("parse", self.prepared.plan.common_args()))
+        manifest = self.artifact("manifest.json")
+        if code != 0 or manifest is None:
+            return code
+        version = self.source.version
+        base = None
+        if not undeployed:
+            base = await graph.version_graph_digest(self.ctx.bus, self.project, version)
+        await graph.publish_graph(
+            self.ctx,
+            self.project,
+            "" if undeployed else version,
+            manifest,
+            self.prepared.plan.warehouse,
+            run_id=self.run_id,
+            base_digest=base,
+            principal=self.body.requested_by,
         )
-    except Refused as exc:
-        return await refuse(ctx, project, run_id, str(exc))
-    try:
-        execution = await Execution.start(
-            ctx, prepared, project, run_id, attempt, cancelled, version=version
-        )
-        try:
-            code, error = await execution.invoke("parse", prepared.plan.common_args()), None
-        except asyncio.CancelledError:
-            if asyncio.current_task().cancelling():
-                raise
-            code, error = -1, "cancelled"
-        manifest_path = prepared.job.project / "target" / "manifest.json"
-        if code == 0 and manifest_path.exists():
-            base = (
-                None
-                if command.bundle_digest
-                else await graph.version_graph_digest(ctx.bus, project, version)
-            )
-            await graph.publish_graph(
-                ctx,
-                project,
-                "" if command.bundle_digest else version,
-                msgspec.json.decode(manifest_path.read_bytes()),
-                prepared.plan.warehouse,
-                run_id=run_id,
-                base_digest=base,
-                principal=body.requested_by,
-            )
-        return await finish(
-            execution,
-            body,
-            code,
-            error,
-            command="parse",
-            submitted=msgspec.to_builtins(command),
-            version=version,
-            packages_digest=None,
-        )
-    finally:
-        prepared.job.cleanup()
+        return code

@@ -3,20 +3,23 @@
 Two sources, one shape: NodeStart/NodeFinished from the JSON log while dbt runs
 (live progress), and run_results.json + manifest.json when it ends (the
 authoritative result). Reading optional metadata never fails a run.
+
+Each invocation's run_results.json names only what it ran, so an attempt's
+invocations are overlaid: the run's result lists every node it touched with its
+last outcome, and the merged run_results.json is what a later `dbt retry`
+resumes from.
 """
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
-from pathlib import Path
 
 import msgspec
 
 from shared.events import NodeResult
 from shared.outcomes import outcome
 
-__all__ = ["NodeStart", "node_start", "node_finished", "from_artifacts", "read_json"]
+__all__ = ["NodeStart", "Overlay", "node_start", "node_finished", "from_artifacts"]
 
 NODE_START = "NodeStart"
 NODE_FINISHED = "NodeFinished"
@@ -98,13 +101,6 @@ def node_finished(record: dict, round_: int = 0) -> NodeResult | None:
     )
 
 
-def read_json(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
 def from_artifacts(run_results: dict, manifest: dict | None, round_: int = 0) -> list[NodeResult]:
     """Every node in run_results.json, named and typed from the manifest when it is there."""
     nodes = (manifest or {}).get("nodes", {})
@@ -132,3 +128,27 @@ def from_artifacts(run_results: dict, manifest: dict | None, round_: int = 0) ->
             )
         )
     return out
+
+
+class Overlay:
+    """The results of one attempt's invocations, each laid over the ones before."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, NodeResult] = {}
+        self.merged: dict | None = None  # run_results.json of every node, its last result
+
+    def add(self, run_results: dict, manifest: dict | None, round_: int) -> None:
+        for node in from_artifacts(run_results, manifest, round_):
+            self.nodes[node.unique_id] = node
+        if self.merged is None:
+            self.merged = run_results
+        else:
+            redone = {r.get("unique_id"): r for r in run_results.get("results", [])}
+            kept = [r for r in self.merged["results"] if r.get("unique_id") not in redone]
+            self.merged["results"] = kept + list(redone.values())
+
+    def in_order(self) -> list[NodeResult]:
+        """Every node, in the order they started (those that never started last)."""
+        return sorted(
+            self.nodes.values(), key=lambda n: (n.started_at is None, n.started_at, n.unique_id)
+        )

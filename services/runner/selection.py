@@ -27,7 +27,7 @@ async def resolve(prepared: Prepared, timeout: float | None = 600) -> list[str]:
     ]
     ls = prepared.dbt("ls", args, log_dir="logs-ls", target_dir="target-ls")
     if await ls.run(timeout=timeout) != 0:
-        raise SelectionFailed("dbt ls failed:\n" + "\n".join(ls.lines[-20:]))
+        raise SelectionFailed("dbt ls failed:\n" + ls.error_tail())
     found = []
     for line in ls.lines:
         if line.startswith("{"):

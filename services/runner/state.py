@@ -8,15 +8,17 @@ absolute path would name a job directory that is gone by the time anyone reads i
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import msgspec
 
 from services.runner.context import RunnerContext
-from services.runner.execution import Execution
 from services.runner.job_setup import Prepared
 from services.runner.plan import Plan
 from services.runner.selectors import selection_methods
 from shared import events as ev
 from shared import subjects
+from shared.bus import Bus
 
 __all__ = ["STATE_DIR", "DeferRefused", "load", "defer_args", "publishes", "publish"]
 
@@ -74,26 +76,36 @@ def publishes(plan: Plan) -> bool:
     return plan.publishes_ownership() and not plan.defer and plan.environment is not None
 
 
-async def publish(execution: Execution, result: ev.RunResult, project: str, version: str) -> None:
+async def publish(
+    bus: Bus,
+    plan: Plan,
+    result: ev.RunResult,
+    *,
+    project: str,
+    run_id: str,
+    version: str,
+    manifest: Path | None,
+    run_results: dict | None,
+    recovered: bool,
+) -> None:
     """A passed build publishes its manifest, and its run results unless node retry
-    recovered it (those describe the retried slice, not the build)."""
-    ctx, prepared = execution.ctx, execution.prepared
-    manifest_path = prepared.job.project / "target" / "manifest.json"
-    if result.status != "passed" or not publishes(prepared.plan) or not manifest_path.exists():
+    `recovered` it (those describe the retried slice, not the build)."""
+    if result.status != "passed" or not publishes(plan):
         return
-    recovered = execution.round > 0
-    manifest = manifest_path.read_bytes()
-    run_results = None
-    if not recovered and execution.merged is not None:
-        run_results = await ctx.bus.put_blob(msgspec.json.encode(execution.merged))
-    await ctx.bus.publish(
+    if manifest is None or not manifest.exists():
+        return
+    data = manifest.read_bytes()
+    results_digest = None
+    if not recovered and run_results is not None:
+        results_digest = await bus.put_blob(msgspec.json.encode(run_results))
+    await bus.publish(
         ev.StatePublished(
             project=project,
-            environment=prepared.plan.environment,
-            run_id=execution.run_id,
+            environment=plan.environment,
+            run_id=run_id,
             version=version,
-            manifest_digest=await ctx.bus.put_blob(manifest),
-            manifest_size=len(manifest),
-            run_results_digest=run_results,
+            manifest_digest=await bus.put_blob(data),
+            manifest_size=len(data),
+            run_results_digest=results_digest,
         )
     )

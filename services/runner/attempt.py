@@ -1,0 +1,271 @@
+"""One run attempt's life, owned in one place: prepare, start, invoke, finish, clean up.
+
+Build, parse and retry are each an `Attempt` that keeps only its own steps: what
+it checks before starting, its dbt invocations, and what it adds to the result.
+Everything else is done here once: the job is prepared and always cleaned up, a
+check that fails refuses the run, RunStarted says which runner and version, node
+events and log lines are published as dbt reports them, a cancel or a timeout
+ends the run with that error, and the result is published last.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from services.runner import results
+from services.runner.context import RunnerContext
+from services.runner.dbt_process import DbtInvocation
+from services.runner.job_setup import Prepared, Refused, prepare
+from shared import events as ev
+from shared import logging as jlog
+from shared import subjects
+from shared.commands import BuildCommand, RunCommand
+from shared.outcomes import totals
+
+__all__ = ["Attempt", "Failed", "Source", "refuse"]
+
+
+class Failed(Exception):
+    """A step ended the attempt before dbt could say how it went; the message is the error."""
+
+
+@dataclass(frozen=True)
+class Source:
+    """What an attempt runs: a version (bundle digest) with its pinned packages, the
+    command and run arguments its plan is made from, and for a dbt retry the retry
+    state it resumes."""
+
+    version: str
+    packages_digest: str | None
+    cmd: BuildCommand
+    args: dict[str, Any] | None
+    resumes: ev.RetryStateSaved | None = None
+
+
+async def refuse(ctx: RunnerContext, project: str, run_id: str, reason: str) -> ev.RunRefused:
+    refused = ev.RunRefused(project=project, run_id=run_id, reason=reason)
+    await ctx.bus.publish(refused)
+    return refused
+
+
+class Attempt:
+    """Attempt `number` of run `run_id`. A subclass gives `mode`, `submitted` and `steps`;
+    `check`, `deferred_to` and `before_finished` do nothing unless it says otherwise."""
+
+    def __init__(
+        self,
+        ctx: RunnerContext,
+        project: str,
+        body: RunCommand,
+        run_id: str,
+        number: int,
+        cancelled: asyncio.Event,
+        source: Source,
+    ):
+        self.ctx, self.project, self.body = ctx, project, body
+        self.run_id, self.number, self.cancelled = run_id, number, cancelled
+        self.source = source
+        self.prepared: Prepared | None = None
+        self.results = results.Overlay()
+        self.round = 0  # the node retry round of the latest invocation
+        self._last: DbtInvocation | None = None
+        self._log_subject = subjects.run_log(run_id)
+
+    def mode(self) -> str:
+        """What the result's `command` field records: a build's test behaviour (build,
+        after_all, none), parse or retry."""
+        raise NotImplementedError
+
+    def submitted(self) -> dict:
+        """The invocation arguments as submitted, for the result and the retry state."""
+        raise NotImplementedError
+
+    async def steps(self) -> int:
+        """The kind's own invocations; returns the exit code that decides the result."""
+        raise NotImplementedError
+
+    async def check(self) -> str | None:
+        """Why the prepared run must not start (it is refused), or None."""
+        return None
+
+    def deferred_to(self) -> str | None:
+        return None
+
+    async def before_finished(self, result: ev.RunResult) -> None:
+        """What the kind publishes before RunFinished, so whoever sees the run finish sees it."""
+
+    async def run(self) -> ev.Event:
+        """Run to the end and publish RunFinished, or RunRefused when the run cannot start."""
+        log = jlog.get("runner", project=self.project, run_id=self.run_id, attempt=self.number)
+        s = self.source
+        try:
+            self.prepared = await prepare(
+                self.ctx,
+                s.version,
+                f"{self.run_id}.{self.number}",
+                packages_digest=s.packages_digest,
+                cmd=s.cmd,
+                args=s.args,
+            )
+        except Refused as exc:
+            return await refuse(self.ctx, self.project, self.run_id, str(exc))
+        try:
+            reason = await self.check()
+            if reason:
+                masked = self.prepared.resolver.mask(reason)
+                return await refuse(self.ctx, self.project, self.run_id, masked)
+            await self.ctx.bus.publish(
+                ev.RunStarted(
+                    project=self.project,
+                    run_id=self.run_id,
+                    attempt=self.number,
+                    version=s.version,
+                    runner=self.ctx.name,
+                )
+            )
+            code, error = await self._steps()
+            finished = await self._finish(code, error)
+            log.info("run_finished", status=finished.result.status, exit_code=code)
+            return finished
+        finally:
+            self.prepared.job.cleanup()
+
+    async def _steps(self) -> tuple[int, str | None]:
+        """The exit code and the error: a cancel, a timeout or a failed step end the run."""
+        try:
+            return await self.steps(), None
+        except Failed as exc:
+            return -1, str(exc)
+        except asyncio.CancelledError:
+            if asyncio.current_task().cancelling():
+                raise  # the runner is shutting down: the command is redelivered, not settled
+            return -1, "cancelled"
+        except TimeoutError:
+            return -1, f"timed out after {self.ctx.settings.run_timeout_seconds}s"
+
+    async def log(self, line: str) -> None:
+        """A line in the run's human-readable log (masked: a secret may be in any line)."""
+        await self.ctx.bus.nc.publish(self._log_subject, self.prepared.resolver.mask(line).encode())
+
+    async def invoke(self, inv: DbtInvocation, round_: int = 0) -> int:
+        """Run one of this attempt's invocations, its nodes published as node retry round
+        `round_`; raises CancelledError when the run is cancelled meanwhile."""
+        self.round, self._last = round_, inv
+        run = asyncio.create_task(
+            inv.run(self.log, self._on_event, self.ctx.settings.run_timeout_seconds)
+        )
+        stop = asyncio.create_task(self.cancelled.wait())
+        try:
+            await asyncio.wait({run, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+        if not run.done():
+            run.cancel()
+            await asyncio.gather(run, return_exceptions=True)
+            raise asyncio.CancelledError("cancelled")
+        code = run.result()
+        run_results = inv.artifact("run_results.json")
+        if run_results is not None:
+            self.results.add(run_results, inv.artifact("manifest.json"), round_)
+            # Gone, so a later invocation that writes none is not read as this one again.
+            inv.artifact_path("run_results.json").unlink()
+        return code
+
+    async def pause(self, seconds: float) -> None:
+        """Wait `seconds`; raises CancelledError when the run is cancelled meanwhile."""
+        try:
+            await asyncio.wait_for(self.cancelled.wait(), seconds)
+        except TimeoutError:
+            return
+        raise asyncio.CancelledError("cancelled")
+
+    def artifact(self, name: str) -> dict | None:
+        """The latest invocation's artifact `name`, as JSON; None when there is none."""
+        return self._last.artifact(name) if self._last else None
+
+    def artifact_path(self, name: str) -> Path | None:
+        """Where the latest invocation wrote artifact `name`; None before any invocation."""
+        return self._last.artifact_path(name) if self._last else None
+
+    async def _on_event(self, record: dict) -> None:
+        start = results.node_start(record)
+        if start is not None:
+            await self.ctx.bus.publish(
+                ev.NodeStarted(
+                    project=self.project,
+                    run_id=self.run_id,
+                    attempt=self.number,
+                    unique_id=start.unique_id,
+                    resource_type=start.resource_type,
+                    name=start.name,
+                    relation=start.relation,
+                    started_at=start.started_at,
+                    round=self.round,
+                )
+            )
+            return
+        node = results.node_finished(record, self.round)
+        if node is not None:
+            await self.ctx.bus.publish(
+                ev.NodeFinished(
+                    project=self.project, run_id=self.run_id, attempt=self.number, node=node
+                )
+            )
+
+    def _error_tail(self) -> str:
+        """What a failed run without a failed node reports: the last lines dbt printed."""
+        return self.prepared.resolver.mask(self._last.error_tail()) if self._last else ""
+
+    async def _finish(self, code: int, error: str | None) -> ev.RunFinished:
+        """Build the result, save retry state (unless hidden), publish RunFinished last."""
+        prepared, plan = self.prepared, self.prepared.plan
+        nodes = self.results.in_order()
+        failed = any(n.outcome == "failed" for n in nodes)
+        if error == "cancelled":
+            status = "cancelled"
+        else:
+            status = "passed" if code == 0 and not failed else "failed"
+        if status == "failed" and error is None and not failed:
+            error = self._error_tail()
+        submitted = self.submitted()
+        result = ev.RunResult(
+            status=status,
+            engine=plan.engine,
+            engine_version=prepared.engine_version,
+            command=self.mode(),
+            totals=totals(n.outcome for n in nodes),
+            nodes=nodes,
+            exit_code=code,
+            invocation_args=submitted,
+            warehouse=plan.warehouse,
+            target=plan.target,
+            error=error,
+            deferred_to=self.deferred_to(),
+        )
+        merged = self.results.merged
+        if merged is not None and not self.body.hidden:
+            await self.ctx.bus.publish(
+                ev.RetryStateSaved(
+                    project=self.project,
+                    principal=self.body.requested_by,
+                    run_id=self.run_id,
+                    attempt=self.number,
+                    run_results_digest=await self.ctx.bus.put_blob(msgspec.json.encode(merged)),
+                    version=self.source.version,
+                    packages_digest=self.source.packages_digest,
+                    profile_digest=prepared.profile_digest,
+                    command={k: v for k, v in submitted.items() if k != "args"},
+                    args=submitted.get("args", {}),
+                )
+            )
+        await self.before_finished(result)
+        finished = ev.RunFinished(
+            project=self.project, run_id=self.run_id, attempt=self.number, result=result
+        )
+        await self.ctx.bus.publish(finished)
+        return finished
