@@ -1,6 +1,6 @@
 """The graph blob's schema: what a runner stores and the graph projector folds.
 
-Runners build it from manifest.json (services/runner/graph.py); the projector
+Runners build it from manifest.json (services/runner/graph/); the projector
 reads it back from the object store by the digest GraphIngested names.
 """
 

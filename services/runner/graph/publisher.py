@@ -1,0 +1,179 @@
+"""Storing a graph and saying so: the blob under its digest, then GraphIngested naming it.
+
+Events stay small; the graph projector folds the blob into tables. A deploy stores
+the version's graph, a run that may change the model set its own snapshot, a parse
+of an undeployed bundle a graph keyed by its run alone (see the package docstring).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import msgspec
+
+from services.runner import ownership, selection
+from services.runner.context import RunnerContext
+from services.runner.graph.builder import build_graph, target_database
+from services.runner.graph.columns import ColumnIndex, column_index
+from services.runner.job_setup import Prepared
+from shared import events as ev
+from shared import logging as jlog
+from shared import subjects
+from shared.bus import Bus
+from shared.commands import BuildCommand
+from shared.graph import SCOPE_PARSE, SCOPE_RUN, SCOPE_VERSION
+
+__all__ = [
+    "GraphRefreshFailed",
+    "publish_graph",
+    "ingest_version_graph",
+    "version_graph_digest",
+    "needs_run_graph",
+    "refresh_run_graph",
+]
+
+
+class GraphRefreshFailed(RuntimeError):
+    """A run that had to refresh its graph could not; it fails rather than show a stale one."""
+
+
+async def version_graph_digest(bus: Bus, project: str, version: str) -> str | None:
+    """The digest of the version's deployed graph, read from the stream (runners never
+    read projections)."""
+    event = await bus.last_event(subjects.graph_event(project, SCOPE_VERSION, version))
+    return event.content_digest if isinstance(event, ev.GraphIngested) else None
+
+
+async def publish_graph(
+    ctx: RunnerContext,
+    project: str,
+    version: str,
+    manifest: dict,
+    warehouse: str,
+    *,
+    run_id: str | None = None,
+    owned: set[str] | None = None,
+    base_digest: str | None = None,
+    principal: str = "",
+    columns: ColumnIndex | None = None,
+) -> ev.GraphIngested | None:
+    """Store the graph blob and publish GraphIngested; None when a run's snapshot equals
+    `base_digest` (the version's graph), since the run reads the version's back."""
+    scope = SCOPE_VERSION if run_id is None else (SCOPE_RUN if version else SCOPE_PARSE)
+    graph = build_graph(
+        manifest,
+        warehouse,
+        target_database(manifest),
+        owned=owned if scope == SCOPE_VERSION else None,
+        columns=columns,
+    )
+    log = jlog.get("graph", project=project, scope=scope, run_id=run_id)
+    if scope == SCOPE_RUN and graph.digest == base_digest:
+        log.info("graph_unchanged", digest=graph.digest)
+        return None
+    blob = msgspec.json.encode(graph)
+    event = ev.GraphIngested(
+        project=project,
+        version=version,
+        run_id=run_id,
+        scope=scope,
+        graph_digest=await ctx.bus.put_blob(blob),
+        graph_size=len(blob),
+        content_digest=graph.digest,
+        node_count=len(graph.nodes),
+        edge_count=len(graph.edges),
+        principal=principal,
+    )
+    await ctx.bus.publish(event)
+    log.info("graph_ingested", digest=graph.digest, nodes=len(graph.nodes), bytes=len(blob))
+    return event
+
+
+async def ingest_version_graph(
+    ctx: RunnerContext,
+    prepared: Prepared,
+    project: str,
+    version: str,
+    manifest: bytes,
+    principal: str = "",
+) -> str | None:
+    """The deploy's step after `dbt parse`: the version's graph with what the descriptor's
+    selection owns. Returns why it failed (the deploy fails with it), or None."""
+    try:
+        owned = await ownership.owned_nodes(prepared, ctx.settings.run_timeout_seconds)
+    except selection.SelectionFailed as exc:
+        return f"the descriptor's selection could not be resolved for the graph: {exc}"
+    columns = None
+    if prepared.descriptor.column_lineage:
+        log = jlog.get("graph", project=project, version=version)
+
+        async def note(line: str) -> None:
+            log.info("column_lineage", line=prepared.resolver.mask(line))
+
+        columns = await column_index(prepared, note, ctx.settings.run_timeout_seconds / 2)
+    await publish_graph(
+        ctx,
+        project,
+        version,
+        msgspec.json.decode(manifest),
+        prepared.plan.warehouse,
+        owned=owned,
+        principal=principal,
+        columns=columns,
+    )
+    return None
+
+
+def needs_run_graph(prepared: Prepared, cmd: BuildCommand | None) -> bool:
+    """vars steer enabled, aliases, schemas and databases, so a dynamic descriptor or a run
+    overriding vars or full_refresh cannot trust the deployed graph. A narrowed selection
+    alone changes what is built, not what exists, and does not re-ingest."""
+    if prepared.plan.dynamic:
+        return True
+    if cmd is None:
+        return False
+    return bool(cmd.vars) or (cmd.full_refresh and not prepared.descriptor.full_refresh)
+
+
+async def refresh_run_graph(
+    ctx: RunnerContext,
+    prepared: Prepared,
+    project: str,
+    version: str,
+    run_id: str,
+    cmd: BuildCommand | None,
+    *,
+    principal: str = "",
+    on_line: Callable[[str], Awaitable[None]] | None = None,
+) -> ev.GraphIngested | None:
+    """Before the build: parse with this run's vars and store the run's own graph when it
+    differs from the version's, so a model a placeholder enables appears in the run that
+    builds it. Raises GraphRefreshFailed when the parse fails."""
+    if not needs_run_graph(prepared, cmd):
+        return None
+    parse = prepared.dbt("parse", prepared.plan.common_args())
+    code = await parse.run(on_line, timeout=ctx.settings.run_timeout_seconds)
+    manifest = parse.artifact("manifest.json")
+    if code != 0 or manifest is None:
+        raise GraphRefreshFailed("dbt parse for this run's graph failed:\n" + parse.error_tail())
+    columns = None
+    if prepared.descriptor.column_lineage:
+        columns = await column_index(
+            prepared, on_line or _discard, ctx.settings.run_timeout_seconds / 2
+        )
+    base = await version_graph_digest(ctx.bus, project, version) if version else None
+    return await publish_graph(
+        ctx,
+        project,
+        version,
+        manifest,
+        prepared.plan.warehouse,
+        run_id=run_id,
+        base_digest=base,
+        principal=principal,
+        columns=columns,
+    )
+
+
+async def _discard(line: str) -> None:
+    return None
