@@ -1,7 +1,9 @@
 """The query API: reads projections, never executes anything.
 
 Commands a caller POSTs here go onto `dbt.cmd.>` exactly as another system
-would publish them; everything else is a read of the projection tables.
+would publish them; everything else is a read of the projection tables. Every
+request passes `boundary.guard` first, so a route reads only checked parameters;
+every list is a page with a cap, and says how to read the next one.
 """
 
 from __future__ import annotations
@@ -13,9 +15,10 @@ import msgspec
 from aiohttp import web
 
 from projections.progress_tables import COUNT_COLUMNS, NODE_COLUMNS, RUN_COLUMNS, without_nodes
+from services.api.boundary import check_routes, error, guard, page, path, respond
 from services.api.graph_routes import add_graph_routes
 from services.api.ops_routes import add_ops_routes
-from shared import commands, subjects
+from shared import commands
 from shared.bus import Bus
 
 __all__ = ["create_app", "POOL", "BUS"]
@@ -23,34 +26,30 @@ __all__ = ["create_app", "POOL", "BUS"]
 POOL = web.AppKey("pool", asyncpg.Pool)
 BUS = web.AppKey("bus", Bus)
 
-_encoder = msgspec.json.Encoder()
-
-
-def _json(data, status: int = 200) -> web.Response:
-    return web.Response(body=_encoder.encode(data), status=status, content_type="application/json")
-
-
-def _error(status: int, message: str) -> web.Response:
-    return _json({"error": message}, status)
-
-
 # A run as listed: its columns without the stored result, with the node counts.
 _RUN = ", ".join([c for c in RUN_COLUMNS if c != "result"] + list(COUNT_COLUMNS))
 _NODE = ", ".join(c for c in NODE_COLUMNS if c != "run_id")
 
 
+# Rows per page of each list route: (default, maximum).
+RUNS_PAGE = (50, 500)
+DEPLOYS_PAGE = (100, 500)
+RETRY_STATE_PAGE = (100, 1000)
+ENVIRONMENTS_PAGE = (100, 1000)
+
+
 async def healthz(request: web.Request) -> web.Response:
     async with request.app[POOL].acquire() as conn:
         await conn.fetchval("SELECT 1")
-    return _json({"ok": True, "nats": request.app[BUS].nc.is_connected})
+    return respond({"ok": True, "nats": request.app[BUS].nc.is_connected})
 
 
 async def get_run(request: web.Request) -> web.Response:
-    run_id = request.match_info["run_id"]
+    run_id = path(request, "run_id")
     async with request.app[POOL].acquire() as conn:
         run = await conn.fetchrow(f"SELECT {_RUN}, result FROM runs WHERE run_id = $1", run_id)
         if run is None:
-            return _error(404, f"run {run_id!r} not found")
+            return error(404, f"run {run_id!r} not found")
         nodes = await conn.fetch(
             f"SELECT {_NODE} FROM run_nodes WHERE run_id = $1"
             " ORDER BY started_at NULLS LAST, unique_id",
@@ -62,79 +61,85 @@ async def get_run(request: web.Request) -> web.Response:
     result = body.pop("result") or {}
     body["result"] = without_nodes(result) or None
     body["nodes"] = [dict(n) for n in nodes]
-    return _json(body)
+    return respond(body)
+
+
+async def _project_page(
+    request: web.Request, key: str, sizes: tuple[int, int], sql: str
+) -> web.Response:
+    """One page of a project's rows of a projection, under `key`, and the next page's query.
+
+    `sql` takes the project as $1 and ends in `LIMIT $2 OFFSET $3` after an ORDER BY
+    that is total, so pages neither repeat nor skip a row.
+    """
+    project = path(request, "project")
+    want = page(request, *sizes)
+    async with request.app[POOL].acquire() as conn:
+        fetched = await conn.fetch(sql, project, want.limit + 1, want.offset)
+    rows, after = want.rows(fetched)
+    return respond({"project": project, key: [dict(r) for r in rows], "next": after})
 
 
 async def list_runs(request: web.Request) -> web.Response:
-    try:
-        limit = min(int(request.query.get("limit", "50")), 500)
-    except ValueError:
-        return _error(400, "limit must be a whole number")
-    return await _project_rows(
+    return await _project_page(
         request,
         "runs",
+        RUNS_PAGE,
         f"SELECT {_RUN} FROM runs WHERE project = $1"
-        " ORDER BY requested_at DESC NULLS LAST LIMIT $2",
-        limit,
+        " ORDER BY requested_at DESC NULLS LAST, run_id LIMIT $2 OFFSET $3",
     )
 
 
-async def _project_rows(request: web.Request, key: str, sql: str, *args) -> web.Response:
-    """One project's rows of a projection, under `key`; `sql` takes the project as $1."""
-    project = request.match_info["project"]
-    async with request.app[POOL].acquire() as conn:
-        rows = await conn.fetch(sql, project, *args)
-    return _json({"project": project, key: [dict(r) for r in rows]})
-
-
 async def list_deploys(request: web.Request) -> web.Response:
-    return await _project_rows(
+    return await _project_page(
         request,
         "deploys",
+        DEPLOYS_PAGE,
         "SELECT deploy_id, status, version, manifest_digest, engine, engine_version, adapter,"
         " adapter_version, skipped, reason, requested_by, at FROM deploys"
-        " WHERE project = $1 ORDER BY at DESC LIMIT 100",
+        " WHERE project = $1 ORDER BY at DESC, deploy_id LIMIT $2 OFFSET $3",
     )
 
 
 async def retry_state(request: web.Request) -> web.Response:
     """Per principal, which run a retry would resume."""
-    return await _project_rows(
+    return await _project_page(
         request,
         "retry_state",
+        RETRY_STATE_PAGE,
         "SELECT principal, run_id, attempt, version, command, args, saved_at"
-        " FROM retry_state WHERE project = $1 ORDER BY principal",
+        " FROM retry_state WHERE project = $1 ORDER BY principal LIMIT $2 OFFSET $3",
     )
 
 
 async def environments(request: web.Request) -> web.Response:
     """Each environment's published state: which run published it, and when."""
-    return await _project_rows(
+    return await _project_page(
         request,
         "environments",
+        ENVIRONMENTS_PAGE,
         "SELECT warehouse, target, schema_name AS schema, database_name AS database, run_id,"
         " version, manifest_digest, run_results_digest IS NOT NULL AS has_run_results,"
-        " published_at FROM environments WHERE project = $1 ORDER BY warehouse, target",
+        " published_at FROM environments WHERE project = $1"
+        " ORDER BY warehouse, target, environment_key LIMIT $2 OFFSET $3",
     )
 
 
 async def post_run(request: web.Request) -> web.Response:
     """Publish a run command; 202 with the run id to follow."""
-    project = request.match_info["project"]
+    project = path(request, "project")
     try:
-        subjects.check_project(project)
-        raw = await request.read()
-        body = commands.decode_run(raw)
-    except (subjects.InvalidName, commands.CommandRejected) as exc:
-        return _error(400, str(exc))
+        body = commands.decode_run(await request.read())
+    except commands.CommandRejected as exc:
+        return error(400, str(exc))
     run_id = body.run_id or uuid.uuid4().hex
     cmd = msgspec.structs.replace(body, run_id=run_id)
     await request.app[BUS].publish_command("run", project, cmd, run_id)
-    return _json({"run_id": run_id, "project": project}, status=202)
+    return respond({"run_id": run_id, "project": project}, status=202)
 
 
 def create_app(pool: asyncpg.Pool, bus: Bus) -> web.Application:
-    app = web.Application()
+    app = web.Application(middlewares=[guard])
     app[POOL] = pool
     app[BUS] = bus
     app.router.add_get("/healthz", healthz)
@@ -146,4 +151,5 @@ def create_app(pool: asyncpg.Pool, bus: Bus) -> web.Application:
     app.router.add_get("/v1/projects/{project}/deploys", list_deploys)
     add_graph_routes(app, pool)
     add_ops_routes(app, pool, bus)
+    check_routes(app)
     return app

@@ -1,23 +1,26 @@
 """Operations routes: how far each projection is behind, and what it could not apply.
 
 `/metrics` says the same as `/v1/projections` in Prometheus text format, so a
-scraper alerts on lag or dead letters without knowing jetdbt.
+scraper alerts on lag or dead letters without knowing jetdbt. Dead letters are
+listed a page at a time, each with at most DATA_SHOWN bytes of what it stored.
 """
 
 from __future__ import annotations
 
 import asyncpg
-import msgspec
 from aiohttp import web
 
-from projections import dead_letters, lag
+from projections import lag
+from services.api.boundary import page, query, respond
 from shared import contract
 from shared.bus import Bus
 
-__all__ = ["add_ops_routes", "prometheus"]
+__all__ = ["add_ops_routes", "prometheus", "DEAD_LETTERS_PAGE", "DATA_SHOWN"]
 
-_encoder = msgspec.json.Encoder()
-DEAD_LETTERS_SHOWN = 100
+DEAD_LETTERS_PAGE = (100, 1000)  # rows per page: default, maximum
+# An event is far below 1 MiB, yet a page of a thousand near it would not be: a dead
+# letter shows its first 64 KiB (the reason is near the start) and says its size.
+DATA_SHOWN = 64 * 1024
 _GAUGES = (
     ("checkpoint", "jetdbt_projection_checkpoint", "Last sequence the projection applied."),
     ("lag", "jetdbt_projection_lag_events", "Events for the projection after its checkpoint."),
@@ -59,21 +62,26 @@ def add_ops_routes(app: web.Application, pool: asyncpg.Pool, bus: Bus) -> None:
         )
 
     async def list_projections(request: web.Request) -> web.Response:
-        return web.Response(body=_encoder.encode(await current()), content_type="application/json")
+        return respond(await current())
 
     async def list_dead_letters(request: web.Request) -> web.Response:
-        try:
-            limit = min(int(request.query.get("limit", DEAD_LETTERS_SHOWN)), 1000)
-        except ValueError:
-            body = {"error": "limit must be a whole number"}
-            return web.Response(
-                body=_encoder.encode(body), status=400, content_type="application/json"
-            )
-        projector = request.query.get("projection")
+        """Oldest first per projection, `?projection=` one of them, a page at a time."""
+        want = page(request, *DEAD_LETTERS_PAGE)
         async with pool.acquire() as conn:
-            rows = await dead_letters.listing(conn, projector, limit)
-        body = {"dead_letters": rows}
-        return web.Response(body=_encoder.encode(body), content_type="application/json")
+            fetched = await conn.fetch(
+                "SELECT id, projector, stream_seq, subject, error, failed_at,"
+                " substring(data FROM 1 FOR $4) AS data, octet_length(data) AS data_size"
+                " FROM dead_letters WHERE $1::text IS NULL OR projector = $1"
+                " ORDER BY projector, stream_seq LIMIT $2 OFFSET $3",
+                query(request, "projection"),
+                want.limit + 1,
+                want.offset,
+                DATA_SHOWN,
+            )
+        rows, after = want.rows(fetched)
+        # The stored bytes as text (invalid UTF-8 replaced): often the reason.
+        listed = [{**dict(r), "data": bytes(r["data"]).decode(errors="replace")} for r in rows]
+        return respond({"dead_letters": listed, "next": after})
 
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/v1/projections", list_projections)
