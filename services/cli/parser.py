@@ -1,0 +1,78 @@
+"""The command line's grammar: every command, its arguments and its help."""
+
+from __future__ import annotations
+
+import argparse
+
+__all__ = ["build_parser"]
+
+DESCRIPTION = "The `jetdbt` command line: run the stack, deploy, run, and read status."
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="jetdbt", description=DESCRIPTION)
+    p.add_argument("--log-level", default="warning", help="structured log level (stderr)")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("up", help="run the stack and every service in the foreground")
+    serve = sub.add_parser("serve", help="run one service against NATS_URL and DATABASE_URL")
+    serve.add_argument("role", choices=["runner", "projectors", "api", "all"])
+    dep = sub.add_parser("deploy", help="pack a dbt project and deploy it")
+    dep.add_argument("path")
+    dep.add_argument("--project", help="project name (default: dbt_project.yml's name)")
+    run = sub.add_parser("run", help="build a deployed project")
+    run.add_argument("project")
+    run.add_argument("--select", "-s", action="extend", nargs="+", help="dbt's --select")
+    run.add_argument("--exclude", action="extend", nargs="+", help="dbt's --exclude")
+    run.add_argument("--vars", help="dbt vars as a YAML/JSON mapping")
+    run.add_argument("--full-refresh", action="store_true")
+    run.add_argument(
+        "--defer",
+        action="store_true",
+        help="resolve unbuilt refs to the environment's published state",
+    )
+    run.add_argument(
+        "--arg",
+        action="append",
+        metavar="NAME=VALUE",
+        help="a value for a {{ NAME }} placeholder in the descriptor's vars",
+    )
+    run.add_argument("--run-id", help="choose the run id (default: a new uuid)")
+    run.add_argument("--watch", action="store_true", help="show live per-model progress")
+    run.add_argument("--json", action="store_true", help="print the structured result as JSON")
+    ps = sub.add_parser("parse", help="parse a project directory (not deployed) into a graph")
+    ps.add_argument("path")
+    ps.add_argument("--project", help="project name (default: dbt_project.yml's name)")
+    ps.add_argument("--vars", help="dbt vars as a YAML/JSON mapping")
+    rt = sub.add_parser("retry", help="resume a run with dbt retry, rebuilding what failed")
+    rt.add_argument("run_id")
+    rt.add_argument("--project", help="the run's project (default: looked up from the API)")
+    rt.add_argument("--watch", action="store_true", help="show live per-model progress")
+    rt.add_argument("--json", action="store_true", help="print the structured result as JSON")
+    st = sub.add_parser("status", help="health, a run, or a project's runs")
+    st.add_argument("run_id", nargs="?")
+    st.add_argument("--project")
+    sub.add_parser("demo", help="start, deploy the example, build it, show the API, stop")
+    rep = sub.add_parser("replay", help="rebuild projections from the log into a shadow, compare")
+    which = rep.add_mutually_exclusive_group()
+    which.add_argument("--projection", action="append", help="one projection (repeatable)")
+    which.add_argument("--all", action="store_true", help="every projection (the default)")
+    rep.add_argument("--swap", action="store_true", help="then make the shadow the live schema")
+    rep.add_argument("--keep", action="store_true", help="keep the shadow schema to inspect it")
+    rep.add_argument("--show", type=int, default=20, help="differences shown per table")
+    aud = sub.add_parser("audit", help="a run's history from the log, or the log as Parquet")
+    aud_sub = aud.add_subparsers(dest="audit_cmd", required=True)
+    aud_run = aud_sub.add_parser("run", help="a run's whole history, commands included")
+    aud_run.add_argument("run_id")
+    aud_run.add_argument("--project", help="the run's project (when its id is not unique)")
+    aud_run.add_argument("--json", action="store_true", help="for machines")
+    aud_exp = aud_sub.add_parser("export", help="one Parquet row per event")
+    aud_exp.add_argument("--since", help="ISO 8601 time, inclusive")
+    aud_exp.add_argument("--until", help="ISO 8601 time, exclusive")
+    aud_exp.add_argument("--project")
+    aud_exp.add_argument("--out", required=True, help="the .parquet file to write")
+    dead = sub.add_parser("dead-letters", help="events a projection could not apply")
+    dead_sub = dead.add_subparsers(dest="dead_cmd", required=True)
+    dead_sub.add_parser("list", help="list them (from the API)")
+    dead_retry = dead_sub.add_parser("retry", help="apply them again, after a fix")
+    dead_retry.add_argument("--projection", help="only this projection's")
+    return p

@@ -1,0 +1,174 @@
+"""Commands that publish on NATS as any other system would: deploy, run, parse, retry."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from pathlib import Path
+
+import aiohttp
+import msgspec
+import yaml
+
+from services import client
+from services.cli.common import EXIT_FAILED, EXIT_REFUSED, CliError, endpoints, open_bus
+from services.watch import Progress, planned_nodes, result_table
+from shared import bundle, subjects
+from shared import events as ev
+from shared.bus import Bus
+from shared.commands import BuildCommand, ParseCommand, RetryCommand, RunCommand
+from shared.config import Settings
+
+__all__ = ["cmd_deploy", "cmd_run", "cmd_parse", "cmd_retry"]
+
+
+async def cmd_deploy(args, settings: Settings) -> int:
+    path = Path(args.path)
+    project = client.project_name(path, args.project)
+    bus = await open_bus(settings)
+    try:
+        packed, final = await client.deploy(bus, path, project)
+    finally:
+        await bus.close()
+    for skip in packed.skipped:
+        print(f"skipped {skip.path}: {skip.reason}")
+    if isinstance(final, ev.Deployed):
+        print(
+            f"deployed {project} version {final.version[:19]} ({len(final.files)} files;"
+            f" {final.engine} {final.engine_version}, {final.adapter} {final.adapter_version})"
+        )
+        return 0
+    if isinstance(final, ev.DeployUnchanged):
+        print(f"unchanged: {project} is already at version {final.version[:19]}; nothing to do")
+        return 0
+    print(f"deploy of {project} {type(final).__name__}: {final.reason}", file=sys.stderr)
+    return EXIT_FAILED
+
+
+def _vars(text: str | None) -> dict:
+    if not text:
+        return {}
+    value = yaml.safe_load(text)
+    if not isinstance(value, dict):
+        raise CliError(f"--vars must be a YAML or JSON mapping, got {text!r}")
+    return value
+
+
+def _run_args(pairs: list[str]) -> dict:
+    """--arg NAME=VALUE pairs; a VALUE is read as YAML so numbers and lists keep their type."""
+    out = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise CliError(f"--arg takes NAME=VALUE, got {pair!r}")
+        out[name] = yaml.safe_load(value) if value else ""
+    return out
+
+
+async def _planned(bus: Bus, project: str, cmd: BuildCommand) -> int | None:
+    """The node count of an unselected build, from the deployed manifest."""
+    if cmd.select or cmd.exclude:
+        return None
+    deployed = await bus.last_event(subjects.deploy_event(project, "deployed"))
+    if not isinstance(deployed, ev.Deployed):
+        return None
+    with contextlib.suppress(Exception):
+        return planned_nodes(msgspec.json.decode(await bus.get_blob(deployed.manifest_digest)))
+    return None
+
+
+async def cmd_run(args, settings: Settings) -> int:
+    project = subjects.check_project(args.project)
+    build = BuildCommand(
+        select=args.select or [],
+        exclude=args.exclude or [],
+        vars=_vars(args.vars),
+        full_refresh=args.full_refresh,
+        defer=True if args.defer else None,
+    )
+    command = RunCommand(command=build, args=_run_args(args.arg or []), run_id=args.run_id)
+    return await _follow(args, settings, project, command)
+
+
+async def cmd_parse(args, settings: Settings) -> int:
+    """Parse a project directory as it is (not deployed) and store its graph under the run."""
+    path = Path(args.path)
+    project = client.project_name(path, args.project)
+    packed = bundle.pack(path)
+    bus = await open_bus(settings)
+    try:
+        digest = await bus.put_blob(packed.data)
+        command = RunCommand(command=ParseCommand(bundle_digest=digest, vars=_vars(args.vars)))
+        final = await client.run(bus, project, command)
+    finally:
+        await bus.close()
+    if isinstance(final, ev.RunRefused):
+        print(f"parse {final.run_id} refused: {final.reason}", file=sys.stderr)
+        return EXIT_REFUSED
+    if final.result.status != "passed":
+        print(f"parse failed:\n{final.result.error}", file=sys.stderr)
+        return EXIT_FAILED
+    _, api_url = endpoints(settings)
+    print(
+        f"parsed {project}: graph stored under run {final.run_id}:"
+        f" {api_url}/v1/runs/{final.run_id}/graph"
+    )
+    return 0
+
+
+async def cmd_retry(args, settings: Settings) -> int:
+    """Resume a run with dbt retry; the project is looked up from the run when not given."""
+    project = args.project
+    if not project:
+        _, api_url = endpoints(settings)
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(f"{api_url}/v1/runs/{args.run_id}") as resp,
+        ):
+            if resp.status != 200:
+                raise CliError(f"run {args.run_id!r} is not known to the API; pass --project")
+            project = (await resp.json())["project"]
+    command = RunCommand(command=RetryCommand(dbt_retry_job=args.run_id))
+    return await _follow(args, settings, subjects.check_project(project), command)
+
+
+async def _follow(args, settings: Settings, project: str, command: RunCommand) -> int:
+    """Publish, follow to the end, print; the same output contract for run and retry."""
+    bus = await open_bus(settings)
+    try:
+        progress = None
+        if args.watch:
+            planned = None
+            if isinstance(command.command, BuildCommand):
+                planned = await _planned(bus, project, command.command)
+            progress = Progress(planned, out=sys.stderr if args.json else sys.stdout)
+        final = await client.run(
+            bus, project, command, on_event=progress.on_event if progress else None
+        )
+    finally:
+        await bus.close()
+    if progress:
+        progress.done()
+    if isinstance(final, ev.RunRefused):
+        if args.json:
+            print(
+                msgspec.json.encode(
+                    {
+                        "run_id": final.run_id,
+                        "project": project,
+                        "status": "refused",
+                        "reason": final.reason,
+                        "nodes": [],
+                    }
+                ).decode()
+            )
+        print(f"run {final.run_id} refused: {final.reason}", file=sys.stderr)
+        return EXIT_REFUSED
+    result = final.result
+    if args.json:
+        body = {"run_id": final.run_id, "project": project, **msgspec.to_builtins(result)}
+        print(msgspec.json.encode(body).decode())
+    else:
+        print(result_table(result))
+        print(f"run id: {final.run_id}")
+    return 0 if result.status == "passed" else EXIT_FAILED

@@ -1,0 +1,46 @@
+"""Commands that run services: the whole stack locally (`up`), one role (`serve`), the demo."""
+
+from __future__ import annotations
+
+from services.cli.common import CliError, wait_for_signal
+from services.stack import Stack
+from shared.config import Settings
+
+__all__ = ["cmd_up", "cmd_serve", "cmd_demo"]
+
+
+async def cmd_up(args, settings: Settings) -> int:
+    stack = await Stack(settings).start()
+    stack.write_stack_file()
+    print(f"jetdbt is up: API {stack.api_url}  NATS {stack.nats_url}")
+    print("deploy with `jetdbt deploy PATH`, build with `jetdbt run PROJECT --watch`; Ctrl-C stops")
+    try:
+        await wait_for_signal()
+    finally:
+        await stack.stop()
+    return 0
+
+
+async def cmd_serve(args, settings: Settings) -> int:
+    """One service per process, against configured servers (production)."""
+    roles = {args.role} if args.role != "all" else {"runner", "projectors", "api"}
+    if not settings.nats_url or (roles - {"runner"} and not settings.database_url):
+        raise CliError(
+            "`jetdbt serve` needs NATS_URL (and DATABASE_URL for projectors and the"
+            " api; runners never touch Postgres); use `jetdbt up` locally"
+        )
+    stack = Stack(
+        settings, runner="runner" in roles, projectors="projectors" in roles, api="api" in roles
+    )
+    await stack.start()
+    try:
+        await wait_for_signal()
+    finally:
+        await stack.stop()
+    return 0
+
+
+async def cmd_demo(args, settings: Settings) -> int:
+    from services.demo import demo
+
+    return await demo(settings)
