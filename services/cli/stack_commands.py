@@ -14,11 +14,7 @@ async def cmd_up(args, settings: Settings) -> int:
     stack.write_stack_file()
     print(f"jetdbt is up: API {stack.api_url}  NATS {stack.nats_url}")
     print("deploy with `jetdbt deploy PATH`, build with `jetdbt run PROJECT --watch`; Ctrl-C stops")
-    try:
-        await wait_for_signal()
-    finally:
-        await stack.stop()
-    return 0
+    return await _until_signal(stack)
 
 
 async def cmd_serve(args, settings: Settings) -> int:
@@ -33,6 +29,11 @@ async def cmd_serve(args, settings: Settings) -> int:
         settings, runner="runner" in roles, projectors="projectors" in roles, api="api" in roles
     )
     await stack.start()
+    return await _until_signal(stack)
+
+
+async def _until_signal(stack: Stack) -> int:
+    """Keep a started stack serving until SIGINT or SIGTERM, then stop it."""
     try:
         await wait_for_signal()
     finally:
