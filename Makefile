@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test test-fast lint bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -14,8 +14,13 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/jetdbt demo
 
+# The whole suite, on both cores: every test starts its own servers, so they run apart.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --durations=15
+
+# The inner loop: everything that does not run dbt.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -n 2 -m "not dbt"
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from services.embedded import NatsServer, start_postgres
+from services.runner import spawn
 from services.stack import Stack
 from shared import logging as jlog
 from shared.config import load
@@ -23,6 +24,25 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "jaffle_shop"
 
 jlog.configure("warning")
+
+
+@pytest.fixture(autouse=True)
+def _dbt_only_when_marked(request, monkeypatch):
+    """`make test-fast` leaves out tests marked `dbt`; a test that starts dbt without the
+    mark fails here, so the mark cannot drift from what a test does."""
+    if request.node.get_closest_marker("dbt") is not None:
+        yield
+        return
+    started: list[str] = []
+    message = f"{request.node.nodeid} starts dbt: mark it @pytest.mark.dbt"
+
+    async def refuse(*args, **kwargs):
+        started.append(message)
+        raise AssertionError(message)
+
+    monkeypatch.setattr(spawn, "spawn", refuse)
+    yield
+    assert not started, message
 
 
 @pytest.fixture(scope="session")

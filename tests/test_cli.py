@@ -12,6 +12,8 @@ import pytest
 
 from tests.helpers import duckdb_tables, get_json, jetdbt, wait_for
 
+pytestmark = pytest.mark.dbt
+
 BIN = Path(sys.executable).parent
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import duckdb
+import pytest
 
 from services import client
 from shared import events as ev
@@ -10,6 +11,8 @@ from shared import subjects
 from shared.commands import BuildCommand, RetryCommand, RunCommand
 from tests.helpers import get_json, wait_for
 from tests.test_retry import FLAKY, _add_model
+
+pytestmark = pytest.mark.dbt
 
 # Lets a run put what it builds into another schema with a var, as a scratch build does.
 SCHEMA_MACRO = """

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import pytest
+
 from services import client
 from shared import events as ev
 from shared.commands import BuildCommand, RunCommand
 from tests.conftest import EXAMPLE
 from tests.helpers import duckdb_tables, get_json, wait_for
+
+pytestmark = pytest.mark.dbt
 
 
 async def _deploy(stack, path=EXAMPLE, project="jaffle_shop"):

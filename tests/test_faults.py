@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from services import client
 from shared import events as ev
 from shared.commands import BuildCommand, RunCommand
 from tests.helpers import get_json, wait_for
 from tests.test_live_progress import GATE_MODEL
+
+pytestmark = pytest.mark.dbt
 
 
 async def test_a_nats_restart_mid_run_loses_nothing(stack, nats_server, project_copy, tmp_path):

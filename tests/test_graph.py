@@ -12,6 +12,7 @@ import msgspec
 import nats
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from projections.graph import PARSE_GRAPHS_KEPT, VERSIONS_KEPT
 from services import client
@@ -99,6 +100,7 @@ def _relation_url(stack, key: str) -> str:
     return f"{stack.api_url}/v1/relations/{urllib.parse.quote(key, safe='')}"
 
 
+@pytest.mark.dbt
 async def test_example_graph_is_exact(stack):
     deployed = await _deploy(stack, EXAMPLE, P)
     body = await _project_graph(stack, P)
@@ -166,6 +168,7 @@ def _declared_write(key: str, producer: str, rows: int, at: datetime) -> tuple[s
     return f"dbt.evt.relation.{tok}.materialized", json.dumps(body).encode()
 
 
+@pytest.mark.dbt
 async def test_two_projects_and_a_declared_write_share_one_node(stack, tmp_path):
     await _deploy(stack, EXAMPLE, P)
     await _deploy(stack, _write(tmp_path / "reports", REPORTS), "shop_reports")
@@ -252,6 +255,7 @@ BIG_ORDERS = (
 )
 
 
+@pytest.mark.dbt
 async def test_run_graph_snapshot_only_when_it_differs(stack, project_copy):
     (project_copy / "models" / "marts" / "big_orders.sql").write_text(BIG_ORDERS)
     deployed = await _deploy(stack, project_copy, P)
@@ -300,6 +304,7 @@ async def test_run_graph_snapshot_only_when_it_differs(stack, project_copy):
     assert body["content_digest"] == version_graph["content_digest"]
 
 
+@pytest.mark.dbt
 async def test_a_placeholder_var_that_enables_a_model_shows_in_that_runs_graph(stack, project_copy):
     """A real run: its graph is stored before its build starts, with the model it enables."""
     from services import client
@@ -331,6 +336,7 @@ async def test_a_placeholder_var_that_enables_a_model_shows_in_that_runs_graph(s
     assert no_snapshot is None  # a dynamic run whose graph matches the version's stores none
 
 
+@pytest.mark.dbt
 async def test_descriptor_selection_is_what_the_project_owns(stack, project_copy):
     (project_copy / "jetdbt.yaml").write_text("select: ['+orders']\nexclude: ['stg_payments']\n")
     await _deploy(stack, project_copy, P)
@@ -442,6 +448,7 @@ def _index(tmp_path):
     return index
 
 
+@pytest.mark.dbt
 async def test_column_lineage_from_the_engine_index(stack, tmp_path, project_copy):
     index = _index(tmp_path)
     found = graph.read_column_index(index)
@@ -493,6 +500,7 @@ async def test_column_lineage_from_the_engine_index(stack, tmp_path, project_cop
     assert [c["name"] for c in orders["columns"]] == ["order_id", "customer_id", "status"]
 
 
+@pytest.mark.dbt
 async def test_a_parse_of_an_undeployed_bundle_is_keyed_by_its_own_run(stack, project_copy):
     """The editor's refresh: the project as it is on disk, never deployed, never built."""
     await _deploy(stack, project_copy, P)

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from services import client
 from shared import events as ev
 from shared.commands import BuildCommand, RunCommand
 from tests.helpers import get_json, wait_for
+
+pytestmark = pytest.mark.dbt
 
 # A dbt-duckdb Python model that holds the build open until the test releases it,
 # so "while a later model is still running" is a fact, not a race.

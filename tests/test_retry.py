@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import msgspec
+import pytest
 import yaml
 
 from services import client
@@ -10,6 +11,8 @@ from services.stack import Stack
 from shared import events as ev
 from shared.commands import BuildCommand, RetryCommand, RunCommand
 from tests.helpers import get_json, wait_for
+
+pytestmark = pytest.mark.dbt
 
 # A middle model the test breaks and mends by a file, since dbt retry restores the
 # resumed run's vars: a var could not be flipped between the run and its retry.

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import msgspec
+import pytest
 import yaml
 
 from services import client
@@ -21,6 +22,8 @@ from shared import events as ev
 from shared.commands import BuildCommand, RunCommand
 from tests.helpers import get_json, wait_for
 from tests.test_live_progress import GATE_MODEL
+
+pytestmark = pytest.mark.dbt
 
 ACK_WAIT = 4
 

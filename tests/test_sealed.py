@@ -4,10 +4,13 @@ runner's credentials, and every job has its own HOME and TMPDIR."""
 from __future__ import annotations
 
 import duckdb
+import pytest
 
 from services import client
 from shared import events as ev
 from shared.commands import BuildCommand, RunCommand
+
+pytestmark = pytest.mark.dbt
 
 PROBE = """
 select

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
+
 from services import client
 from shared import events as ev
 from shared.commands import BuildCommand, RunCommand
+
+pytestmark = pytest.mark.dbt
 
 SEEDS_AND_ORDERS = {"seed.jaffle_shop.raw_orders", "model.jaffle_shop.stg_orders"}
 

@@ -65,6 +65,7 @@ def _assert_no_canary(found: list[bytes], logs: str) -> None:
     assert CANARY not in logs
 
 
+@pytest.mark.dbt
 async def test_named_duckdb_warehouse(settings, tmp_path, project_copy):
     path = tmp_path / "analytics.duckdb"
     (project_copy / "jetdbt.yaml").write_text("profile:\n  warehouse: analytics\n")
@@ -92,6 +93,7 @@ def captured_logs():
     jlog.configure("warning")
 
 
+@pytest.mark.dbt
 async def test_named_postgres_warehouse_with_env_reference(
     settings, tmp_path, project_copy, pg_url, monkeypatch, captured_logs
 ):
@@ -121,6 +123,7 @@ async def test_named_postgres_warehouse_with_env_reference(
     _assert_no_canary(found, captured_logs.getvalue())
 
 
+@pytest.mark.dbt
 async def test_own_profiles_yml_with_password_from_descriptor_env(
     settings, tmp_path, project_copy, pg_url, monkeypatch, captured_logs
 ):
@@ -187,6 +190,7 @@ async def test_unknown_warehouse_and_unconfigured_engine_are_refused(stack, proj
     assert "key 'threads'" in refused.reason
 
 
+@pytest.mark.dbt
 async def test_a_configured_engine_binary_is_the_one_that_runs(settings, tmp_path, project_copy):
     """fusion runs only from a binary the operator placed; here a shim that records its use."""
     import stat
