@@ -91,6 +91,10 @@ async def test_a_parameter_quotes_a_prefix_of_its_value_and_checks_its_rule(stac
     assert status == 400 and "query parameter 'x'" in body["error"]  # unknown, yet no NUL
     status, body = await get_json(f"{base}/v1/projects/shop/runs?limit={'9' * 400}&x=1")
     assert status == 200 and body == {"project": "shop", "runs": [], "next": None}
+    # A decoder's message that would echo a 3,000-character field name is cut in the middle.
+    long_field = {"command": {"label": "build"}, "x" * 3000: 1}
+    status, _, body = await answer("POST", f"{base}/v1/projects/shop/runs", json=long_field)
+    assert status == 400 and "unknown field" in body["error"] and len(body["error"]) < 700
 
 
 class _FailingPool:

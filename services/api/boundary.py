@@ -32,6 +32,7 @@ from shared.subjects import check_project, check_run_id
 
 __all__ = [
     "BadParameter",
+    "MAX_ERROR_CHARS",
     "MAX_VALUE_CHARS",
     "MAX_OFFSET",
     "Page",
@@ -46,6 +47,9 @@ __all__ = [
 
 # Longer than any project, run id, digest, relation key or node id the API serves.
 MAX_VALUE_CHARS = 512
+# A longer error message quotes input it should not: a decoder's message can hold a
+# caller's 3,000-character field name.
+MAX_ERROR_CHARS = 600
 # Deeper than any listing goes; past it, an offset is a mistake (or bigint overflow).
 MAX_OFFSET = 1_000_000_000
 # C0 and C1 control characters (NUL among them), DEL, and lone surrogates, which
@@ -66,6 +70,12 @@ def respond(data, status: int = 200) -> web.Response:
 
 
 def error(status: int, message: str) -> web.Response:
+    """`{"error": message}`; a message over MAX_ERROR_CHARS keeps its head and its tail (where
+    a decoder names the field), so no error echoes a caller's long input whole."""
+    if len(message) > MAX_ERROR_CHARS:
+        cut = len(message) - MAX_ERROR_CHARS
+        half = MAX_ERROR_CHARS // 2
+        message = f"{message[:half]}…({cut} characters cut)…{message[-half:]}"
     return respond({"error": message}, status)
 
 
