@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 
 import msgspec
 import nats
@@ -83,6 +84,15 @@ class Bus:
         self.js = nc.jetstream()
         self.url = url
         self._blobs = None
+        # A runner sets its masking function: no secret leaves in an event or a log line.
+        self.mask: Callable[[bytes], bytes] | None = None
+
+    def _masked(self, data: bytes) -> bytes:
+        return self.mask(data) if self.mask is not None else data
+
+    async def publish_line(self, subject: str, line: str) -> None:
+        """A human-readable log line (core NATS, no ack: a lost line costs no result)."""
+        await self.nc.publish(subject, self._masked(line.encode()))
 
     async def publish(self, event: events.Event, *, retry_for: float = PUBLISH_RETRY_SECONDS):
         """Publish an event with its deterministic id until the stream acknowledges it.
@@ -90,7 +100,7 @@ class Bus:
         A NATS outage holds the caller (so events stay in order) instead of losing the
         event; retries carry the same id, so one that did land is dropped as a duplicate.
         """
-        subject, data = event.subject(), events.encode(event)
+        subject, data = event.subject(), self._masked(events.encode(event))
         headers = {"Nats-Msg-Id": event.event_id()}
         loop = asyncio.get_running_loop()
         deadline = loop.time() + retry_for
@@ -122,7 +132,9 @@ class Bus:
         return self._blobs
 
     async def put_blob(self, data: bytes) -> str:
-        """Store a blob under its content digest (a no-op when it is there already)."""
+        """Store a blob under its content digest (a no-op when it is there already);
+        masked first, like everything a runner publishes, and named by what is stored."""
+        data = self._masked(data)
         digest = digest_of(data)
         store = await self._store()
         try:

@@ -26,6 +26,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     variables_file: Path | None = None
     engines_dir: Path | None = None
     runner_name: str | None = None
+    # Environment names a project's descriptor may reference ($env:NAME); `X_*` is a prefix.
+    env_references: tuple[str, ...] = ()
 
     @property
     def warehouse_dir(self) -> Path:
@@ -75,4 +77,7 @@ def load(env=None) -> Settings:
         variables_file=_path(env, "JETDBT_VARIABLES"),
         engines_dir=_path(env, "JETDBT_ENGINES_DIR"),
         runner_name=env.get("JETDBT_RUNNER_NAME") or None,
+        env_references=tuple(
+            n.strip() for n in (env.get("JETDBT_ENV_REFERENCES") or "").split(",") if n.strip()
+        ),
     )

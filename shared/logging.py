@@ -7,7 +7,26 @@ import sys
 
 import structlog
 
-__all__ = ["configure", "get"]
+__all__ = ["configure", "get", "add_mask"]
+
+_masks: list = []
+
+
+def add_mask(mask) -> None:
+    """Mask every string of every later log line with `mask` (a runner's secrets)."""
+    if mask not in _masks:
+        _masks.append(mask)
+
+
+def _masked(logger, name, event: dict) -> dict:
+    if not _masks:
+        return event
+    for key, value in event.items():
+        if isinstance(value, str):
+            for mask in _masks:
+                value = mask(value)
+            event[key] = value
+    return event
 
 
 def configure(level: str = "info", stream=None) -> None:
@@ -18,6 +37,7 @@ def configure(level: str = "info", stream=None) -> None:
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,
+            _masked,
             structlog.processors.JSONRenderer(),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(

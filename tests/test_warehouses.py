@@ -19,6 +19,13 @@ from shared.commands import BuildCommand, RunCommand
 from tests.helpers import collect_everything, duckdb_tables, pg_parts
 
 CANARY = "canary-" + uuid.uuid4().hex
+# Models whose Postgres error quotes the secret in three spellings.
+_SECRET = "'{{ env_var(\"SHOP_PG_PASSWORD\") }}'"
+LEAKS = {
+    "leak_plain": _SECRET,
+    "leak_reversed": f"reverse({_SECRET})",
+    "leak_upper": f"upper({_SECRET})",
+}
 
 
 async def _deploy_and_build(stack, path, project="jaffle_shop"):
@@ -59,10 +66,10 @@ async def _drop_schema(pg_url: str, schema: str) -> None:
 
 
 def _assert_no_canary(found: list[bytes], logs: str) -> None:
-    needle = CANARY.encode()
-    leaks = [blob[:200] for blob in found if needle in blob]
-    assert not leaks, leaks
-    assert CANARY not in logs
+    for spelling in (CANARY, CANARY[::-1], CANARY.upper()):
+        leaks = [blob[:200] for blob in found if spelling.encode() in blob]
+        assert not leaks, (spelling, leaks)
+        assert spelling not in logs
 
 
 @pytest.mark.dbt
@@ -127,7 +134,16 @@ async def test_named_postgres_warehouse_with_env_reference(
 async def test_own_profiles_yml_with_password_from_descriptor_env(
     settings, tmp_path, project_copy, pg_url, monkeypatch, captured_logs
 ):
+    """The canary reaches dbt only through a reference the operator allows, and the models
+    that quote it (plain, reversed, upper-cased) in their Postgres errors fail with the
+    secret masked in every event, log line, blob, projection row and runner log."""
     monkeypatch.setenv("JETDBT_TEST_SECRET", CANARY)
+    settings = msgspec.structs.replace(settings, env_references=("JETDBT_TEST_*",))
+    for name, spelled in LEAKS.items():
+        (project_copy / "models" / f"{name}.sql").write_text(
+            "{{ config(materialized='table') }}\n"
+            f"select cast({spelled} as integer) as leaked"
+        )
     schema = f"own_{uuid.uuid4().hex[:10]}"
     parts = pg_parts(pg_url)
     profiles = {
@@ -154,9 +170,16 @@ async def test_own_profiles_yml_with_password_from_descriptor_env(
     )
 
     async def body(st):
-        final = await _deploy_and_build(st, project_copy)
+        _, deployed = await client.deploy(st.bus, project_copy, "jaffle_shop")
+        assert isinstance(deployed, ev.Deployed), deployed
+        build = BuildCommand(exclude=list(LEAKS))
+        final = await client.run(st.bus, "jaffle_shop", RunCommand(command=build))
         assert final.result.status == "passed", final.result.error
         assert final.result.target == "dev"
+        leaky = BuildCommand(select=list(LEAKS))
+        failed = await client.run(st.bus, "jaffle_shop", RunCommand(command=leaky))
+        messages = {n.name: n.message or "" for n in failed.result.nodes}
+        assert set(messages) == set(LEAKS) and all("****" in m for m in messages.values()), messages
         await asyncio.sleep(0.5)
         return await collect_everything(st)
 
@@ -212,6 +235,19 @@ async def test_a_configured_engine_binary_is_the_one_that_runs(settings, tmp_pat
         await st.stop()
     assert final.result.status == "passed" and final.result.engine == "fusion"
     assert marker.exists()
+
+
+async def test_a_project_reads_only_the_environment_names_the_operator_allows(
+    stack, project_copy, monkeypatch
+):
+    monkeypatch.setenv("JETDBT_TEST_SECRET", CANARY)
+    (project_copy / "jetdbt.yaml").write_text("env:\n  LEAK: $env:JETDBT_TEST_SECRET\n")
+    _, refused = await client.deploy(stack.bus, project_copy, "jaffle_shop")
+    assert isinstance(refused, ev.DeployRefused), refused
+    assert "env.LEAK refers to $env:JETDBT_TEST_SECRET, which projects may not read" in (
+        refused.reason
+    )
+    assert "JETDBT_ENV_REFERENCES" in refused.reason and CANARY not in refused.reason
 
 
 def test_profile_name_is_rendered_against_the_run_environment(tmp_path, monkeypatch):

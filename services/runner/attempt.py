@@ -117,8 +117,7 @@ class Attempt:
         try:
             reason = await self.check()
             if reason:
-                masked = self.prepared.resolver.mask(reason)
-                return await refuse(self.ctx, self.project, self.run_id, masked)
+                return await refuse(self.ctx, self.project, self.run_id, reason)
             await self.ctx.bus.publish(
                 ev.RunStarted(
                     project=self.project,
@@ -150,7 +149,7 @@ class Attempt:
 
     async def log(self, line: str) -> None:
         """A line in the run's human-readable log (masked: a secret may be in any line)."""
-        await self.ctx.bus.nc.publish(self._log_subject, self.prepared.resolver.mask(line).encode())
+        await self.ctx.bus.publish_line(self._log_subject, line)
 
     async def invoke(self, inv: DbtInvocation, round_: int = 0) -> int:
         """Run one of this attempt's invocations, its nodes published as node retry round
@@ -219,7 +218,7 @@ class Attempt:
 
     def _error_tail(self) -> str:
         """What a failed run without a failed node reports: the last lines dbt printed."""
-        return self.prepared.resolver.mask(self._last.error_tail()) if self._last else ""
+        return self._last.error_tail() if self._last else ""
 
     async def _finish(self, code: int, error: str | None) -> ev.RunFinished:
         """Build the result, save retry state (unless hidden), publish RunFinished last."""

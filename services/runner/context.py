@@ -6,8 +6,9 @@ import os
 import socket
 from dataclasses import dataclass, field
 
-from services.runner.secrets import Resolver, load_variables
+from services.runner.secrets import Masker, Resolver, load_variables
 from services.runner.warehouses import Warehouse, load_warehouses
+from shared import logging as jlog
 from shared.bus import Bus
 from shared.config import Settings
 
@@ -20,6 +21,7 @@ class RunnerContext:
     settings: Settings
     warehouses: dict[str, Warehouse] = field(default_factory=dict)
     name: str = ""
+    masker: Masker = field(default_factory=Masker)
 
     def __post_init__(self):
         self.name = (
@@ -29,7 +31,14 @@ class RunnerContext:
             self.warehouses = load_warehouses(
                 self.settings.warehouses_file, self.settings.default_duckdb
             )
+        # Everything this runner publishes or logs passes the one masking function.
+        self.bus.mask = self.masker.mask_bytes
+        jlog.add_mask(self.masker.mask)
 
     def resolver(self) -> Resolver:
-        """A fresh resolver per job, so each job masks exactly the secrets it resolved."""
-        return Resolver(load_variables(self.settings.variables_file))
+        """A resolver for one job; what it resolves is masked in all this runner publishes."""
+        return Resolver(
+            load_variables(self.settings.variables_file),
+            masker=self.masker,
+            project_env=self.settings.env_references,
+        )

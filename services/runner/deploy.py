@@ -60,7 +60,7 @@ async def _parse(
             project=project,
             deploy_id=deploy_id,
             version=version,
-            reason=prepared.resolver.mask(reason),
+            reason=reason,
         )
         await ctx.bus.publish(final)
         return final

@@ -6,7 +6,6 @@ see the same profile, target, environment and vars.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,7 @@ import jinja2.sandbox
 import msgspec
 import yaml
 
+from services.runner.dbt_process import dbt_env
 from services.runner.secrets import Resolver
 from services.runner.selectors import (
     STATE_METHODS,
@@ -216,13 +216,15 @@ def make_plan(
     """`args` is None for a deploy, the run arguments for a run."""
     defer = bool(desc.defer if cmd is None or cmd.defer is None else cmd.defer) and cmd is not None
     _check_state_methods(desc, cmd, defer)
-    env = {k: resolver.resolve(v, f"env.{k}") for k, v in desc.env.items()}
+    env = {k: resolver.resolve(v, f"env.{k}", from_project=True) for k, v in desc.env.items()}
     dbt_vars = _vars(desc, args)
     if cmd is not None and cmd.vars:
         dbt_vars = {**dbt_vars, **cmd.vars}
     select, exclude, selector, narrowed = _selection(desc, cmd)
     full_refresh = bool(desc.full_refresh or (cmd is not None and cmd.full_refresh))
-    profile = _render_profile_name(project_dir, {**os.environ, **env})
+    # The environment dbt itself gets, never the runner's: a profile name rendered with
+    # env_var() must not be a way to read (and echo in a refusal) the runner's secrets.
+    profile = _render_profile_name(project_dir, dbt_env(env))
     if desc.profile.profiles_yml:
         text, target, output = _own_profiles(
             project_dir, desc.profile.profiles_yml, profile, desc.profile.target

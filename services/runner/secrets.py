@@ -8,6 +8,7 @@ one is masked before it is published.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -16,9 +17,11 @@ import yaml
 
 from shared.descriptor import reference
 
-__all__ = ["Resolver", "UnresolvedReference", "load_variables", "MASK"]
+__all__ = ["Masker", "Resolver", "UnresolvedReference", "load_variables", "MASK"]
 
 MASK = "****"
+# Shorter values (a port, "true") are not worth masking and would garble every line.
+MIN_SECRET = 4
 
 
 class UnresolvedReference(LookupError):
@@ -35,35 +38,92 @@ def load_variables(path: Path | None) -> dict[str, str]:
     return {str(k): str(v) for k, v in data.items()}
 
 
+class Masker:
+    """Every secret this runner resolved, in every spelling it may leave in: as is,
+    reversed, upper- and lower-cased, and each of those as JSON escapes it. One
+    instance per runner, applied where anything leaves it (events, log lines, logs)."""
+
+    def __init__(self):
+        self._spellings: list[str] = []
+        self._known: set[str] = set()
+
+    def add(self, secret: str) -> None:
+        if len(secret) < MIN_SECRET or secret in self._known:
+            return
+        self._known.add(secret)
+        variants = {secret, secret[::-1], secret.upper(), secret.lower()}
+        variants |= {json.dumps(v)[1:-1] for v in variants}
+        self._spellings = sorted(set(self._spellings) | variants, key=len, reverse=True)
+
+    def mask(self, text: str) -> str:
+        for spelling in self._spellings:
+            if spelling in text:
+                text = text.replace(spelling, MASK)
+        return text
+
+    def mask_bytes(self, data: bytes) -> bytes:
+        if not self._spellings:
+            return data
+        text = data.decode("utf-8", errors="surrogateescape")
+        masked = self.mask(text)
+        return data if masked is text else masked.encode("utf-8", errors="surrogateescape")
+
+
+def _allowed(name: str, patterns: tuple[str, ...]) -> bool:
+    return any(name.startswith(p[:-1]) if p.endswith("*") else name == p for p in patterns)
+
+
 class Resolver:
-    def __init__(self, variables: dict[str, str] | None = None, environ=None):
+    """Resolves references for one job; every value it resolves is masked runner-wide.
+
+    A project's own references (its descriptor's `env:`) read only the environment
+    names the operator allows (JETDBT_ENV_REFERENCES); the operator's warehouse
+    configuration reads any.
+    """
+
+    def __init__(
+        self,
+        variables: dict[str, str] | None = None,
+        environ=None,
+        masker: Masker | None = None,
+        project_env: tuple[str, ...] = (),
+    ):
         self.variables = variables or {}
         self.environ = os.environ if environ is None else environ
-        self.secrets: set[str] = set()
+        self.masker = masker or Masker()
+        self.project_env = project_env
 
-    def resolve(self, value: Any, where: str) -> Any:
+    def resolve(self, value: Any, where: str, *, from_project: bool = False) -> Any:
         """A reference's value (remembered for masking); literals and non-strings unchanged."""
         if isinstance(value, dict):
-            return {k: self.resolve(v, f"{where}.{k}") for k, v in value.items()}
+            return {
+                k: self.resolve(v, f"{where}.{k}", from_project=from_project)
+                for k, v in value.items()
+            }
         if isinstance(value, list):
-            return [self.resolve(v, f"{where}[{i}]") for i, v in enumerate(value)]
+            return [
+                self.resolve(v, f"{where}[{i}]", from_project=from_project)
+                for i, v in enumerate(value)
+            ]
         if not isinstance(value, str):
             return value
         ref = reference(value)
         if ref is None:
             return value
         kind, name = ref
+        if from_project and kind == "env" and not _allowed(name, self.project_env):
+            allowed = ", ".join(self.project_env) or "none"
+            raise UnresolvedReference(
+                f"{where} refers to $env:{name}, which projects may not read; an operator"
+                f" allows names with JETDBT_ENV_REFERENCES (allowed now: {allowed})"
+            )
         source = self.environ if kind == "env" else self.variables
         if name not in source:
             place = "the runner's environment" if kind == "env" else "the runner's variables"
             raise UnresolvedReference(f"{where} refers to ${kind}:{name}, which {place} lacks")
         resolved = str(source[name])
-        if len(resolved) >= 4:
-            self.secrets.add(resolved)
+        self.masker.add(resolved)
         return resolved
 
     def mask(self, text: str) -> str:
-        for secret in self.secrets:
-            if secret in text:
-                text = text.replace(secret, MASK)
-        return text
+        return self.masker.mask(text)

@@ -108,7 +108,7 @@ async def ingest_version_graph(
         log = jlog.get("graph", project=project, version=version)
 
         async def note(line: str) -> None:
-            log.info("column_lineage", line=prepared.resolver.mask(line))
+            log.info("column_lineage", line=line)
 
         columns = await column_index(prepared, note, ctx.settings.run_timeout_seconds / 2)
     await publish_graph(
