@@ -10,6 +10,8 @@ import asyncio
 import json
 import uuid
 
+import pytest
+
 from projections.dead_letters import retry
 from projections.migrate import connect_pool, quote_ident
 from projections.registry import FOLDS, TABLES
@@ -71,6 +73,7 @@ async def test_replay_of_recorded_real_runs_finds_no_differences(recorded_stack)
     assert report.differences == 0
 
 
+@pytest.mark.dbt
 async def test_a_real_run_replays_without_differences_and_audits_from_its_log(stack):
     """The one test of replay and audit that runs dbt: elsewhere the recorded log stands in
     for it, and this proves that what a real run publishes today replays and audits too."""
