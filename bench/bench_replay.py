@@ -28,9 +28,9 @@ sys.path.insert(0, str(ROOT))
 
 from nats.js import api  # noqa: E402
 
+from projections.catch_up import catch_up  # noqa: E402
 from projections.migrate import connect_pool, quote_ident  # noqa: E402
 from projections.registry import FOLDS  # noqa: E402
-from projections.replay import catch_up  # noqa: E402
 from services.embedded import NatsServer, start_postgres  # noqa: E402
 from shared import contract  # noqa: E402
 from shared import events as ev  # noqa: E402

@@ -10,6 +10,7 @@ import yaml
 
 from projections import dead_letters, lag, replay
 from projections.migrate import connect_pool
+from projections.replay_report import render as render_replay
 from services import audit, export
 from services.cli.common import EXIT_FAILED, CliError, database_url, endpoints, open_bus
 from shared import subjects
@@ -61,7 +62,7 @@ async def cmd_replay(args, settings: Settings) -> int:
         )
     finally:
         await bus.close()
-    print(replay.render(report))
+    print(render_replay(report))
     return 0 if report.swapped or not report.differences else EXIT_FAILED
 
 
