@@ -210,3 +210,27 @@ async def test_a_run_id_another_project_owns_is_refused_without_touching_that_ru
     status, after = await get_json(url)
     assert status == 200 and after == before
     assert after["project"] == "victim" and after["requested_by"] == "alice"
+
+
+@pytest.mark.parametrize(
+    ("blob", "named"),
+    [
+        (None, "is missing from the object store DBT_BLOBS"),
+        (b"not a tar archive", "not a valid bundle"),
+    ],
+    ids=["missing-bundle", "corrupt-bundle"],
+)
+async def test_a_run_whose_bundle_cannot_be_read_ends_refused_naming_why(
+    stack, events, blob, named
+):
+    """A parse of a bundle that is not there (or not an archive) once stayed "requested"."""
+    if blob is None:
+        digest = "sha256:" + "1" * 64
+    else:
+        digest = await stack.bus.put_blob(blob)
+    body = b'{"command": {"label": "parse", "bundle_digest": "%s"}, "run_id": "p1"}' % (
+        digest.encode()
+    )
+    await stack.bus.js.publish("dbt.cmd.run.jaffle_shop", body)
+    refused = await events.first(lambda e: isinstance(e, ev.RunRefused) and e.run_id == "p1")
+    assert named in refused.reason

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import asyncio
 
+import msgspec
 import pytest
 
 from services import client
+from services.stack import Stack
 from shared import events as ev
 from shared.commands import BuildCommand, RunCommand
 from tests.helpers import get_json, wait_for
 from tests.test_live_progress import GATE_MODEL
+from tests.test_runner_lost import _working_in
 
 pytestmark = pytest.mark.dbt
 
@@ -54,3 +57,24 @@ async def test_a_nats_restart_mid_run_loses_nothing(stack, nats_server, project_
     body = await wait_for(settled, timeout=60)
     assert len(body["nodes"]) == 24
     assert not [n["unique_id"] for n in body["nodes"] if n["status"] == "running"]
+
+
+async def test_run_timeout_bounds_the_whole_run_and_says_so(settings, project_copy, tmp_path):
+    """A build that outlives RUN_TIMEOUT_SECONDS ends failed with that reason, and its
+    dbt is gone."""
+    (project_copy / "models" / "marts" / "gate.py").write_text(GATE_MODEL)
+    (project_copy / "models" / "marts" / "gate.yml").write_text(
+        f"models:\n  - name: gate\n    config:\n      release_file: '{tmp_path / 'never'}'\n"
+    )
+    st = await Stack(msgspec.structs.replace(settings, run_timeout_seconds=20)).start()
+    try:
+        _, deployed = await client.deploy(st.bus, project_copy, "slow")
+        assert isinstance(deployed, ev.Deployed), deployed
+        final = await asyncio.wait_for(
+            client.run(st.bus, "slow", RunCommand(command=BuildCommand(), run_id="t1")), 120
+        )
+    finally:
+        await st.stop()
+    assert final.result.status == "failed"
+    assert final.result.error == "timed out after 20s"
+    assert not _working_in(settings.runner_cache)

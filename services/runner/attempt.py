@@ -19,13 +19,14 @@ import msgspec
 
 from services.runner import results
 from services.runner.context import RunnerContext
-from services.runner.dbt_process import DbtInvocation
+from services.runner.dbt_process import DbtInvocation, RunTimedOut
 from services.runner.job_setup import Prepared, Refused, prepare
 from shared import events as ev
 from shared import logging as jlog
 from shared import subjects
 from shared.commands import BuildCommand, RunCommand
 from shared.outcomes import totals
+from shared.quote import quote
 
 __all__ = ["Attempt", "Failed", "Source", "refuse"]
 
@@ -74,6 +75,7 @@ class Attempt:
         self.results = results.Overlay()
         self.round = 0  # the node retry round of the latest invocation
         self._last: DbtInvocation | None = None
+        self._deadline = float("inf")
         self._log_subject = subjects.run_log(run_id)
 
     def mode(self) -> str:
@@ -127,6 +129,9 @@ class Attempt:
                     runner=self.ctx.name,
                 )
             )
+            self._deadline = (
+                asyncio.get_running_loop().time() + self.ctx.settings.run_timeout_seconds
+            )
             code, error = await self._steps()
             finished = await self._finish(code, error)
             log.info("run_finished", status=finished.result.status, exit_code=code)
@@ -144,8 +149,11 @@ class Attempt:
             if asyncio.current_task().cancelling():
                 raise  # the runner is shutting down: the command is redelivered, not settled
             return -1, "cancelled"
-        except TimeoutError:
+        except RunTimedOut:
             return -1, f"timed out after {self.ctx.settings.run_timeout_seconds}s"
+        except Exception as exc:  # noqa: BLE001 - the run ends saying so, never hangs
+            jlog.get("runner", project=self.project, run_id=self.run_id).exception("run_broke")
+            return -1, f"the runner failed: {exc.__class__.__name__}: {quote(str(exc), 300)}"
 
     async def log(self, line: str) -> None:
         """A line in the run's human-readable log (masked: a secret may be in any line)."""
@@ -155,9 +163,7 @@ class Attempt:
         """Run one of this attempt's invocations, its nodes published as node retry round
         `round_`; raises CancelledError when the run is cancelled meanwhile."""
         self.round, self._last = round_, inv
-        run = asyncio.create_task(
-            inv.run(self.log, self._on_event, self.ctx.settings.run_timeout_seconds)
-        )
+        run = asyncio.create_task(inv.run(self.log, self._on_event, self._time_left()))
         stop = asyncio.create_task(self.cancelled.wait())
         try:
             await asyncio.wait({run, stop}, return_when=asyncio.FIRST_COMPLETED)
@@ -174,6 +180,13 @@ class Attempt:
             # Gone, so a later invocation that writes none is not read as this one again.
             inv.artifact_path("run_results.json").unlink()
         return code
+
+    def _time_left(self) -> float:
+        """RUN_TIMEOUT_SECONDS bounds the whole run: every invocation and retry round."""
+        left = self._deadline - asyncio.get_running_loop().time()
+        if left <= 0:
+            raise RunTimedOut(self.ctx.settings.run_timeout_seconds)
+        return left
 
     async def pause(self, seconds: float) -> None:
         """Wait `seconds`; raises CancelledError when the run is cancelled meanwhile."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+from collections import deque
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -24,6 +25,9 @@ from shared import logging as jlog
 __all__ = ["DbtInvocation", "RunTimedOut", "dbt_env", "ERROR_TAIL"]
 
 ERROR_TAIL = 20
+KEPT_LINES = 100_000
+# A line longer than this is cut: it is published, kept and read as a prefix.
+MAX_LINE = 16 * 1024
 _log = jlog.get("dbt")
 # What dbt may see of the runner's own environment: locale, time zone, the search
 # path and TLS/proxy settings a warehouse connection may need. Never the runner's
@@ -109,7 +113,8 @@ class DbtInvocation:
         ]
         self.env = env
         self.returncode: int | None = None
-        self.lines: list[str] = []
+        # What a run keeps of dbt's output in memory is bounded, whatever a project prints.
+        self.lines: deque[str] = deque(maxlen=KEPT_LINES)
 
     def artifact_path(self, name: str) -> Path:
         """Where this invocation's dbt writes artifact `name` (manifest.json, run_results.json)."""
@@ -124,7 +129,7 @@ class DbtInvocation:
 
     def error_tail(self, count: int = ERROR_TAIL) -> str:
         """The last lines dbt printed: what a failed invocation reports when nothing else does."""
-        return "\n".join(self.lines[-count:])
+        return "\n".join(list(self.lines)[-count:])
 
     def _sealed_env(self) -> dict[str, str]:
         """The job's own HOME and TMPDIR, beside the project: nothing shared between runs."""
@@ -166,8 +171,7 @@ class DbtInvocation:
         deadline = asyncio.timeout(timeout)
         try:
             async with deadline:
-                async for raw in reader:
-                    line = raw.decode(errors="replace").rstrip("\n")
+                while (line := await _next_line(reader)) is not None:
                     self.lines.append(line)
                     if on_line:
                         await _guarded(on_line, line)
@@ -225,3 +229,14 @@ async def _guarded(callback, value) -> None:
         await callback(value)
     except Exception as exc:  # noqa: BLE001 - logged; the build is not cut short
         _log.warning("dbt_output_not_published", error=f"{exc.__class__.__name__}: {exc}")
+
+
+async def _next_line(reader: asyncio.StreamReader) -> str | None:
+    """dbt's next output line without its newline, cut at MAX_LINE; None at the end."""
+    try:
+        raw = await reader.readline()
+    except ValueError:  # longer than the reader's limit: the rest of it comes next
+        return "[jetdbt: a line over 1 MiB was dropped]"
+    if not raw:
+        return None
+    return raw[:MAX_LINE].decode(errors="replace").rstrip("\n")

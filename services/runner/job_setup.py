@@ -7,8 +7,11 @@ becomes one `Refused` whose message names the cause.
 
 from __future__ import annotations
 
+import tarfile
 from dataclasses import dataclass
 from typing import Any
+
+from nats.js.errors import ObjectNotFoundError
 
 from services.runner import engine, workspace
 from services.runner.context import RunnerContext
@@ -17,8 +20,10 @@ from services.runner.plan import Plan, PlanRefused, make_plan
 from services.runner.secrets import Resolver, UnresolvedReference
 from services.runner.warehouses import UnknownWarehouse, pick
 from shared import bundle, descriptor
+from shared.bus import BLOBS
 from shared.commands import BuildCommand
 from shared.digests import digest_of
+from shared.quote import quote
 
 __all__ = ["Prepared", "Refused", "prepare"]
 
@@ -84,6 +89,13 @@ async def prepare(
         )
     except bundle.BundleRefused as exc:
         raise Refused(str(exc)) from None
+    except ObjectNotFoundError:
+        raise Refused(
+            f"version {version} (or its packages) is missing from the object store"
+            f" {BLOBS}: deploy the project again"
+        ) from None
+    except (ValueError, tarfile.TarError) as exc:  # a digest mismatch, a torn archive
+        raise Refused(f"version {version} cannot be materialised: {quote(str(exc), 200)}") from None
     try:
         desc = descriptor.load(job.project)
         wh = pick(ctx.warehouses, desc.profile.warehouse)
