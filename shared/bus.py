@@ -25,6 +25,7 @@ __all__ = [
     "Bus",
     "ServerRefused",
     "PublishFailed",
+    "TRANSIENT",
     "check_server",
     "connect",
     "REQUIRED",
@@ -41,7 +42,7 @@ BLOBS = "DBT_BLOBS"
 # of a publish that did land is still dropped as the duplicate it is.
 PUBLISH_RETRY_SECONDS = 120.0
 # Errors that mean "the server is away or busy for now", not "this publish is wrong".
-_TRANSIENT = (
+TRANSIENT = (
     nats_errors.TimeoutError,
     nats_errors.NoRespondersError,
     nats_errors.ConnectionReconnectingError,
@@ -108,7 +109,7 @@ class Bus:
         while True:
             try:
                 return await self.js.publish(subject, data, stream=EVENTS, headers=headers)
-            except _TRANSIENT as exc:
+            except TRANSIENT as exc:
                 if loop.time() + delay > deadline:
                     raise PublishFailed(
                         f"event {event.event_id()} on {subject} was not stored within"

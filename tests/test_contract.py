@@ -198,8 +198,11 @@ async def test_a_runner_heartbeats_at_the_live_ack_wait(settings):
         runner = Runner(RunnerContext(bus=bus, settings=settings))
         assert runner.ack_wait == 60
         stop = asyncio.Event()
+        serving = asyncio.create_task(runner.run(stop))
+        async with asyncio.timeout(10):
+            while runner.ack_wait != 8:
+                await asyncio.sleep(0.05)
         stop.set()
-        await runner.run(stop)
-        assert runner.ack_wait == 8
+        await serving
     finally:
         await bus.close()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 
 import msgspec
 
@@ -19,15 +20,16 @@ from services.runner.context import RunnerContext
 from services.runner.dbt_retry import retry
 from services.runner.deploy import deploy
 from services.runner.parse import parse
-from shared import commands, subjects
+from shared import commands, subjects, supervise
 from shared import events as ev
 from shared import logging as jlog
-from shared.bus import COMMANDS
+from shared.bus import COMMANDS, TRANSIENT
 from shared.quote import quote
 
 __all__ = ["Runner", "CONSUMER"]
 
 CONSUMER = "runners"
+RETRY_DELAY = 5.0  # seconds before a command that met a NATS outage is tried again
 
 
 class _Cancel(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -49,30 +51,40 @@ class Runner:
         self.ack_wait = float(ctx.settings.run_ack_wait_seconds)
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
+        """Serve commands until `stop`; a failed loop (NATS away) starts again a second
+        later, and the runs already going are kept, not cancelled."""
         stop = stop or asyncio.Event()
+        self._slots = asyncio.Semaphore(self.ctx.settings.max_concurrent_runs)
+        self._tasks: set[asyncio.Task] = set()
+        try:
+            await supervise.forever(self._serve, stop, self.log, "runner_loop_failed")
+        finally:
+            for task in self._tasks:
+                task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _serve(self, stop: asyncio.Event) -> None:
         js = self.ctx.bus.js
         sub = await js.pull_subscribe_bind(CONSUMER, stream=COMMANDS)
         # The consumer's live ack wait, not this runner's setting: one owner for it.
         self.ack_wait = (await js.consumer_info(COMMANDS, CONSUMER)).config.ack_wait
         cancels = await self.ctx.bus.nc.subscribe("dbt.cmd.cancel.>", cb=self._on_cancel)
-        slots = asyncio.Semaphore(self.ctx.settings.max_concurrent_runs)
-        tasks: set[asyncio.Task] = set()
         self.log.info("runner_started")
         try:
             while not stop.is_set():
-                await slots.acquire()
+                await self._slots.acquire()
                 try:
                     msgs = await sub.fetch(1, timeout=0.5)
                 except TimeoutError:
-                    slots.release()
-                    continue
+                    self._slots.release()
+                    continue  # nothing waiting
+                except BaseException:
+                    self._slots.release()
+                    raise
                 task = asyncio.create_task(self._handle(msgs[0]))
-                tasks.add(task)
-                task.add_done_callback(lambda t: (tasks.discard(t), slots.release()))
+                self._tasks.add(task)
+                task.add_done_callback(lambda t: (self._tasks.discard(t), self._slots.release()))
         finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
             with contextlib.suppress(Exception):
                 await cancels.unsubscribe()
 
@@ -86,23 +98,31 @@ class Runner:
 
     async def _heartbeat(self, msg) -> None:
         while True:
-            # Four beats per ack wait: one lost beat never costs a live run its command.
+            # Four beats per ack wait: one lost beat never costs a live run its command,
+            # and a beat that fails (NATS away) is tried again at the next one.
             await asyncio.sleep(self.ack_wait / 4)
-            await msg.in_progress()
+            with contextlib.suppress(Exception):
+                await msg.in_progress()
 
     async def _handle(self, msg) -> None:
         beat = asyncio.create_task(self._heartbeat(msg))
         try:
             await self._dispatch(msg)
-            await msg.ack()
+            settle = msg.ack
         except asyncio.CancelledError:
             raise
+        except TRANSIENT as exc:
+            # NATS was away before the run settled: it comes back, so does the command.
+            self.log.warning("command_retried", subject=msg.subject, error=repr(exc))
+            settle = functools.partial(msg.nak, delay=RETRY_DELAY)
         except Exception:
             # A bug here must not redeliver forever; the final event says what happened.
             self.log.exception("command_failed", subject=msg.subject)
-            await msg.term()
+            settle = msg.term
         finally:
             beat.cancel()
+        with contextlib.suppress(Exception):
+            await settle()
 
     async def _dispatch(self, msg) -> None:
         parts = msg.subject.split(".")
