@@ -1,0 +1,508 @@
+"""Fuzzing the bus: hostile commands and events cannot leave their run.
+
+Commands are valid ones (shared/commands.py) mutated, published by a NATS client of
+their own on every command subject: `dbt.cmd.run|deploy|cancel.<project>`, unknown
+verbs, odd project tokens up to 3,000 characters. Each run, deploy or unknown-verb
+command is refused with a reason (nothing is deployed here, so one that survives its
+mutation is refused too), a cancel is only recorded, and the runner lives on.
+
+Events are the golden fixtures (tests/golden) mutated, published on their family's
+subjects (`dbt.evt.run|node|deploy|graph|retry|state|relation.…`). Each that does not
+decode is dead-lettered by its projection with its error; one that decodes is applied
+or dead-lettered; and a valid event published after it projects.
+
+Hypothesis drives each property from a worker thread; an example runs its requests on
+the test's event loop (`OnLoop`), so one stack serves every example of a property. The
+two properties get a stack each: the events one writes malformed facts on subjects the
+runner reads. The suite runs SUITE_EXAMPLES per property; `JETDBT_FUZZ_EXAMPLES=N`
+selects the long profile (tests/test_fuzz_api.py reads the same).
+
+A hostile input the system does not survive yet is a strict xfail test below, naming
+the file to fix; a property leaves that input out until then.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import copy
+import itertools
+import json
+import os
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import nats
+import pytest
+from hypothesis import HealthCheck, Phase, assume, given, settings
+from hypothesis import strategies as st
+
+from shared import commands
+from shared import events as ev
+from shared import graph as gm
+from shared.digests import digest_of
+from shared.environments import Environment
+from shared.graph import SCOPE_VERSION
+from tests import test_commands
+from tests.helpers import get_json, wait_for
+
+SUITE_EXAMPLES = 100
+settings.register_profile(
+    "jetdbt-fuzz",
+    max_examples=SUITE_EXAMPLES,
+    deadline=None,  # an example waits on real servers
+    database=None,  # no example database in the repository
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.register_profile(
+    "jetdbt-fuzz-long",
+    parent=settings.get_profile("jetdbt-fuzz"),
+    max_examples=int(os.environ.get("JETDBT_FUZZ_EXAMPLES") or SUITE_EXAMPLES),
+)
+FUZZ = settings.get_profile(
+    "jetdbt-fuzz-long" if os.environ.get("JETDBT_FUZZ_EXAMPLES") else "jetdbt-fuzz"
+)
+# On the bus a failing example costs a wait for an event that never comes; shrinking
+# would replay dozens of them, so a failure reports the example as generated.
+BUS = settings(FUZZ, phases=[Phase.explicit, Phase.reuse, Phase.generate])
+
+DIGEST = "sha256:" + "0" * 64
+ID = "fzid"  # replaced by a fresh id in each example, so no two examples share a run
+GOLDEN = Path(__file__).parent / "golden"
+# Inputs that have hurt before, or would if a check were missing.
+HOSTILE = (
+    "", " ", "\x00", "a\x00b", "\x1b[31m", "..", "../../etc/passwd", "-x", "--empty",
+    "--target-path /tmp", "$env:HOME", "{{ env_var('SECRET') }}", "*", ">", "dbt.cmd.run.x",
+    "\u202egnp.exe", "😀", "Robert'); DROP TABLE runs;--", "%00", "sha256:" + "0" * 63,
+    DIGEST.upper(), "_", "A", "a" * 129, "a" * 257, "\ufeffa", "ünïcödé",
+)  # fmt: skip
+
+
+class OnLoop:
+    """Runs a coroutine on the test's event loop from the thread hypothesis runs in."""
+
+    def __init__(self, timeout: float = 60):
+        self.loop = asyncio.get_running_loop()
+        self.timeout = timeout
+
+    def __call__(self, coro):
+        try:
+            return asyncio.run_coroutine_threadsafe(coro, self.loop).result(self.timeout)
+        except TimeoutError as exc:  # asyncio re-creates a TimeoutError, without hypothesis' notes
+            raise AssertionError(f"timed out waiting on the bus: {exc!r}") from None
+
+
+async def drive(prop: Callable[[], None]) -> None:
+    """Run a @given property in a worker thread, its examples awaiting on this loop."""
+    await asyncio.to_thread(prop)
+
+
+hostile_text = st.one_of(
+    st.sampled_from(HOSTILE),
+    st.text(max_size=40),
+    st.integers(129, 4000).map("x".__mul__),
+)
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats() | hostile_text,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner),
+    max_leaves=8,
+)
+# One NATS subject token: no separator, wildcard or white space (a publish with white
+# space in its subject is a protocol error that closes the publisher's connection).
+token_chars = st.characters(
+    blacklist_categories=("Cc", "Cs", "Zs", "Zl", "Zp"), blacklist_characters=".*>"
+)
+project_tokens = st.one_of(
+    st.from_regex(r"[a-z0-9][a-z0-9_-]{0,15}", fullmatch=True),
+    st.text(token_chars, min_size=1, max_size=24),
+    st.integers(129, 3000).map("p".__mul__),
+    # The base32 spelling subjects.token() gives any string: it decodes to anything.
+    hostile_text.filter(lambda t: len(t) < 1800).map(
+        lambda t: "_" + base64.b32encode(t.encode()).decode().rstrip("=").lower()
+    ),
+    st.sampled_from(["BadName", "_!!", "_", "-x", "a" * 128, "jaffle_shop"]),
+)
+
+
+def _slots(doc) -> list[tuple[Any, Any]]:
+    """Every (container, key or index) of a JSON document, depth first."""
+    found = []
+    items = (
+        doc.items() if isinstance(doc, dict) else enumerate(doc) if isinstance(doc, list) else ()
+    )
+    for key, value in list(items):
+        found.append((doc, key))
+        found += _slots(value)
+    return found
+
+
+@st.composite
+def mutated(draw, bases: list[dict]) -> bytes:
+    """One of `bases` with 0-3 strings made hostile or values replaced, removed or added, then
+    maybe cut, garbled, swapped for other JSON or bytes, or padded past the command limit."""
+    doc = copy.deepcopy(draw(st.sampled_from(bases)))
+    for _ in range(draw(st.integers(0, 3))):
+        slots = _slots(doc)
+        strings = [(c, k) for c, k in slots if isinstance(c[k], str)]
+        op = draw(st.sampled_from(("string", "string", "replace", "remove", "add")))
+        if op == "add" or not slots:
+            doc[draw(st.text(max_size=12))] = draw(json_values)
+            continue
+        container, key = draw(st.sampled_from(strings if op == "string" and strings else slots))
+        if op == "remove":
+            del container[key]
+        else:
+            container[key] = draw(hostile_text if op == "string" else json_values)
+    data = json.dumps(doc, ensure_ascii=draw(st.booleans())).encode()
+    how = draw(st.sampled_from(("as is",) * 6 + ("cut", "garbled", "json", "bytes", "padded")))
+    if how == "cut":
+        data = data[: draw(st.integers(0, len(data) - 1))]
+    elif how == "garbled":
+        at = draw(st.integers(0, len(data)))
+        data = data[:at] + draw(st.binary(min_size=1, max_size=8)) + data[at:]
+    elif how == "json":
+        data = json.dumps(draw(json_values)).encode()
+    elif how == "bytes":
+        data = draw(st.binary(max_size=64))
+    elif how == "padded":
+        data = data[:-1] + b', "pad": "' + b"x" * (commands.MAX_COMMAND_BYTES + 10) + b'"}'
+    return data
+
+
+class Fresh:
+    """Ids no earlier example used: `ID` in a body becomes the next one."""
+
+    def __init__(self, prefix: str):
+        self.prefix = prefix
+        self.count = itertools.count()
+
+    def __call__(self, data: bytes) -> bytes:
+        return data.replace(ID.encode(), f"{self.prefix}{next(self.count)}".encode())
+
+    def used(self, value: str | None) -> bool:
+        """A valid id hypothesis wrote itself: an earlier example may have settled it."""
+        return value is not None and not value.startswith(self.prefix)
+
+
+@pytest.fixture
+async def outsider(stack):
+    """Another system's NATS connection: a protocol error it causes closes only its own."""
+    nc = await nats.connect(stack.nats_url)
+    yield nc
+    await nc.close()
+
+
+events = test_commands.events  # a fixture: every event, from before the first command
+
+
+RUN_BASES = [
+    {
+        "command": {"label": "build", "select": ["orders+"], "exclude": ["tag:slow"],
+                    "vars": {"day": "2025-06-02"}, "full_refresh": False, "defer": None},
+        "args": {"run_date": "2025-06-02"}, "run_id": ID, "requested_by": "ana", "hidden": False,
+    },
+    {"command": {"label": "retry", "dbt_retry_job": "r1"}, "run_id": ID, "requested_by": "ana"},
+    {"command": {"label": "parse", "bundle_digest": DIGEST, "vars": {}}, "run_id": ID},
+]  # fmt: skip
+DEPLOY_BASES = [
+    {
+        "bundle_digest": DIGEST, "bundle_size": 10, "deploy_id": ID, "requested_by": "ana",
+        "skipped": [{"path": "target", "reason": "build output"}],
+    }
+]  # fmt: skip
+BASES = {"run": RUN_BASES, "deploy": DEPLOY_BASES, "cancel": [{"run_id": "r1"}]}
+
+
+@st.composite
+def hostile_commands(draw) -> tuple[str, bytes]:
+    verb = draw(st.sampled_from(("run", "run", "run", "deploy", "deploy", "cancel", "")))
+    verb = verb or draw(st.text(token_chars, min_size=1, max_size=12))
+    body = draw(mutated(BASES.get(verb, RUN_BASES + DEPLOY_BASES)))
+    return f"dbt.cmd.{verb}.{draw(project_tokens)}", body
+
+
+def _decoded(verb: str, body: bytes) -> commands.RunCommand | commands.DeployCommand | None:
+    """The command the runner reads from a body, when the body decodes."""
+    decode = {"run": commands.decode_run, "deploy": commands.decode_deploy}.get(verb)
+    try:
+        return decode(body) if decode else None
+    except commands.CommandRejected:
+        return None
+
+
+def _body_id(command) -> str | None:
+    if isinstance(command, commands.RunCommand):
+        return command.run_id
+    return command.deploy_id if isinstance(command, commands.DeployCommand) else None
+
+
+def _refused_id(event: ev.RunRefused | ev.DeployRefused) -> str:
+    return event.run_id if isinstance(event, ev.RunRefused) else event.deploy_id
+
+
+class Commands:
+    """Publishes raw commands as another system would, and waits for their refusals."""
+
+    def __init__(self, outsider, events: test_commands.Events):
+        self.js = outsider.jetstream()
+        self.events = events
+
+    async def refused(self, subject: str, body: bytes, timeout: float = 10) -> ev.Event | None:
+        verb = subject.split(".")[2]
+        ack = await self.js.publish(subject, body)
+        if verb == "cancel":
+            return None  # the stream keeps it for audits; the runner acts on live cancels only
+        ids = {f"c{ack.seq}", _body_id(_decoded(verb, body))}
+        return await self.events.first(
+            lambda e: isinstance(e, ev.RunRefused | ev.DeployRefused) and _refused_id(e) in ids,
+            timeout,
+        )
+
+
+async def test_hostile_commands_are_refused_with_a_reason_and_the_runner_lives(
+    stack, outsider, events
+):
+    run = OnLoop()
+    fresh = Fresh("fz")
+    sender = Commands(outsider, events)
+
+    @BUS
+    @given(hostile_commands())
+    def each_is_refused(command):
+        subject, body = command
+        body = fresh(body)
+        decoded = _decoded(subject.split(".")[2], body)
+        assume(not fresh.used(_body_id(decoded)))
+        event = run(sender.refused(subject, body))
+        assert event is None or (isinstance(event.reason, str) and event.reason.strip())
+        assert not any(isinstance(e, ev.RunStarted | ev.Deployed) for e in events.seen)
+
+    await drive(each_is_refused)
+    later = await sender.refused("dbt.cmd.run.still_alive", b'{"command": {"label": "build"}}')
+    assert "has no deployed version" in later.reason
+    assert not [t for t in stack._tasks if t.done()]  # runner, watch and projectors run on
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="shared/commands.py passes msgspec's message whole: an unknown field name, or an"
+    " unknown label, of 3,000 characters is echoed in full in the refusal's reason",
+)
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"command": {"label": "build"}, "%s": 1}' % (b"x" * 3000),
+        b'{"command": {"label": "%s"}}' % (b"y" * 3000),
+    ],
+    ids=["long-unknown-field", "long-label"],
+)
+def test_a_refusal_quotes_a_prefix_of_a_long_field_name_or_label(body):
+    with pytest.raises(commands.CommandRejected) as refused:
+        commands.decode_run(body)
+    assert len(str(refused.value)) < 400
+
+
+async def _projected_run(stack, run_id: str, timeout: float = 3) -> dict:
+    async def found():
+        status, body = await get_json(f"{stack.api_url}/v1/runs/{run_id}")
+        return body if status == 200 and body["status"] == "refused" else None
+
+    return await wait_for(found, timeout=timeout)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="services/runner/worker.py files a refusal under the project as decoded from its"
+    " token ('_aa' is a NUL): Postgres text cannot hold it, so the progress fold dead-letters"
+    " the run's RunRequested and RunRefused and the API never shows the refusal",
+)
+async def test_a_refusal_for_a_project_token_that_decodes_to_a_nul_is_visible(
+    stack, outsider, events
+):
+    refused = await Commands(outsider, events).refused("dbt.cmd.run._aa", b'{"command": {}}')
+    assert "is invalid" in (await _projected_run(stack, refused.run_id))["refused_reason"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="shared/commands.py accepts a NUL in requested_by and in vars: the progress fold"
+    " cannot store the RunRequested, so the refused run shows no command and no principal;"
+    " the command should be refused naming the field (or the fold store it escaped)",
+)
+async def test_a_run_command_with_a_nul_is_refused_or_recorded_whole(stack, outsider, events):
+    body = b'{"command": {"label": "build"}, "requested_by": "a\\u0000b", "run_id": "nul1"}'
+    refused = await Commands(outsider, events).refused("dbt.cmd.run.shop", body)
+    run = await _projected_run(stack, refused.run_id)
+    assert "malformed" in refused.reason or run["command"] == {"label": "build"}
+
+
+# Which projection folds each event family (streams.yaml).
+PROJECTION = {
+    "run": "progress", "node": "progress", "deploy": "deploys", "graph": "graph",
+    "relation": "graph", "retry": "retry", "state": "environments",
+}  # fmt: skip
+GOLDENS = {
+    family: [json.loads(p.read_text()) for p in sorted(GOLDEN.glob(f"{family}.*.json"))]
+    for family in PROJECTION
+}
+SENTINEL = "fz-sentinel"
+T0 = datetime(2025, 6, 2, 9, 30, tzinfo=UTC)
+
+
+def _sentinel(family: str, n: int, graph_digest: str) -> tuple[ev.Event, str, str]:
+    """A valid event of `family`, the n-th, and a query that finds the row it makes."""
+    key = f"s{n}"
+    at = datetime.now(UTC)
+    if family == "run":
+        event = ev.RunRequested(project=SENTINEL, run_id=key, command={})
+        return event, "SELECT 1 FROM runs WHERE run_id = $1", key
+    if family == "node":
+        event = ev.NodeStarted(project=SENTINEL, run_id=key, attempt=1, unique_id="model.s.m")
+        return event, "SELECT 1 FROM run_nodes WHERE run_id = $1", key
+    if family == "deploy":
+        event = ev.DeployRequested(
+            project=SENTINEL, deploy_id=key, bundle_digest=DIGEST, bundle_size=1
+        )
+        return event, "SELECT 1 FROM deploys WHERE deploy_id = $1", key
+    if family == "graph":
+        version = digest_of(key.encode())
+        event = ev.GraphIngested(
+            project=SENTINEL, version=version, scope=SCOPE_VERSION, graph_digest=graph_digest,
+            graph_size=1, node_count=1, edge_count=0,
+        )  # fmt: skip
+        return event, "SELECT 1 FROM graph_versions WHERE version = $1", version
+    if family == "relation":
+        event = ev.RelationMaterialized(relation="dbt://main/s/t", producer=key, at=at)
+        return event, "SELECT 1 FROM relation_writes WHERE producer = $1", key
+    if family == "retry":
+        event = ev.RetryStateSaved(
+            project=SENTINEL, principal=key, run_id=key, attempt=1, run_results_digest=DIGEST,
+            version=DIGEST, profile_digest=DIGEST, command={"label": "build"},
+        )  # fmt: skip
+        return event, "SELECT 1 FROM retry_state WHERE principal = $1", key
+    environment = Environment(warehouse="main", target=key, schema="s", database="d")
+    event = ev.StatePublished(
+        project=SENTINEL, environment=environment, run_id=key, version=DIGEST,
+        manifest_digest=DIGEST, manifest_size=1,
+    )  # fmt: skip
+    return event, "SELECT 1 FROM environments WHERE target = $1", key
+
+
+@st.composite
+def hostile_events(draw) -> tuple[str, str, bytes]:
+    """(family, subject, data): a golden event of the family mutated, on the golden's own
+    subject or on odd tokens under the family."""
+    family = draw(st.sampled_from(list(PROJECTION)))
+    golden = draw(st.sampled_from(GOLDENS[family]))
+    subject = ev.decode(json.dumps(golden).encode()).subject()
+    if draw(st.booleans()):
+        tokens = draw(st.lists(project_tokens.filter(lambda t: len(t) < 1000), min_size=1))
+        subject = f"dbt.evt.{family}.{'.'.join(tokens[:3])}"
+    return family, subject, draw(mutated([golden]))
+
+
+def _decodes(data: bytes) -> Exception | None:
+    try:
+        ev.decode(data)
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+        return exc
+    return None
+
+
+def _stalls_its_projection(data: bytes) -> bool:
+    """An event holding a NUL, which its error may quote (a decode error, or a fold's "graph
+    blob a\\x00b is not in the object store"): the dead-letter row cannot hold that error, so
+    its projection stops there for good. Left out of the property until that is fixed (see
+    test_an_event_whose_error_quotes_a_nul_stalls_no_projection, below)."""
+    return rb"\u0000" in data
+
+
+async def test_hostile_events_are_dead_lettered_and_later_events_project(stack, outsider):
+    run = OnLoop()
+    js = outsider.jetstream()
+    graph = msgspec.json.encode(
+        gm.Graph(
+            relation_root="dbt://main", default_database=None, edges=[],
+            nodes=[gm.GraphNode(unique_id="model.s.m", resource_type="model", name="m")],
+        )
+    )  # fmt: skip
+    graph_digest = await stack.bus.put_blob(graph)
+    count = itertools.count()
+
+    async def projected(family: str, subject: str, data: bytes) -> tuple[list, bool]:
+        """Publish the hostile event, then a valid one; their dead letters once the
+        projection passed both, and whether the valid one's row is there."""
+        bad = await js.publish(subject, data)
+        event, sql, key = _sentinel(family, next(count), graph_digest)
+        good = await stack.bus.publish(event)
+        projection = PROJECTION[family]
+
+        async def passed():
+            async with stack.pool.acquire() as conn:
+                done = await conn.fetchval(
+                    "SELECT last_seq >= $2 FROM checkpoints WHERE projector = $1",
+                    projection,
+                    good.seq,
+                )
+                if not done:
+                    return None
+                dead = await conn.fetch(
+                    "SELECT projector, error FROM dead_letters"
+                    " WHERE stream_seq = ANY($1::bigint[])",
+                    [bad.seq, good.seq],
+                )
+                return [dict(d) for d in dead], await conn.fetchval(sql, key) == 1
+
+        return await wait_for(passed, timeout=20, interval=0.02)
+
+    @BUS
+    @given(hostile_events())
+    def each_is_dead_lettered_or_applied(hostile):
+        family, subject, data = hostile
+        assume(not _stalls_its_projection(data))
+        dead, valid_projected = run(projected(family, subject, data))
+        assert valid_projected, "the valid event after a hostile one did not project"
+        problem = _decodes(data)
+        if problem is not None:
+            assert [d["projector"] for d in dead] == [PROJECTION[family]]
+            assert dead[0]["error"].startswith(type(problem).__name__), dead[0]["error"]
+        else:  # decodes: applied, or refused by the fold or by Postgres, never the valid one
+            assert [d["projector"] for d in dead] in ([], [PROJECTION[family]])
+
+    await drive(each_is_dead_lettered_or_applied)
+    assert not [t for t in stack._tasks if t.done()]
+    # The runners' check of declared writes lives on too: a write to no warehouse is refused.
+    nowhere = ev.RelationMaterialized(relation="dbt://nowhere/s/t", producer="p", at=T0)
+    write = await stack.bus.publish(nowhere)
+
+    async def refused():
+        async with stack.pool.acquire() as conn:
+            return await conn.fetchval(
+                "SELECT refused_reason FROM relation_writes WHERE stream_seq = $1", write.seq
+            )
+
+    assert "'nowhere' is not configured" in await wait_for(refused, timeout=20)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="projections/loop.py stores an event's error as written: msgspec's message (or a"
+    " fold's) quotes the value, Postgres text cannot hold a NUL, so the dead-letter insert"
+    " fails and the projector restarts at that event forever; the error should be escaped",
+)
+async def test_an_event_whose_error_quotes_a_nul_stalls_no_projection(stack):
+    await stack.bus.js.publish("dbt.evt.retry.shop.u.saved", b'{"type": "\\u0000"}')
+    saved = ev.RetryStateSaved(
+        project="shop", principal="u", run_id="r1", attempt=1, run_results_digest=DIGEST,
+        version=DIGEST, profile_digest=DIGEST, command={"label": "build"},
+    )  # fmt: skip
+    await stack.bus.publish(saved)
+
+    async def projected():
+        async with stack.pool.acquire() as conn:
+            return await conn.fetchval("SELECT run_id FROM retry_state WHERE principal = 'u'")
+
+    assert await wait_for(projected, timeout=3) == "r1"
