@@ -7,6 +7,7 @@ import duckdb
 import pytest
 
 from services import client
+from services.runner.workspace import job_root
 from shared import events as ev
 from shared.commands import BuildCommand, RunCommand
 
@@ -51,6 +52,6 @@ async def test_dbt_never_imports_the_project_or_sees_the_runner_environment(
         con.close()
     nats_url, database_url, token, home, tmpdir = row
     assert (nats_url, database_url, token) == ("absent", "absent", "absent")
-    jobs = stack.settings.runner_cache / "jobs"
-    assert home.startswith(str(jobs / "s1.1")) and tmpdir.startswith(str(jobs / "s1.1"))
+    job = job_root(stack.settings.runner_cache, "s1.1")
+    assert home.startswith(str(job)) and tmpdir.startswith(str(job))
     assert home != tmpdir

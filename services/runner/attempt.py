@@ -137,7 +137,7 @@ class Attempt:
             log.info("run_finished", status=finished.result.status, exit_code=code)
             return finished
         finally:
-            self.prepared.job.cleanup()
+            self.prepared.cleanup()
 
     async def _steps(self) -> tuple[int, str | None]:
         """The exit code and the error: a cancel, a timeout or a failed step end the run."""

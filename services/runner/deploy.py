@@ -45,7 +45,7 @@ async def deploy(ctx: RunnerContext, project: str, cmd: DeployCommand, deploy_id
     try:
         return await _parse(ctx, project, cmd, deploy_id, prepared)
     finally:
-        prepared.job.cleanup()
+        prepared.cleanup()
 
 
 async def _parse(

@@ -7,10 +7,15 @@ becomes one `Refused` whose message names the cause.
 
 from __future__ import annotations
 
+import os
+import shutil
 import tarfile
+import uuid
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+import msgspec
 from nats.js.errors import ObjectNotFoundError
 
 from services.runner import engine, workspace
@@ -43,6 +48,12 @@ _REFUSALS = (
 )
 
 
+# dbt's partial-parse file: kept per runner for each version, engine, profile, vars
+# and target, and copied into every job of the same, so an unchanged version is not
+# parsed again; dbt itself checks that the file still fits and parses fully if not.
+PARTIAL_PARSE = "partial_parse.msgpack"
+
+
 @dataclass
 class Prepared:
     job: workspace.Job
@@ -51,6 +62,18 @@ class Prepared:
     resolver: Resolver
     executable: list[str] | None
     env: dict[str, str]
+    partial_parse: Path
+
+    def cleanup(self) -> None:
+        """Keep what dbt parsed for the next job of the same kind, then remove this job."""
+        made = self.job.project / "target" / PARTIAL_PARSE
+        if made.exists() and not self.partial_parse.exists():
+            self.partial_parse.parent.mkdir(parents=True, exist_ok=True)
+            (self.partial_parse.parent / "root").write_text(str(self.job.root))
+            staging = self.partial_parse.with_name(f".{uuid.uuid4().hex}")
+            shutil.copyfile(made, staging)
+            os.replace(staging, self.partial_parse)
+        self.job.cleanup()
 
     def dbt(self, command: str, args: list[str], **kw) -> DbtInvocation:
         """A dbt invocation in this job, with its profile, environment and engine."""
@@ -72,6 +95,20 @@ class Prepared:
     def profile_digest(self) -> str:
         """Moves when the connection moves (or a password rotates); never reveals it."""
         return digest_of(self.plan.profiles_text.encode())
+
+
+def _reuse_partial_parse(cached: Path, job: workspace.Job) -> None:
+    """The cached file with its job's paths swapped for this job's (same length)."""
+    try:
+        old = (cached.parent / "root").read_text().encode()
+        data = cached.read_bytes()
+    except OSError:
+        return
+    new = str(job.root).encode()
+    if len(old) != len(new):
+        return
+    (job.project / "target").mkdir(exist_ok=True)
+    (job.project / "target" / PARTIAL_PARSE).write_bytes(data.replace(old, new))
 
 
 async def prepare(
@@ -106,6 +143,13 @@ async def prepare(
         job.cleanup()
         raise Refused(str(exc)) from None
     (job.profiles / "profiles.yml").write_text(plan.profiles_text)
+    key = msgspec.json.encode(
+        [version, engine.version(plan.engine, executable), plan.profiles_text, plan.vars,
+         plan.target]
+    )  # fmt: skip
+    partial_parse = ctx.settings.runner_cache / "partial-parse" / digest_of(key)[7:] / PARTIAL_PARSE
+    if partial_parse.exists():
+        _reuse_partial_parse(partial_parse, job)
     return Prepared(
         job=job,
         descriptor=desc,
@@ -113,4 +157,5 @@ async def prepare(
         resolver=resolver,
         executable=executable,
         env=dbt_env(plan.env),
+        partial_parse=partial_parse,
     )

@@ -7,6 +7,7 @@ into a fresh job directory per attempt.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import shutil
 import tarfile
@@ -17,7 +18,7 @@ from shared import bundle
 from shared.bus import Bus
 from shared.digests import check_digest
 
-__all__ = ["Job", "prepare", "pack_packages", "PACKAGE_FILES"]
+__all__ = ["Job", "job_root", "prepare", "pack_packages", "PACKAGE_FILES"]
 
 PACKAGE_FILES = ("packages.yml", "dependencies.yml")
 
@@ -59,6 +60,13 @@ def _check(what: str, digest: str) -> None:
         raise bundle.BundleRefused(f"<{what}>", str(exc)) from None
 
 
+def job_root(cache: Path, name: str) -> Path:
+    """Job `name`'s folder. Every job path has the same length (a digest of the name; the
+    name is written inside), so dbt's partial-parse file, which holds its job's absolute
+    paths, moves to another job by swapping one path for another of the same length."""
+    return cache / "jobs" / hashlib.sha256(name.encode()).hexdigest()[:32]
+
+
 async def prepare(
     bus: Bus, cache: Path, version: str, name: str, packages_digest: str | None = None
 ) -> Job:
@@ -70,9 +78,10 @@ async def prepare(
     _check("version", version)
     if packages_digest:
         _check("packages", packages_digest)
-    job = Job(cache / "jobs" / name)
+    job = Job(job_root(cache, name))
     job.cleanup()
     job.profiles.mkdir(parents=True)
+    (job.root / "name").write_text(name)
     shutil.copytree(await _cached_bundle(bus, cache, version), job.project)
     if packages_digest:
         data = await bus.get_blob(packages_digest)
