@@ -12,9 +12,9 @@ from typing import Annotated, Any
 import msgspec
 
 from shared import subjects
+from shared.arguments import check_value
 from shared.bundle import Skipped
 from shared.digests import check_digest
-from shared.quote import quote
 
 __all__ = [
     "BuildCommand",
@@ -36,16 +36,9 @@ Principal = Annotated[str, msgspec.Meta(max_length=128)]
 
 
 def check_selection(field: str, items: list[str]) -> None:
-    """A selection item is a dbt selector, never a flag: dbt would read `--empty` or
-    `--target-path /elsewhere` among the values as an option of its own."""
+    """A selection item is a dbt selector, never a flag (shared.arguments)."""
     for i, item in enumerate(items):
-        if not item.strip():
-            raise ValueError(f"{field}[{i}] is empty")
-        if item.lstrip().startswith("-"):
-            raise ValueError(
-                f"{field}[{i}] is {quote(item)}: a selection item cannot start with '-'"
-                " (it would reach dbt as a flag)"
-            )
+        check_value(f"{field}[{i}]", item)
 
 
 class BuildCommand(

@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
+from services import client
 from shared import events as ev
 from tests.helpers import get_json, wait_for
 
@@ -58,7 +59,7 @@ async def refused_run(stack, events, subject: str, body: bytes) -> ev.RunRefused
         (
             b'{"command": {"label": "build", "select": ["orders", "state:modified", "--empty"],'
             b' "defer": true}}',
-            "select[2] is '--empty': a selection item cannot start with '-'",
+            "select[2] is '--empty': a value cannot start with '-'",
         ),
         (b'{"command": {"label": "build", "exclude": [" -x"]}}', "exclude[0]"),
         (
@@ -234,3 +235,12 @@ async def test_a_run_whose_bundle_cannot_be_read_ends_refused_naming_why(
     await stack.bus.js.publish("dbt.cmd.run.jaffle_shop", body)
     refused = await events.first(lambda e: isinstance(e, ev.RunRefused) and e.run_id == "p1")
     assert named in refused.reason
+
+
+async def test_a_descriptor_value_that_would_be_a_flag_refuses_the_deploy(stack, project_copy):
+    """Every argument list reaches dbt through one builder: a descriptor cannot smuggle a
+    flag in either."""
+    (project_copy / "jetdbt.yaml").write_text('select: ["orders", "--target-path", "/tmp/x"]\n')
+    _, refused = await client.deploy(stack.bus, project_copy, "flags")
+    assert isinstance(refused, ev.DeployRefused), refused
+    assert "a --select value is '--target-path': a value cannot start with '-'" in refused.reason

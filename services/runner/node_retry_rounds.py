@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from services.runner.attempt import Attempt
+from services.runner.plan import option
 from shared.descriptor import RetryPolicy
 from shared.events import NodeResult
 
@@ -60,6 +61,6 @@ async def retry_rounds(attempt: Attempt, policy: RetryPolicy, args: list[str], c
                 "jetdbt: not retrying data tests that failed their assertion"
                 f" (deterministic) unless a model they test is rebuilt: {kept}"
             )
-        rebuild = attempt.prepared.dbt("build", [*args, "--select", *redo])
+        rebuild = attempt.prepared.dbt("build", [*args, *option("--select", *redo)])
         code = await attempt.invoke(rebuild, round_)
     return code

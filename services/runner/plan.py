@@ -23,6 +23,7 @@ from services.runner.selectors import (
 )
 from services.runner.warehouses import Warehouse, render_output, render_profiles
 from shared import bundle
+from shared.arguments import check_value
 from shared.commands import BuildCommand
 from shared.descriptor import (
     Descriptor,
@@ -33,11 +34,21 @@ from shared.descriptor import (
 )
 from shared.environments import Environment, is_template
 
-__all__ = ["Plan", "PlanRefused", "make_plan"]
+__all__ = ["Plan", "PlanRefused", "make_plan", "option"]
 
 
 class PlanRefused(ValueError):
     """The run cannot be planned; the message names the cause and the remedy."""
+
+
+def option(flag: str, *values: str) -> list[str]:
+    """`flag` and its values for dbt's command line: the one place a value from a
+    command, a descriptor or a run argument becomes an argument. A value that starts
+    with '-' would be read by dbt as a flag of its own (`--empty`, `--target-path`)."""
+    try:
+        return [flag, *(check_value(f"a {flag} value", value) for value in values)]
+    except ValueError as exc:
+        raise PlanRefused(str(exc)) from None
 
 
 class Plan(msgspec.Struct, frozen=True, kw_only=True):
@@ -67,20 +78,20 @@ class Plan(msgspec.Struct, frozen=True, kw_only=True):
     def selection_args(self) -> list[str]:
         args = []
         if self.select:
-            args += ["--select", *self.select]
+            args += option("--select", *self.select)
         if self.exclude:
-            args += ["--exclude", *self.exclude]
+            args += option("--exclude", *self.exclude)
         if self.selector:
-            args += ["--selector", self.selector]
+            args += option("--selector", self.selector)
         return args
 
     def common_args(self) -> list[str]:
         """Flags every invocation of this plan takes (target, vars, threads)."""
-        args = ["--target", self.target]
+        args = option("--target", self.target)
         if self.vars:
-            args += ["--vars", msgspec.json.encode(self.vars).decode()]
+            args += option("--vars", msgspec.json.encode(self.vars).decode())
         if self.threads:
-            args += ["--threads", str(self.threads)]
+            args += option("--threads", str(self.threads))
         return args
 
     def has_selection(self) -> bool:
@@ -235,7 +246,7 @@ def make_plan(
         text = render_profiles(profile, target, output)
     environment, unlocated = _environment(wh.name, target, output)
     overridden = narrowed or bool(cmd and (cmd.vars or cmd.full_refresh))
-    return Plan(
+    plan = Plan(
         engine=engine,
         warehouse=wh.name,
         target=target,
@@ -255,3 +266,6 @@ def make_plan(
         environment=environment,
         unlocated=unlocated,
     )
+    plan.selection_args()  # refuses a value that would reach dbt as a flag, before it runs
+    plan.common_args()
+    return plan
