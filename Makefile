@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint bench clean
+.PHONY: demo test test-fast fuzz lint bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -21,6 +21,11 @@ test: $(STAMP)
 # The inner loop: everything that does not run dbt.
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -n 2 -m "not dbt"
+
+# The fuzz properties at 10,000 examples each (the suite runs 100): about 10 minutes.
+fuzz: $(STAMP)
+	JETDBT_FUZZ_EXAMPLES=10000 $(BIN)/python -m pytest -q -p no:cacheprovider --timeout 3600 \
+		tests/test_fuzz_api.py tests/test_fuzz_bus.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

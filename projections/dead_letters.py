@@ -1,4 +1,4 @@
-"""Events a projection could not apply: listing them, and applying them again after a fix.
+"""Events a projection could not apply: applying them again after a fix (the API lists them).
 
 A retry re-decodes the stored bytes and applies them with today's fold, one
 transaction per dead letter, deleting the row in the same transaction; one that
@@ -7,26 +7,15 @@ fails again stays, with its new error.
 
 from __future__ import annotations
 
-from datetime import datetime
-
 import msgspec
 
 from projections.loop import POISON
 from projections.registry import FOLDS
 from shared import events
 from shared import logging as jlog
+from shared.quote import storable
 
-__all__ = ["DeadLetter", "Retried", "listing", "retry"]
-
-
-class DeadLetter(msgspec.Struct, frozen=True, kw_only=True):
-    id: int
-    projector: str
-    stream_seq: int
-    subject: str
-    error: str
-    failed_at: datetime
-    data: str  # the stored bytes as text (invalid UTF-8 replaced): often the reason
+__all__ = ["Retried", "retry"]
 
 
 class Retried(msgspec.Struct, frozen=True, kw_only=True):
@@ -35,18 +24,6 @@ class Retried(msgspec.Struct, frozen=True, kw_only=True):
     stream_seq: int
     applied: bool
     error: str | None = None
-
-
-async def listing(conn, projector: str | None = None, limit: int = 100) -> list[DeadLetter]:
-    rows = await conn.fetch(
-        "SELECT id, projector, stream_seq, subject, error, failed_at, data FROM dead_letters"
-        " WHERE $1::text IS NULL OR projector = $1 ORDER BY projector, stream_seq LIMIT $2",
-        projector,
-        limit,
-    )
-    return [
-        DeadLetter(**{**dict(r), "data": bytes(r["data"]).decode(errors="replace")}) for r in rows
-    ]
 
 
 async def retry(pool, bus, projector: str | None = None) -> list[Retried]:
@@ -85,7 +62,7 @@ async def _apply(pool, fold, row) -> str | None:
                 await fold.apply(conn, events.decode(row["data"]), row["stream_seq"])
                 await conn.execute("DELETE FROM dead_letters WHERE id = $1", row["id"])
         except POISON as exc:
-            error = f"{exc.__class__.__name__}: {exc}"
+            error = storable(f"{exc.__class__.__name__}: {exc}")
             await conn.execute(
                 "UPDATE dead_letters SET error = $2, failed_at = now() WHERE id = $1",
                 row["id"],

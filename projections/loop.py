@@ -25,6 +25,7 @@ from nats.js import api
 from shared import events, supervise
 from shared import logging as jlog
 from shared.bus import EVENTS, Bus
+from shared.quote import storable
 from shared.reader import stream_seq
 from shared.subjects import SubjectFilter, covering
 
@@ -88,7 +89,7 @@ async def dead_letter(
         seq,
         subject,
         data,
-        error,
+        storable(error),
     )
 
 

@@ -159,7 +159,12 @@ class Bus:
             msg = await self.js.get_last_msg(EVENTS, subject)
         except NotFoundError:
             return None
-        return events.decode(msg.data)
+        try:
+            return events.decode(msg.data)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            # Not a fact anyone may write there (NATS permissions keep it so): as absent.
+            jlog.get("bus").warning("last_event_unreadable", subject=subject, error=str(exc))
+            return None
 
     async def close(self) -> None:
         """Flush what was published without an ack (log lines), then close.

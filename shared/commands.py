@@ -15,6 +15,7 @@ from shared import subjects
 from shared.arguments import check_value
 from shared.bundle import Skipped
 from shared.digests import check_digest
+from shared.quote import shorten
 
 __all__ = [
     "BuildCommand",
@@ -25,6 +26,8 @@ __all__ = [
     "CommandRejected",
     "decode_run",
     "decode_deploy",
+    "decode_cancel",
+    "CancelCommand",
     "check_selection",
     "MAX_COMMAND_BYTES",
 ]
@@ -109,6 +112,16 @@ class DeployCommand(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
             subjects.check_run_id(self.deploy_id)
 
 
+class CancelCommand(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """The body of `dbt.cmd.cancel.<project>`: the run of that project to stop."""
+
+    run_id: str
+    requested_by: Principal = ""
+
+    def __post_init__(self):
+        subjects.check_run_id(self.run_id)
+
+
 class CommandRejected(ValueError):
     """A command that cannot be decoded; the message says which field and why."""
 
@@ -119,11 +132,27 @@ def _decode(data: bytes, kind: type, what: str):
             f"malformed {what} command: {len(data)} bytes; at most {MAX_COMMAND_BYTES}"
         )
     try:
-        return msgspec.json.decode(data, type=kind)
+        command = msgspec.json.decode(data, type=kind)
     except msgspec.ValidationError as exc:
-        raise CommandRejected(f"malformed {what} command: {exc}") from None
+        raise CommandRejected(f"malformed {what} command: {shorten(str(exc), 300)}") from None
     except msgspec.DecodeError as exc:
-        raise CommandRejected(f"malformed {what} command: not valid JSON ({exc})") from None
+        raise CommandRejected(
+            f"malformed {what} command: not valid JSON ({shorten(str(exc), 300)})"
+        ) from None
+    if _holds_nul(msgspec.to_builtins(command)):
+        # Nothing downstream can keep it: Postgres text and subjects refuse a NUL.
+        raise CommandRejected(f"malformed {what} command: a string holds a NUL character")
+    return command
+
+
+def _holds_nul(value) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_holds_nul(k) or _holds_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_holds_nul(v) for v in value)
+    return False
 
 
 def decode_run(data: bytes) -> RunCommand:
@@ -132,3 +161,7 @@ def decode_run(data: bytes) -> RunCommand:
 
 def decode_deploy(data: bytes) -> DeployCommand:
     return _decode(data, DeployCommand, "deploy")
+
+
+def decode_cancel(data: bytes) -> CancelCommand:
+    return _decode(data, CancelCommand, "cancel")

@@ -18,6 +18,7 @@ __all__ = [
     "check_project",
     "check_run_id",
     "token",
+    "filed_under",
     "untoken",
     "command",
     "deploy_event",
@@ -68,6 +69,16 @@ def check_run_id(run_id: str) -> str:
             " (at most 128 characters)"
         )
     return run_id
+
+
+def filed_under(value: str) -> str:
+    """What a refusal of malformed input is filed under (a project, a relation): `value`
+    when a subject can carry it and it prints, else a marked prefix of its printable
+    spelling; the '…' keeps it from ever naming a real project or relation."""
+    if value.isprintable() and len(value) <= 128:
+        return value
+    shown = value if value.isprintable() else repr(value)[1:-1]
+    return shown[:64] + "…"
 
 
 def token(value: str) -> str:

@@ -4,7 +4,7 @@ Commands are valid ones (shared/commands.py) mutated, published by a NATS client
 their own on every command subject: `dbt.cmd.run|deploy|cancel.<project>`, unknown
 verbs, odd project tokens up to 3,000 characters. Each run, deploy or unknown-verb
 command is refused with a reason (nothing is deployed here, so one that survives its
-mutation is refused too), a cancel is only recorded, and the runner lives on.
+mutation is refused too), a valid cancel is only recorded, and the runner lives on.
 
 Events are the golden fixtures (tests/golden) mutated, published on their family's
 subjects (`dbt.evt.run|node|deploy|graph|retry|state|relation.…`). Each that does not
@@ -17,8 +17,8 @@ two properties get a stack each: the events one writes malformed facts on subjec
 runner reads. The suite runs SUITE_EXAMPLES per property; `JETDBT_FUZZ_EXAMPLES=N`
 selects the long profile (tests/test_fuzz_api.py reads the same).
 
-A hostile input the system does not survive yet is a strict xfail test below, naming
-the file to fix; a property leaves that input out until then.
+Hostile inputs the properties once found (NUL characters, 3,000-character names) have
+their own regression tests below.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, assume, given, settings
 from hypothesis import strategies as st
 
-from shared import commands
+from shared import commands, subjects
 from shared import events as ev
 from shared import graph as gm
 from shared.digests import digest_of
@@ -226,11 +226,24 @@ def hostile_commands(draw) -> tuple[str, bytes]:
 
 def _decoded(verb: str, body: bytes) -> commands.RunCommand | commands.DeployCommand | None:
     """The command the runner reads from a body, when the body decodes."""
-    decode = {"run": commands.decode_run, "deploy": commands.decode_deploy}.get(verb)
+    decode = {
+        "run": commands.decode_run,
+        "deploy": commands.decode_deploy,
+        "cancel": commands.decode_cancel,
+    }.get(verb)
     try:
         return decode(body) if decode else None
     except commands.CommandRejected:
         return None
+
+
+def _plain(subject: str) -> bool:
+    """Whether the subject's project token names a valid project."""
+    try:
+        subjects.check_project(subjects.untoken(subject.split(".")[3]))
+    except ValueError:
+        return False
+    return True
 
 
 def _body_id(command) -> str | None:
@@ -253,8 +266,8 @@ class Commands:
     async def refused(self, subject: str, body: bytes, timeout: float = 10) -> ev.Event | None:
         verb = subject.split(".")[2]
         ack = await self.js.publish(subject, body)
-        if verb == "cancel":
-            return None  # the stream keeps it for audits; the runner acts on live cancels only
+        if verb == "cancel" and _decoded(verb, body) is not None and _plain(subject):
+            return None  # a valid cancel is recorded and acted on, nothing to refuse
         ids = {f"c{ack.seq}", _body_id(_decoded(verb, body))}
         return await self.events.first(
             lambda e: isinstance(e, ev.RunRefused | ev.DeployRefused) and _refused_id(e) in ids,
@@ -286,11 +299,6 @@ async def test_hostile_commands_are_refused_with_a_reason_and_the_runner_lives(
     assert not [t for t in stack._tasks if t.done()]  # runner, watch and projectors run on
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="shared/commands.py passes msgspec's message whole: an unknown field name, or an"
-    " unknown label, of 3,000 characters is echoed in full in the refusal's reason",
-)
 @pytest.mark.parametrize(
     "body",
     [
@@ -313,25 +321,13 @@ async def _projected_run(stack, run_id: str, timeout: float = 3) -> dict:
     return await wait_for(found, timeout=timeout)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="services/runner/worker.py files a refusal under the project as decoded from its"
-    " token ('_aa' is a NUL): Postgres text cannot hold it, so the progress fold dead-letters"
-    " the run's RunRequested and RunRefused and the API never shows the refusal",
-)
 async def test_a_refusal_for_a_project_token_that_decodes_to_a_nul_is_visible(
     stack, outsider, events
 ):
     refused = await Commands(outsider, events).refused("dbt.cmd.run._aa", b'{"command": {}}')
-    assert "is invalid" in (await _projected_run(stack, refused.run_id))["refused_reason"]
+    assert (await _projected_run(stack, refused.run_id))["refused_reason"] == refused.reason
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="shared/commands.py accepts a NUL in requested_by and in vars: the progress fold"
-    " cannot store the RunRequested, so the refused run shows no command and no principal;"
-    " the command should be refused naming the field (or the fold store it escaped)",
-)
 async def test_a_run_command_with_a_nul_is_refused_or_recorded_whole(stack, outsider, events):
     body = b'{"command": {"label": "build"}, "requested_by": "a\\u0000b", "run_id": "nul1"}'
     refused = await Commands(outsider, events).refused("dbt.cmd.run.shop", body)
@@ -412,14 +408,6 @@ def _decodes(data: bytes) -> Exception | None:
     return None
 
 
-def _stalls_its_projection(data: bytes) -> bool:
-    """An event holding a NUL, which its error may quote (a decode error, or a fold's "graph
-    blob a\\x00b is not in the object store"): the dead-letter row cannot hold that error, so
-    its projection stops there for good. Left out of the property until that is fixed (see
-    test_an_event_whose_error_quotes_a_nul_stalls_no_projection, below)."""
-    return rb"\u0000" in data
-
-
 async def test_hostile_events_are_dead_lettered_and_later_events_project(stack, outsider):
     run = OnLoop()
     js = outsider.jetstream()
@@ -462,7 +450,6 @@ async def test_hostile_events_are_dead_lettered_and_later_events_project(stack, 
     @given(hostile_events())
     def each_is_dead_lettered_or_applied(hostile):
         family, subject, data = hostile
-        assume(not _stalls_its_projection(data))
         dead, valid_projected = run(projected(family, subject, data))
         assert valid_projected, "the valid event after a hostile one did not project"
         problem = _decodes(data)
@@ -487,12 +474,6 @@ async def test_hostile_events_are_dead_lettered_and_later_events_project(stack, 
     assert "'nowhere' is not configured" in await wait_for(refused, timeout=20)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="projections/loop.py stores an event's error as written: msgspec's message (or a"
-    " fold's) quotes the value, Postgres text cannot hold a NUL, so the dead-letter insert"
-    " fails and the projector restarts at that event forever; the error should be escaped",
-)
 async def test_an_event_whose_error_quotes_a_nul_stalls_no_projection(stack):
     await stack.bus.js.publish("dbt.evt.retry.shop.u.saved", b'{"type": "\\u0000"}')
     saved = ev.RetryStateSaved(

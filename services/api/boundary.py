@@ -26,7 +26,7 @@ from aiohttp import hdrs, web
 from shared import contract
 from shared import logging as jlog
 from shared.digests import check_digest
-from shared.quote import quote
+from shared.quote import quote, shorten
 from shared.relations import InvalidRelation, normalise
 from shared.subjects import check_project, check_run_id
 
@@ -72,11 +72,7 @@ def respond(data, status: int = 200) -> web.Response:
 def error(status: int, message: str) -> web.Response:
     """`{"error": message}`; a message over MAX_ERROR_CHARS keeps its head and its tail (where
     a decoder names the field), so no error echoes a caller's long input whole."""
-    if len(message) > MAX_ERROR_CHARS:
-        cut = len(message) - MAX_ERROR_CHARS
-        half = MAX_ERROR_CHARS // 2
-        message = f"{message[:half]}…({cut} characters cut)…{message[-half:]}"
-    return respond({"error": message}, status)
+    return respond({"error": shorten(message, MAX_ERROR_CHARS)}, status)
 
 
 def _relation_key(value: str) -> str:

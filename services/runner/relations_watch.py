@@ -42,13 +42,16 @@ class RelationWatch:
             pick(self.ctx.warehouses, parse(event.relation).warehouse)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             return ev.RelationRefused(
-                relation=subjects.subject_key(subject),
+                relation=subjects.filed_under(subjects.subject_key(subject)),
                 write_seq=seq,
                 reason=f"not a declared write: {exc}",
             )
         except (InvalidRelation, UnknownWarehouse) as exc:
             return ev.RelationRefused(
-                relation=event.relation, producer=event.producer, write_seq=seq, reason=str(exc)
+                relation=subjects.filed_under(event.relation),
+                producer=event.producer,
+                write_seq=seq,
+                reason=str(exc),
             )
         return None
 

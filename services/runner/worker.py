@@ -32,17 +32,6 @@ CONSUMER = "runners"
 RETRY_DELAY = 5.0  # seconds before a command that met a NATS outage is tried again
 
 
-class _Cancel(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    run_id: str
-
-
-def _for_events(raw_project: str) -> str:
-    """The project a refusal is filed under: as written, or a marked prefix of a name too
-    long for a subject (the '…' keeps it from ever naming a real project)."""
-    limit = 128
-    return raw_project if len(raw_project) <= limit else raw_project[: limit // 2] + "…"
-
-
 class Runner:
     def __init__(self, ctx: RunnerContext):
         self.ctx = ctx
@@ -89,9 +78,10 @@ class Runner:
                 await cancels.unsubscribe()
 
     async def _on_cancel(self, msg) -> None:
-        """A cancel reaches only the run of the project it names."""
-        with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError):
-            run_id = msgspec.json.decode(msg.data, type=_Cancel).run_id
+        """A cancel reaches only the run of the project it names (a malformed one is refused
+        from the durable consumer, once)."""
+        with contextlib.suppress(commands.CommandRejected):
+            run_id = commands.decode_cancel(msg.data).run_id
             event = self.active.get((subjects.subject_key(msg.subject), run_id))
             if event is not None:
                 event.set()
@@ -135,7 +125,7 @@ class Runner:
             problem = None
         except subjects.InvalidName as exc:
             problem = str(exc)
-        project = _for_events(raw_project)
+        project = subjects.filed_under(raw_project)
         seq = msg.metadata.sequence.stream
         attempt = msg.metadata.num_delivered
         if verb == "run":
@@ -143,7 +133,7 @@ class Runner:
         elif verb == "deploy":
             await self._deploy(msg, project, problem, seq)
         elif verb == "cancel":
-            return  # handled on the plain subscription; the stream keeps it for audits
+            await self._check_cancel(msg, project, problem, seq)
         else:
             await self.ctx.bus.publish(
                 ev.RunRefused(
@@ -152,6 +142,18 @@ class Runner:
                     reason=f"unknown command verb {quote(verb)} on {quote(msg.subject)};"
                     f" known: {', '.join(subjects.COMMAND_VERBS)}",
                 )
+            )
+
+    async def _check_cancel(self, msg, project: str, problem: str | None, seq: int) -> None:
+        """Cancels act on the plain subscription; the stream keeps them for audits, and a
+        malformed one is refused here, naming why."""
+        try:
+            commands.decode_cancel(msg.data)
+        except commands.CommandRejected as exc:
+            problem = problem or str(exc)
+        if problem is not None:
+            await self.ctx.bus.publish(
+                ev.RunRefused(project=project, run_id=f"c{seq}", reason=problem)
             )
 
     async def _owner(self, run_id: str) -> str | None:
