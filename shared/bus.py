@@ -32,12 +32,14 @@ __all__ = [
     "EVENTS",
     "COMMANDS",
     "BLOBS",
+    "LEASES",
 ]
 
 REQUIRED = (2, 10)
 EVENTS = "DBT_EVENTS"
 COMMANDS = "DBT_COMMANDS"
 BLOBS = "DBT_BLOBS"
+LEASES = "DBT_LEASES"
 # How long an event publish is retried: the stream's duplicate window, so a retry
 # of a publish that did land is still dropped as the duplicate it is.
 PUBLISH_RETRY_SECONDS = 120.0

@@ -44,6 +44,7 @@ class BucketSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     description: str = ""
     storage: str = "file"
     history: int = 1
+    ttl_seconds: float = 0  # 0: keys never expire
 
 
 class Contract(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -180,5 +181,12 @@ async def ensure(js, contract: Contract, consumer_overrides: dict | None = None)
                     description=spec.description or None,
                     history=spec.history,
                     storage=api.StorageType(spec.storage),
+                    ttl=spec.ttl_seconds or None,
                 )
             )
+            continue
+        # A bucket made before its TTL was declared (leases that never expired) gets it.
+        config = (await js.stream_info(f"KV_{name}")).config
+        if (config.max_age or 0) != spec.ttl_seconds:
+            config.max_age = spec.ttl_seconds
+            await js.update_stream(config)

@@ -21,6 +21,7 @@ from services.runner import results
 from services.runner.context import RunnerContext
 from services.runner.dbt_process import DbtInvocation, RunTimedOut
 from services.runner.job_setup import Prepared, Refused, prepare
+from services.runner.lease import Lease, LeaseLost
 from shared import events as ev
 from shared import logging as jlog
 from shared import subjects
@@ -58,6 +59,8 @@ class Attempt:
     """Attempt `number` of run `run_id`. A subclass gives `mode`, `submitted` and `steps`;
     `check`, `deferred_to` and `before_finished` do nothing unless it says otherwise."""
 
+    writes = True  # builds into its environment, so it holds the environment's lease
+
     def __init__(
         self,
         ctx: RunnerContext,
@@ -76,6 +79,7 @@ class Attempt:
         self.round = 0  # the node retry round of the latest invocation
         self._last: DbtInvocation | None = None
         self._deadline = float("inf")
+        self._fenced = asyncio.Event()  # set when the environment lease could not be kept
         self._log_subject = subjects.run_log(run_id)
 
     def mode(self) -> str:
@@ -116,10 +120,22 @@ class Attempt:
             )
         except Refused as exc:
             return await refuse(self.ctx, self.project, self.run_id, str(exc))
+        lease = None
+        keeper = None
         try:
             reason = await self.check()
             if reason:
                 return await refuse(self.ctx, self.project, self.run_id, reason)
+            if self.writes:
+                lease = Lease(self.ctx.bus, self.prepared.plan.lease_scope, self._holder())
+                await lease.take()  # LeaseBusy: the command waits, holding no slot
+                keeper = asyncio.create_task(lease.keep(self._fenced))
+            if self.number > 1:  # only now: a live earlier attempt would still hold the lease
+                await self.ctx.bus.publish(
+                    ev.RunAttemptLost(
+                        project=self.project, run_id=self.run_id, attempt=self.number - 1
+                    )
+                )
             await self.ctx.bus.publish(
                 ev.RunStarted(
                     project=self.project,
@@ -137,7 +153,19 @@ class Attempt:
             log.info("run_finished", status=finished.result.status, exit_code=code)
             return finished
         finally:
+            if keeper is not None:
+                keeper.cancel()
+            if lease is not None:
+                await lease.release()
             self.prepared.cleanup()
+
+    def _holder(self) -> dict:
+        return {
+            "project": self.project,
+            "run_id": self.run_id,
+            "attempt": self.number,
+            "runner": self.ctx.name,
+        }
 
     async def _steps(self) -> tuple[int, str | None]:
         """The exit code and the error: a cancel, a timeout or a failed step end the run."""
@@ -149,6 +177,8 @@ class Attempt:
             if asyncio.current_task().cancelling():
                 raise  # the runner is shutting down: the command is redelivered, not settled
             return -1, "cancelled"
+        except LeaseLost:
+            raise  # fenced: another attempt may be building; this one says nothing more
         except RunTimedOut:
             return -1, f"timed out after {self.ctx.settings.run_timeout_seconds}s"
         except Exception as exc:  # noqa: BLE001 - the run ends saying so, never hangs
@@ -165,13 +195,17 @@ class Attempt:
         self.round, self._last = round_, inv
         run = asyncio.create_task(inv.run(self.log, self._on_event, self._time_left()))
         stop = asyncio.create_task(self.cancelled.wait())
+        fenced = asyncio.create_task(self._fenced.wait())
         try:
-            await asyncio.wait({run, stop}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({run, stop, fenced}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             stop.cancel()
+            fenced.cancel()
         if not run.done():
             run.cancel()
             await asyncio.gather(run, return_exceptions=True)
+            if self._fenced.is_set():
+                raise LeaseLost(f"lost the lease on {self.prepared.plan.lease_scope}")
             raise asyncio.CancelledError("cancelled")
         code = run.result()
         run_results = inv.artifact("run_results.json")

@@ -40,6 +40,8 @@ async def parse(
 
 
 class _Parse(Attempt):
+    writes = False  # a parse builds nothing: it takes no environment lease
+
     def mode(self) -> str:
         return "parse"
 

@@ -70,6 +70,7 @@ class Plan(msgspec.Struct, frozen=True, kw_only=True):
     defer: bool = False
     environment: Environment | None = None
     unlocated: str | None = None  # why `environment` is None
+    lease_scope: str = ""  # what one build at a time is kept to (see _lease_scope)
 
     def publishes_ownership(self) -> bool:
         """A run whose graph is what the project owns: no override, nothing dynamic."""
@@ -215,6 +216,19 @@ def _check_state_methods(desc: Descriptor, cmd: BuildCommand | None, defer: bool
         )
 
 
+def _lease_scope(
+    warehouse: str, target: str, output: dict[str, Any], environment: Environment | None
+) -> str:
+    """The environment one build at a time is kept to: a DuckDB file is one environment for
+    every project that writes it; otherwise the environment key state and deferral use, or
+    the warehouse and target when the schema is only known once dbt runs."""
+    if output.get("type") == "duckdb" and output.get("path"):
+        return f"duckdb file {Path(str(output['path'])).resolve()}"
+    if environment is not None:
+        return environment.key()
+    return f"warehouse {warehouse!r}, target {target!r}"
+
+
 def make_plan(
     desc: Descriptor,
     cmd: BuildCommand | None,
@@ -245,6 +259,7 @@ def make_plan(
         output = render_output(wh, resolver, schema=desc.profile.schema, threads=desc.threads)
         text = render_profiles(profile, target, output)
     environment, unlocated = _environment(wh.name, target, output)
+    lease_scope = _lease_scope(wh.name, target, output, environment)
     overridden = narrowed or bool(cmd and (cmd.vars or cmd.full_refresh))
     plan = Plan(
         engine=engine,
@@ -265,6 +280,7 @@ def make_plan(
         defer=defer,
         environment=environment,
         unlocated=unlocated,
+        lease_scope=lease_scope,
     )
     plan.selection_args()  # refuses a value that would reach dbt as a flag, before it runs
     plan.common_args()

@@ -19,6 +19,7 @@ from services.runner.build import build
 from services.runner.context import RunnerContext
 from services.runner.dbt_retry import retry
 from services.runner.deploy import deploy
+from services.runner.lease import LeaseBusy, LeaseLost
 from services.runner.parse import parse
 from shared import commands, subjects, supervise
 from shared import events as ev
@@ -30,6 +31,7 @@ __all__ = ["Runner", "CONSUMER"]
 
 CONSUMER = "runners"
 RETRY_DELAY = 5.0  # seconds before a command that met a NATS outage is tried again
+LEASE_WAIT = 2.0  # seconds before a run waiting for its environment asks again
 
 
 class Runner:
@@ -101,6 +103,14 @@ class Runner:
             settle = msg.ack
         except asyncio.CancelledError:
             raise
+        except LeaseBusy as exc:
+            # Waiting for the environment holds no slot: the command comes back later.
+            self.log.info("run_waiting", subject=msg.subject, reason=str(exc))
+            settle = functools.partial(msg.nak, delay=LEASE_WAIT)
+        except LeaseLost as exc:
+            # Fenced: dbt was stopped and nothing final was said; a later attempt runs it.
+            self.log.warning("attempt_fenced", subject=msg.subject, reason=str(exc))
+            settle = functools.partial(msg.nak, delay=LEASE_WAIT)
         except TRANSIENT as exc:
             # NATS was away before the run settled: it comes back, so does the command.
             self.log.warning("command_retried", subject=msg.subject, error=repr(exc))
@@ -127,9 +137,8 @@ class Runner:
             problem = str(exc)
         project = subjects.filed_under(raw_project)
         seq = msg.metadata.sequence.stream
-        attempt = msg.metadata.num_delivered
         if verb == "run":
-            await self._run(msg, project, problem, seq, attempt)
+            await self._run(msg, project, problem, seq)
         elif verb == "deploy":
             await self._deploy(msg, project, problem, seq)
         elif verb == "cancel":
@@ -164,7 +173,13 @@ class Runner:
         )
         return first.project if first is not None else None
 
-    async def _run(self, msg, project: str, problem: str | None, seq: int, attempt: int) -> None:
+    async def _attempt(self, project: str, run_id: str) -> int:
+        """This attempt's number, from the log: one past the last attempt that started.
+        A delivery that only waited for a lease started nothing, so it is not an attempt."""
+        started = await self.ctx.bus.last_event(subjects.run_event(project, run_id, "started"))
+        return started.attempt + 1 if isinstance(started, ev.RunStarted) else 1
+
+    async def _run(self, msg, project: str, problem: str | None, seq: int) -> None:
         bus = self.ctx.bus
         try:
             body = commands.decode_run(msg.data)
@@ -215,10 +230,7 @@ class Runner:
         if reason is not None:
             await bus.publish(ev.RunRefused(project=project, run_id=run_id, reason=reason))
             return
-        if attempt > 1:
-            await bus.publish(
-                ev.RunAttemptLost(project=project, run_id=run_id, attempt=attempt - 1)
-            )
+        attempt = await self._attempt(project, run_id)
         key = (project, run_id)
         cancelled = self.active.setdefault(key, asyncio.Event())
         try:
