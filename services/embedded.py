@@ -8,8 +8,10 @@ start reuses the first one's state.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -44,8 +46,30 @@ class NatsServer:
         self.url = f"nats://127.0.0.1:{self.port}"
         self._proc: subprocess.Popen | None = None
 
+    @property
+    def _pid_file(self) -> Path:
+        return self.data_dir / "nats-server.pid"
+
+    def _stop_left_behind(self) -> None:
+        """A nats-server an earlier `jetdbt up` left on this folder (it was SIGKILLed, the
+        laptop crashed) still holds the JetStream store: stop it first."""
+        try:
+            pid = int(self._pid_file.read_text())
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except (OSError, ValueError):
+            return
+        if b"nats-server" not in cmdline or str(self.data_dir).encode() not in cmdline:
+            return  # the pid was reused by something else
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
+                time.sleep(0.05)
+            os.kill(pid, signal.SIGKILL)
+
     def start(self, timeout: float = 10.0) -> NatsServer:
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._stop_left_behind()
         log = open(self.data_dir / "nats-server.log", "ab")  # noqa: SIM115 - owned by the child
         self._proc = subprocess.Popen(
             [
@@ -65,6 +89,7 @@ class NatsServer:
             start_new_session=True,
         )
         log.close()
+        self._pid_file.write_text(str(self._proc.pid))
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:

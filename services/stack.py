@@ -27,7 +27,7 @@ from shared import logging as jlog
 from shared.bus import Bus, connect
 from shared.config import Settings
 
-__all__ = ["Stack", "STACK_FILE", "read_stack_file"]
+__all__ = ["Stack", "StackFailed", "STACK_FILE", "read_stack_file"]
 
 STACK_FILE = "stack.json"
 
@@ -37,6 +37,10 @@ def read_stack_file(home: Path) -> dict | None:
         return json.loads((home / STACK_FILE).read_text())
     except (OSError, ValueError):
         return None
+
+
+class StackFailed(RuntimeError):
+    """A part of the stack could not start; the message says which and what to change."""
 
 
 @dataclass
@@ -57,6 +61,24 @@ class Stack:
     _site_runner: web.AppRunner | None = None
 
     async def start(self) -> Stack:
+        """Start every part; if one cannot start, stop what did and say what to change."""
+        try:
+            return await self._start()
+        except BaseException:
+            await self.stop()
+            raise
+
+    def dead_tasks(self) -> list[str]:
+        """The service tasks that stopped on their own (each restarts itself on errors, so
+        one that stopped is a bug or a fatal condition: /healthz says so)."""
+        if self._stop.is_set():
+            return []
+        return [t.get_name() for t in self._tasks if t.done()]
+
+    def _serve(self, name: str, work) -> None:
+        self._tasks.append(asyncio.create_task(work, name=name))
+
+    async def _start(self) -> Stack:
         s = self.settings
         log = jlog.get("stack")
         self.nats_url = s.nats_url or ""
@@ -82,17 +104,22 @@ class Stack:
             subjects = contract.load().projections
             for name, fold in FOLDS.items():
                 projector = Projector(self.bus, self.pool, fold(self.bus), subjects[name])
-                self._tasks.append(asyncio.create_task(projector.run(self._stop)))
+                self._serve(f"projector {name}", projector.run(self._stop))
         if self.runner:
             runner = Runner(RunnerContext(bus=self.bus, settings=s))
-            self._tasks.append(asyncio.create_task(runner.run(self._stop)))
-            watch = RelationWatch(runner.ctx)
-            self._tasks.append(asyncio.create_task(watch.run(self._stop)))
+            self._serve("runner", runner.run(self._stop))
+            self._serve("relation watch", RelationWatch(runner.ctx).run(self._stop))
         if self.api:
-            self._site_runner = web.AppRunner(create_app(self.pool, self.bus))
+            self._site_runner = web.AppRunner(create_app(self.pool, self.bus, self.dead_tasks))
             await self._site_runner.setup()
             site = web.TCPSite(self._site_runner, s.api_host, s.api_port)
-            await site.start()
+            try:
+                await site.start()
+            except OSError as exc:
+                raise StackFailed(
+                    f"the API cannot listen on {s.api_host}:{s.api_port} ({exc.strerror});"
+                    " set JETDBT_API_PORT to a free port, or stop what holds this one"
+                ) from None
             port = self._site_runner.addresses[0][1]
             self.api_url = f"http://{s.api_host}:{port}"
         log.info("stack_started", nats=self.nats_url, api=self.api_url, schema=s.schema)
@@ -113,9 +140,9 @@ class Stack:
 
     async def stop(self) -> None:
         self._stop.set()
+        if self._tasks:
+            await asyncio.wait(self._tasks, timeout=5)  # each finishes its batch, together
         for task in self._tasks:
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(asyncio.shield(task), 5)
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._site_runner:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+import time
+from collections.abc import Awaitable, Callable
 
 import msgspec
 import nats
@@ -89,6 +90,40 @@ class Bus:
         self._blobs = None
         # A runner sets its masking function: no secret leaves in an event or a log line.
         self.mask: Callable[[bytes], bytes] | None = None
+        self._reopen: Callable[[], Awaitable] | None = None
+        self._closing = False
+        self._away_since: float | None = None
+
+    def away_for(self) -> float:
+        """Seconds since the connection to NATS was lost; 0 while connected."""
+        return 0.0 if self._away_since is None else time.monotonic() - self._away_since
+
+    def _lost(self) -> None:
+        if self._away_since is None:
+            self._away_since = time.monotonic()
+
+    async def _on_closed(self) -> None:
+        """The server closed the connection for good (a protocol error it would not
+        forgive): a service opens a new one rather than serve on a dead one."""
+        if self._closing or self._reopen is None:
+            return
+        self._lost()
+        asyncio.get_running_loop().create_task(self._revive())
+
+    async def _revive(self) -> None:
+        delay = 0.5
+        while not self._closing:
+            try:
+                nc = await self._reopen()
+            except Exception as exc:  # noqa: BLE001 - NATS away: try again
+                jlog.get("nats", url=self.url).warning("nats_reopen_failed", error=repr(exc))
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+                continue
+            self.nc, self.js, self._blobs = nc, nc.jetstream(), None
+            self._away_since = None
+            jlog.get("nats", url=self.url).warning("nats_connection_reopened")
+            return
 
     def _masked(self, data: bytes) -> bytes:
         return self.mask(data) if self.mask is not None else data
@@ -173,6 +208,7 @@ class Bus:
 
         Callers stop their consumers first, so there is nothing left to drain.
         """
+        self._closing = True
         if self.nc.is_closed:
             return
         with contextlib.suppress(Exception):
@@ -198,14 +234,34 @@ async def connect(
     async def on_error(exc: Exception) -> None:
         log.warning("nats_error", error=f"{exc.__class__.__name__}: {exc}")
 
-    nc = await nats.connect(
-        servers,
-        name=name,
-        max_reconnect_attempts=-1 if forever else 3,
-        connect_timeout=5,
-        error_cb=on_error,
-        allow_reconnect=True,
-    )
+    bus: list[Bus] = []  # the callbacks reach the Bus made from this connection
+
+    async def on_disconnected() -> None:
+        if bus:
+            bus[0]._lost()
+
+    async def on_reconnected() -> None:
+        if bus:
+            bus[0]._away_since = None
+
+    async def on_closed() -> None:
+        if bus:
+            await bus[0]._on_closed()
+
+    async def reopen():
+        return await nats.connect(
+            servers,
+            name=name,
+            max_reconnect_attempts=-1 if forever else 3,
+            connect_timeout=5,
+            error_cb=on_error,
+            disconnected_cb=on_disconnected,
+            reconnected_cb=on_reconnected,
+            closed_cb=on_closed,
+            allow_reconnect=True,
+        )
+
+    nc = await reopen()
     try:
         check_server(nc.connected_server_version._server_version, url)
         js = nc.jetstream()
@@ -221,4 +277,7 @@ async def connect(
     except BaseException:
         await nc.close()
         raise
-    return Bus(nc, url)
+    bus.append(Bus(nc, url))
+    if forever:
+        bus[0]._reopen = reopen
+    return bus[0]

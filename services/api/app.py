@@ -9,6 +9,7 @@ every list is a page with a cap, and says how to read the next one.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 
 import asyncpg
 import msgspec
@@ -25,6 +26,9 @@ __all__ = ["create_app", "POOL", "BUS"]
 
 POOL = web.AppKey("pool", asyncpg.Pool)
 BUS = web.AppKey("bus", Bus)
+DEAD_TASKS = web.AppKey("dead_tasks", object)
+# How long NATS may be away before the service says it is unhealthy (a restart is quick).
+NATS_GRACE_SECONDS = 15.0
 
 # A run as listed: its columns without the stored result, with the node counts.
 _RUN = ", ".join([c for c in RUN_COLUMNS if c != "result"] + list(COUNT_COLUMNS))
@@ -39,9 +43,17 @@ ENVIRONMENTS_PAGE = (100, 1000)
 
 
 async def healthz(request: web.Request) -> web.Response:
+    """503 when NATS has been away past a grace period or a service task died, so an
+    orchestrator restarts what cannot recover by itself."""
     async with request.app[POOL].acquire() as conn:
         await conn.fetchval("SELECT 1")
-    return respond({"ok": True, "nats": request.app[BUS].nc.is_connected})
+    away = request.app[BUS].away_for()
+    dead = request.app[DEAD_TASKS]()
+    problems = [f"{name} stopped" for name in dead]
+    if away > NATS_GRACE_SECONDS:
+        problems.append(f"NATS away for {away:.0f}s")
+    body = {"ok": not problems, "nats": away == 0, "problems": problems}
+    return respond(body, 503 if problems else 200)
 
 
 async def get_run(request: web.Request) -> web.Response:
@@ -138,10 +150,14 @@ async def post_run(request: web.Request) -> web.Response:
     return respond({"run_id": run_id, "project": project}, status=202)
 
 
-def create_app(pool: asyncpg.Pool, bus: Bus) -> web.Application:
+def create_app(
+    pool: asyncpg.Pool, bus: Bus, dead_tasks: Callable[[], list[str]] = list
+) -> web.Application:
+    """`dead_tasks` names the service tasks of this process that stopped on their own."""
     app = web.Application(middlewares=[guard])
     app[POOL] = pool
     app[BUS] = bus
+    app[DEAD_TASKS] = dead_tasks
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/v1/runs/{run_id}", get_run)
     app.router.add_get("/v1/projects/{project}/runs", list_runs)

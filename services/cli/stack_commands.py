@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 from services.cli.common import CliError, wait_for_signal
-from services.stack import Stack
+from services.stack import Stack, StackFailed
 from shared.config import Settings
 
 __all__ = ["cmd_up", "cmd_serve", "cmd_demo"]
 
 
+async def _started(stack: Stack) -> Stack:
+    try:
+        return await stack.start()
+    except StackFailed as exc:
+        raise CliError(str(exc)) from None
+
+
 async def cmd_up(args, settings: Settings) -> int:
-    stack = await Stack(settings).start()
+    stack = await _started(Stack(settings))
     stack.write_stack_file()
     print(f"jetdbt is up: API {stack.api_url}  NATS {stack.nats_url}")
     print("deploy with `jetdbt deploy PATH`, build with `jetdbt run PROJECT --watch`; Ctrl-C stops")
@@ -25,10 +32,14 @@ async def cmd_serve(args, settings: Settings) -> int:
             "`jetdbt serve` needs NATS_URL (and DATABASE_URL for projectors and the"
             " api; runners never touch Postgres); use `jetdbt up` locally"
         )
-    stack = Stack(
-        settings, runner="runner" in roles, projectors="projectors" in roles, api="api" in roles
+    stack = await _started(
+        Stack(
+            settings,
+            runner="runner" in roles,
+            projectors="projectors" in roles,
+            api="api" in roles,
+        )
     )
-    await stack.start()
     return await _until_signal(stack)
 
 

@@ -1,0 +1,101 @@
+"""Health that means something: /healthz says 503 when NATS is away past its grace or a
+service task died; a connection the server closed is opened again; `jetdbt up` that
+cannot start stops what it started and names the setting to change."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from services.api import app as api_app
+from tests.helpers import get_json, wait_for
+
+
+async def test_healthz_is_503_when_nats_is_away_past_its_grace(stack, nats_server, monkeypatch):
+    monkeypatch.setattr(api_app, "NATS_GRACE_SECONDS", 1.0)
+    status, body = await get_json(f"{stack.api_url}/healthz")
+    assert status == 200 and body["ok"] and body["nats"]
+    nats_server.stop()
+
+    async def unhealthy():
+        status, body = await get_json(f"{stack.api_url}/healthz")
+        return body if status == 503 else None
+
+    body = await wait_for(unhealthy, timeout=20)
+    assert any(p.startswith("NATS away for") for p in body["problems"])
+    nats_server.start()
+
+    async def healthy():
+        status, _ = await get_json(f"{stack.api_url}/healthz")
+        return status == 200
+
+    await wait_for(healthy, timeout=30)
+
+
+async def test_healthz_is_503_when_a_service_task_died(stack):
+    """Every service loop restarts itself on errors, so one that ends is a fatal bug: a
+    task of the stack's that ended is reported by name."""
+
+    async def fatal():
+        raise RuntimeError("a bug")
+
+    stack._serve("projector broken", fatal())
+    await asyncio.sleep(0.1)
+    status, body = await get_json(f"{stack.api_url}/healthz")
+    assert status == 503 and body["problems"] == ["projector broken stopped"]
+
+
+async def test_a_connection_the_server_closed_is_opened_again(stack):
+    """A subject over the server's limit makes it close the connection for good; the
+    services open a new one and go on serving commands."""
+    closed = stack.bus.nc
+    await closed.publish("dbt.x." + "x" * 5000, b"")
+
+    async def reopened():
+        return stack.bus.nc is not closed and stack.bus.nc.is_connected
+
+    await wait_for(reopened, timeout=20)
+    refused = await stack.bus.js.publish("dbt.cmd.run.after_close", b'{"command": {}}')
+
+    async def answered():
+        status, body = await get_json(f"{stack.api_url}/v1/runs/c{refused.seq}")
+        return body if status == 200 and body["status"] == "refused" else None
+
+    await wait_for(answered, timeout=30)
+
+
+def _processes_mentioning(text: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if text.encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def test_up_that_cannot_listen_stops_what_it_started_and_names_the_setting(tmp_path):
+    home = tmp_path / "home"
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = {k: v for k, v in os.environ.items() if k not in ("NATS_URL", "DATABASE_URL")}
+        env.update({"JETDBT_HOME": str(home), "JETDBT_API_PORT": str(port)})
+        done = subprocess.run(
+            [str(Path(sys.executable).parent / "jetdbt"), "up"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert done.returncode != 0
+    assert f"cannot listen on 127.0.0.1:{port}" in done.stderr
+    assert "JETDBT_API_PORT" in done.stderr
+    assert not _processes_mentioning(str(home)), "a server of the failed start still runs"
