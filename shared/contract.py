@@ -30,6 +30,8 @@ class StreamSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     deny_delete: bool = False
     deny_purge: bool = False
     replicas: int = 1
+    max_bytes: int = -1  # -1: no byte limit
+    max_msg_size: int = -1
 
 
 class ConsumerSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -75,6 +77,8 @@ def _stream_config(name: str, spec: StreamSpec) -> api.StreamConfig:
         deny_delete=spec.deny_delete,
         deny_purge=spec.deny_purge,
         num_replicas=spec.replicas,
+        max_bytes=spec.max_bytes,
+        max_msg_size=spec.max_msg_size,
     )
 
 

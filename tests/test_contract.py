@@ -172,6 +172,7 @@ async def test_a_compatible_change_is_applied(js):
     await contract.ensure(js, contract.load())
     info = await js.stream_info("DBT_LOGS")
     assert info.config.max_age == 7 * DAY
+    assert info.config.max_bytes == 2 * 1024**3  # a run's log is bounded in bytes too
     assert info.config.description == "human-readable log lines of a run"
     assert info.state.messages == 1  # updated in place, not recreated
 
