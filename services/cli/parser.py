@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+# How long the CLI waits for a run by default: a run's own limit plus time to queue.
+WAIT_SECONDS = 7200.0
+
 __all__ = ["build_parser"]
 
 DESCRIPTION = "The `jetdbt` command line: run the stack, deploy, run, and read status."
@@ -39,15 +42,18 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--run-id", help="choose the run id (default: a new uuid)")
     run.add_argument("--watch", action="store_true", help="show live per-model progress")
     run.add_argument("--json", action="store_true", help="print the structured result as JSON")
+    _wait_limit(run)
     ps = sub.add_parser("parse", help="parse a project directory (not deployed) into a graph")
     ps.add_argument("path")
     ps.add_argument("--project", help="project name (default: dbt_project.yml's name)")
     ps.add_argument("--vars", help="dbt vars as a YAML/JSON mapping")
+    _wait_limit(ps)
     rt = sub.add_parser("retry", help="resume a run with dbt retry, rebuilding what failed")
     rt.add_argument("run_id")
     rt.add_argument("--project", help="the run's project (default: looked up from the API)")
     rt.add_argument("--watch", action="store_true", help="show live per-model progress")
     rt.add_argument("--json", action="store_true", help="print the structured result as JSON")
+    _wait_limit(rt)
     st = sub.add_parser("status", help="health, a run, or a project's runs")
     st.add_argument("run_id", nargs="?")
     st.add_argument("--project")
@@ -76,3 +82,13 @@ def build_parser() -> argparse.ArgumentParser:
     dead_retry = dead_sub.add_parser("retry", help="apply them again, after a fix")
     dead_retry.add_argument("--projection", help="only this projection's")
     return p
+
+
+def _wait_limit(command) -> None:
+    command.add_argument(
+        "--timeout",
+        type=float,
+        default=WAIT_SECONDS,
+        metavar="SECONDS",
+        help=f"stop waiting for the run's end after this long (default {WAIT_SECONDS:.0f})",
+    )

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import sys
+import uuid
 from pathlib import Path
 
 import aiohttp
@@ -99,7 +101,7 @@ async def cmd_parse(args, settings: Settings) -> int:
     try:
         digest = await bus.put_blob(packed.data)
         command = RunCommand(command=ParseCommand(bundle_digest=digest, vars=_vars(args.vars)))
-        final = await client.run(bus, project, command)
+        final = await _waited(client.run(bus, project, command), args.timeout, "the parse")
     finally:
         await bus.close()
     if isinstance(final, ev.RunRefused):
@@ -132,8 +134,21 @@ async def cmd_retry(args, settings: Settings) -> int:
     return await _follow(args, settings, subjects.check_project(project), command)
 
 
+async def _waited(waiting, seconds: float, what: str):
+    """The run's final event, or a clear word that the CLI stopped waiting (not the run)."""
+    try:
+        return await asyncio.wait_for(waiting, seconds)
+    except TimeoutError:
+        raise CliError(
+            f"gave up waiting after {seconds:g}s for {what} to end; it may still be going:"
+            " jetdbt status RUN_ID, or wait longer with --timeout"
+        ) from None
+
+
 async def _follow(args, settings: Settings, project: str, command: RunCommand) -> int:
     """Publish, follow to the end, print; the same output contract for run and retry."""
+    if not command.run_id:  # chosen here, so a message about the run can name it
+        command = msgspec.structs.replace(command, run_id=uuid.uuid4().hex)
     bus = await open_bus(settings)
     try:
         progress = None
@@ -142,8 +157,10 @@ async def _follow(args, settings: Settings, project: str, command: RunCommand) -
             if isinstance(command.command, BuildCommand):
                 planned = await _planned(bus, project, command.command)
             progress = Progress(planned, out=sys.stderr if args.json else sys.stdout)
-        final = await client.run(
-            bus, project, command, on_event=progress.on_event if progress else None
+        final = await _waited(
+            client.run(bus, project, command, on_event=progress.on_event if progress else None),
+            args.timeout,
+            f"run {command.run_id} of project {project!r}",
         )
     finally:
         await bus.close()
