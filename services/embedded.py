@@ -50,26 +50,9 @@ class NatsServer:
     def _pid_file(self) -> Path:
         return self.data_dir / "nats-server.pid"
 
-    def _stop_left_behind(self) -> None:
-        """A nats-server an earlier `jetdbt up` left on this folder (it was SIGKILLed, the
-        laptop crashed) still holds the JetStream store: stop it first."""
-        try:
-            pid = int(self._pid_file.read_text())
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except (OSError, ValueError):
-            return
-        if b"nats-server" not in cmdline or str(self.data_dir).encode() not in cmdline:
-            return  # the pid was reused by something else
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
-                time.sleep(0.05)
-            os.kill(pid, signal.SIGKILL)
-
     def start(self, timeout: float = 10.0) -> NatsServer:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self._stop_left_behind()
+        stop_left_behind(self._pid_file, b"nats-server", self.data_dir)
         log = open(self.data_dir / "nats-server.log", "ab")  # noqa: SIM115 - owned by the child
         self._proc = subprocess.Popen(
             [
@@ -115,6 +98,27 @@ class NatsServer:
                 self._proc.wait()
 
 
+def stop_left_behind(pid_file: Path, program: bytes, data_dir: Path) -> bool:
+    """A server an earlier `jetdbt up` left on `data_dir` (it was SIGKILLed, the laptop
+    crashed) still holds its data, and nothing would ever stop it: stop it first. The pid
+    file's first line is its pid; a pid reused by another program is left alone. True
+    when one was stopped."""
+    try:
+        pid = int(pid_file.read_text().split()[0])
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (OSError, ValueError, IndexError):
+        return False
+    if program not in cmdline or str(data_dir).encode() not in cmdline:
+        return False
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
+            time.sleep(0.05)
+        os.kill(pid, signal.SIGKILL)
+    return True
+
+
 def start_postgres(data_dir: Path):
     """Start (or reuse) pgserver's Postgres in `data_dir`; returns (server, url)."""
     # pgserver asks platformdirs for a runtime dir, which warns unless one is set and private.
@@ -126,5 +130,9 @@ def start_postgres(data_dir: Path):
     import pgserver
 
     Path(data_dir).mkdir(parents=True, exist_ok=True)
+    if stop_left_behind(Path(data_dir) / "postmaster.pid", b"postgres", Path(data_dir)):
+        # pgserver stops its server when the last process using it lets go; the dead
+        # `jetdbt up` never will, so its claim goes with its server.
+        (Path(data_dir) / ".handle_pids.json").unlink(missing_ok=True)
     server = pgserver.get_server(str(data_dir), cleanup_mode="stop")
     return server, server.get_uri()

@@ -1,0 +1,123 @@
+"""`jetdbt up` SIGKILLed in the middle of a build (a laptop crash): nothing it started
+goes on building, and `jetdbt up` started again in the same folder completes the run."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from services.embedded import free_port
+from services.stack import read_stack_file
+from shared.bus import connect
+from shared.commands import BuildCommand, RunCommand
+from tests.helpers import get_json, wait_for
+from tests.test_health import _processes_mentioning
+from tests.test_live_progress import GATE_MODEL
+from tests.test_runner_lost import _working_in
+
+pytestmark = pytest.mark.dbt
+BIN = Path(sys.executable).parent / "jetdbt"
+
+
+def _up(env: dict) -> subprocess.Popen:
+    return subprocess.Popen(
+        [str(BIN), "up"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
+async def _stack_file(home: Path, after: float = 0.0) -> dict:
+    async def written():
+        path = home / "stack.json"
+        return path.exists() and path.stat().st_mtime > after and read_stack_file(home)
+
+    return await wait_for(written, timeout=90)
+
+
+async def test_a_killed_up_leaves_no_build_and_a_restart_completes_the_run(tmp_path, project_copy):
+    home = tmp_path / "home"
+    release = tmp_path / "release"
+    (project_copy / "models" / "marts" / "gate.py").write_text(GATE_MODEL)
+    (project_copy / "models" / "marts" / "gate.yml").write_text(
+        f"models:\n  - name: gate\n    config:\n      release_file: '{release}'\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("NATS_URL", "DATABASE_URL")}
+    env.update(
+        {
+            "JETDBT_HOME": str(home),
+            "JETDBT_API_PORT": str(free_port()),
+            "RUN_ACK_WAIT_SECONDS": "4",
+        }
+    )
+    first = _up(env)
+    second = None
+    try:
+        found = await _stack_file(home)
+        deploy = await asyncio.to_thread(
+            subprocess.run,
+            [str(BIN), "deploy", str(project_copy), "--project", "crash"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        assert deploy.returncode == 0, deploy.stderr
+        bus = await connect(found["nats_url"], "test", ensure=False)
+        try:
+            command = RunCommand(command=BuildCommand(), run_id="crash1")
+            await bus.publish_command("run", "crash", command, "crash1")
+        finally:
+            await bus.close()
+
+        async def gate_running():
+            status, body = await get_json(f"{found['api_url']}/v1/runs/crash1")
+            nodes = {n["unique_id"]: n for n in body.get("nodes", [])} if status == 200 else {}
+            return nodes.get("model.jaffle_shop.gate", {}).get("status") == "running"
+
+        await wait_for(gate_running, timeout=120)
+        stamp = (home / "stack.json").stat().st_mtime
+        os.kill(first.pid, signal.SIGKILL)
+        first.wait()
+
+        async def no_build_left():
+            return not _working_in(home / "runner")
+
+        await wait_for(no_build_left, timeout=5, interval=0.05)
+        release.touch()
+
+        second = _up(env)
+        found = await _stack_file(home, after=stamp)
+
+        async def passed():
+            status, body = await get_json(f"{found['api_url']}/v1/runs/crash1")
+            return body if status == 200 and body["status"] in ("passed", "failed") else None
+
+        body = await wait_for(passed, timeout=180)
+        assert body["status"] == "passed", body.get("result")
+        assert body["attempt"] == 2 and body["lost_attempts"] == [1]
+        nodes = {n["unique_id"]: n["outcome"] for n in body["nodes"]}
+        assert len(nodes) == 24 and "running" not in msgspec.json.encode(body["nodes"]).decode()
+        os.killpg(second.pid, signal.SIGTERM)
+        second.wait(60)
+        left = {
+            p: Path(f"/proc/{p}/cmdline").read_bytes()[:200]
+            for p in _processes_mentioning(str(home))
+        }
+        assert not left, left
+    finally:
+        for process in (first, second):
+            if process is not None and process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+                process.wait(60)
+        for pid in _processes_mentioning(str(home)):  # only when an assertion failed
+            os.kill(pid, signal.SIGKILL)
