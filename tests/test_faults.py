@@ -12,8 +12,8 @@ from services import client
 from services.stack import Stack
 from shared import events as ev
 from shared.commands import BuildCommand, RunCommand
+from tests.gate import add_gate, until_gate_runs
 from tests.helpers import get_json, wait_for
-from tests.test_live_progress import GATE_MODEL
 from tests.test_runner_lost import _working_in
 
 pytestmark = pytest.mark.dbt
@@ -21,23 +21,14 @@ pytestmark = pytest.mark.dbt
 
 async def test_a_nats_restart_mid_run_loses_nothing(stack, nats_server, project_copy, tmp_path):
     release = tmp_path / "release"
-    (project_copy / "models" / "marts" / "gate.py").write_text(GATE_MODEL)
-    (project_copy / "models" / "marts" / "gate.yml").write_text(
-        f"models:\n  - name: gate\n    config:\n      release_file: '{release}'\n"
-    )
+    add_gate(project_copy, release)
     _, deployed = await client.deploy(stack.bus, project_copy, "outage")
     assert isinstance(deployed, ev.Deployed), deployed
     run = asyncio.create_task(
         client.run(stack.bus, "outage", RunCommand(command=BuildCommand(), run_id="o1"))
     )
     url = f"{stack.api_url}/v1/runs/o1"
-
-    async def gate_running():
-        status, body = await get_json(url)
-        nodes = {n["unique_id"]: n for n in body.get("nodes", [])} if status == 200 else {}
-        return nodes.get("model.jaffle_shop.gate", {}).get("status") == "running"
-
-    await wait_for(gate_running, timeout=90)
+    await until_gate_runs(stack.api_url, "o1")
     nats_server.stop()
     release.touch()  # dbt finishes the build while NATS is away
     await asyncio.sleep(8)  # longer than a publish's own timeout
@@ -62,10 +53,7 @@ async def test_a_nats_restart_mid_run_loses_nothing(stack, nats_server, project_
 async def test_run_timeout_bounds_the_whole_run_and_says_so(settings, project_copy, tmp_path):
     """A build that outlives RUN_TIMEOUT_SECONDS ends failed with that reason, and its
     dbt is gone."""
-    (project_copy / "models" / "marts" / "gate.py").write_text(GATE_MODEL)
-    (project_copy / "models" / "marts" / "gate.yml").write_text(
-        f"models:\n  - name: gate\n    config:\n      release_file: '{tmp_path / 'never'}'\n"
-    )
+    add_gate(project_copy, tmp_path / "never")
     st = await Stack(msgspec.structs.replace(settings, run_timeout_seconds=20)).start()
     try:
         _, deployed = await client.deploy(st.bus, project_copy, "slow")

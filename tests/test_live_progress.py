@@ -9,33 +9,15 @@ import pytest
 from services import client
 from shared import events as ev
 from shared.commands import BuildCommand, RunCommand
+from tests.gate import GATE_MODEL, add_gate, gate_running, until_gate_runs  # noqa: F401
 from tests.helpers import get_json, wait_for
 
 pytestmark = pytest.mark.dbt
 
-# A dbt-duckdb Python model that holds the build open until the test releases it,
-# so "while a later model is still running" is a fact, not a race.
-GATE_MODEL = """
-import os
-import time
-
-
-def model(dbt, session):
-    dbt.config(materialized="table")
-    release = dbt.config.get("release_file")
-    deadline = time.time() + 120
-    while not os.path.exists(release) and time.time() < deadline:
-        time.sleep(0.1)
-    return dbt.ref("orders")
-"""
-
 
 async def test_node_finished_is_readable_while_a_later_model_runs(stack, project_copy, tmp_path):
     release = tmp_path / "release"
-    (project_copy / "models" / "marts" / "gate.py").write_text(GATE_MODEL)
-    (project_copy / "models" / "marts" / "gate.yml").write_text(
-        f"models:\n  - name: gate\n    config:\n      release_file: '{release}'\n"
-    )
+    add_gate(project_copy, release)
     _, deployed = await client.deploy(stack.bus, project_copy, "live")
     assert isinstance(deployed, ev.Deployed), deployed
     run_task = asyncio.create_task(
@@ -72,25 +54,17 @@ async def test_cancel_kills_the_running_build(stack, project_copy, tmp_path):
     import msgspec
 
     release = tmp_path / "never-released"
-    (project_copy / "models" / "marts" / "gate.py").write_text(GATE_MODEL)
-    (project_copy / "models" / "marts" / "gate.yml").write_text(
-        f"models:\n  - name: gate\n    config:\n      release_file: '{release}'\n"
-    )
+    add_gate(project_copy, release)
     await client.deploy(stack.bus, project_copy, "live")
     run_task = asyncio.create_task(
         client.run(stack.bus, "live", RunCommand(command=BuildCommand(), run_id="cancel1"))
     )
 
-    async def gate_running():
-        status, body = await get_json(f"{stack.api_url}/v1/runs/cancel1")
-        nodes = {n["unique_id"]: n for n in body.get("nodes", [])} if status == 200 else {}
-        return nodes.get("model.jaffle_shop.gate", {}).get("status") == "running"
-
-    await wait_for(gate_running, timeout=90)
+    await until_gate_runs(stack.api_url, "cancel1")
     # A cancel is scoped to its project: another project's cancel of this run id is nothing.
     await stack.bus.js.publish("dbt.cmd.cancel.other", msgspec.json.encode({"run_id": "cancel1"}))
     await asyncio.sleep(1)
-    assert await gate_running() and not run_task.done()
+    assert await gate_running(stack.api_url, "cancel1") and not run_task.done()
     await stack.bus.js.publish("dbt.cmd.cancel.live", msgspec.json.encode({"run_id": "cancel1"}))
     final = await asyncio.wait_for(run_task, 60)
     assert final.result.status == "cancelled" and final.result.error == "cancelled"

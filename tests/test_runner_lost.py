@@ -20,8 +20,8 @@ from services import client
 from services.stack import Stack
 from shared import events as ev
 from shared.commands import BuildCommand, RunCommand
+from tests.gate import add_gate, until_gate_runs
 from tests.helpers import get_json, wait_for
-from tests.test_live_progress import GATE_MODEL
 
 pytestmark = pytest.mark.dbt
 
@@ -64,10 +64,7 @@ def _working_in(folder: Path) -> list[int]:
 
 async def test_a_killed_runner_is_replaced_by_the_next_attempt(settings, tmp_path, project_copy):
     release = tmp_path / "release"
-    (project_copy / "models" / "marts" / "gate.py").write_text(GATE_MODEL)
-    (project_copy / "models" / "marts" / "gate.yml").write_text(
-        f"models:\n  - name: gate\n    config:\n      release_file: '{release}'\n"
-    )
+    add_gate(project_copy, release)
     warehouses = tmp_path / "warehouses.yaml"
     warehouses.write_text(
         yaml.safe_dump(
@@ -97,12 +94,7 @@ async def test_a_killed_runner_is_replaced_by_the_next_attempt(settings, tmp_pat
             )
         )
 
-        async def gate_running():
-            status, body = await get_json(f"{reader.api_url}/v1/runs/lost1")
-            nodes = {n["unique_id"]: n for n in body.get("nodes", [])} if status == 200 else {}
-            return nodes.get("model.jaffle_shop.gate", {}).get("status") == "running"
-
-        await wait_for(gate_running, timeout=90)
+        await until_gate_runs(reader.api_url, "lost1")
         assert _working_in(tmp_path / "a"), "dbt should be building in runner a's job folder"
         os.kill(runner_a.pid, signal.SIGKILL)  # the runner alone: its dbt must die with it
 

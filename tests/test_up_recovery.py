@@ -17,9 +17,9 @@ from services.embedded import free_port
 from services.stack import read_stack_file
 from shared.bus import connect
 from shared.commands import BuildCommand, RunCommand
+from tests.gate import add_gate, until_gate_runs
 from tests.helpers import get_json, wait_for
 from tests.test_health import _processes_mentioning
-from tests.test_live_progress import GATE_MODEL
 from tests.test_runner_lost import _working_in
 
 pytestmark = pytest.mark.dbt
@@ -47,10 +47,7 @@ async def _stack_file(home: Path, after: float = 0.0) -> dict:
 async def test_a_killed_up_leaves_no_build_and_a_restart_completes_the_run(tmp_path, project_copy):
     home = tmp_path / "home"
     release = tmp_path / "release"
-    (project_copy / "models" / "marts" / "gate.py").write_text(GATE_MODEL)
-    (project_copy / "models" / "marts" / "gate.yml").write_text(
-        f"models:\n  - name: gate\n    config:\n      release_file: '{release}'\n"
-    )
+    add_gate(project_copy, release)
     env = {k: v for k, v in os.environ.items() if k not in ("NATS_URL", "DATABASE_URL")}
     env.update(
         {
@@ -79,12 +76,7 @@ async def test_a_killed_up_leaves_no_build_and_a_restart_completes_the_run(tmp_p
         finally:
             await bus.close()
 
-        async def gate_running():
-            status, body = await get_json(f"{found['api_url']}/v1/runs/crash1")
-            nodes = {n["unique_id"]: n for n in body.get("nodes", [])} if status == 200 else {}
-            return nodes.get("model.jaffle_shop.gate", {}).get("status") == "running"
-
-        await wait_for(gate_running, timeout=120)
+        await until_gate_runs(found["api_url"], "crash1")
         stamp = (home / "stack.json").stat().st_mtime
         os.kill(first.pid, signal.SIGKILL)
         first.wait()
