@@ -141,8 +141,7 @@ async def test_own_profiles_yml_with_password_from_descriptor_env(
     settings = msgspec.structs.replace(settings, env_references=("JETDBT_TEST_*",))
     for name, spelled in LEAKS.items():
         (project_copy / "models" / f"{name}.sql").write_text(
-            "{{ config(materialized='table') }}\n"
-            f"select cast({spelled} as integer) as leaked"
+            f"{{{{ config(materialized='table') }}}}\nselect cast({spelled} as integer) as leaked"
         )
     schema = f"own_{uuid.uuid4().hex[:10]}"
     parts = pg_parts(pg_url)
@@ -261,3 +260,19 @@ def test_profile_name_is_rendered_against_the_run_environment(tmp_path, monkeypa
     (tmp_path / "dbt_project.yml").write_text("name: p\nprofile: \"{{ env_var('NOPE') }}\"\n")
     with pytest.raises(PlanRefused, match="env_var\\('NOPE'\\)"):
         _render_profile_name(tmp_path, {})
+
+
+async def test_a_profile_name_cannot_read_the_runners_environment(stack, project_copy, monkeypatch):
+    """A profile rendered with env_var() once echoed a runner secret in a deploy refusal:
+    it is rendered against dbt's own environment, where the runner's is not."""
+    monkeypatch.setenv("JETDBT_TEST_SECRET", CANARY)
+    project = project_copy / "dbt_project.yml"
+    project.write_text(
+        project.read_text().replace(
+            "profile: jaffle_shop", "profile: \"{{ env_var('JETDBT_TEST_SECRET') }}\""
+        )
+    )
+    _, refused = await client.deploy(stack.bus, project_copy, "jaffle_shop")
+    assert isinstance(refused, ev.DeployRefused), refused
+    assert "env_var('JETDBT_TEST_SECRET'), which is not set" in refused.reason
+    assert CANARY not in refused.reason
