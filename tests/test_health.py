@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -99,3 +100,25 @@ def test_up_that_cannot_listen_stops_what_it_started_and_names_the_setting(tmp_p
     assert f"cannot listen on 127.0.0.1:{port}" in done.stderr
     assert "JETDBT_API_PORT" in done.stderr
     assert not _processes_mentioning(str(home)), "a server of the failed start still runs"
+
+
+async def test_closing_the_terminal_of_up_stops_everything_it_started(tmp_path):
+    """SIGHUP (the terminal window closed) stops `jetdbt up` and its servers."""
+    home = tmp_path / "home"
+    env = {k: v for k, v in os.environ.items() if k not in ("NATS_URL", "DATABASE_URL")}
+    env.update({"JETDBT_HOME": str(home), "JETDBT_API_PORT": "0"})
+    up = subprocess.Popen(
+        [str(Path(sys.executable).parent / "jetdbt"), "up"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        await wait_for(lambda: asyncio.to_thread((home / "stack.json").exists), timeout=90)
+        assert _processes_mentioning(str(home))  # its nats-server and Postgres
+        up.send_signal(signal.SIGHUP)
+        assert await asyncio.to_thread(up.wait, 60) == 0
+        assert not _processes_mentioning(str(home)), "a server of jetdbt up outlived it"
+    finally:
+        if up.poll() is None:
+            up.kill()

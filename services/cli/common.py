@@ -48,7 +48,8 @@ async def open_bus(settings: Settings) -> Bus:
 async def wait_for_signal() -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    # SIGHUP too: closing the terminal that runs `jetdbt up` stops what it started.
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
 
