@@ -3,41 +3,47 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
 import sys
 
-from services.cli.common import CliError
-from services.cli.ops_commands import cmd_audit, cmd_dead_letters, cmd_replay, cmd_status
 from services.cli.parser import build_parser
-from services.cli.run_commands import cmd_deploy, cmd_parse, cmd_retry, cmd_run
-from services.cli.stack_commands import cmd_demo, cmd_serve, cmd_up
-from shared import logging as jlog
-from shared import subjects
-from shared.bundle import BundleRefused
-from shared.bus import ServerRefused
-from shared.config import load
 
 __all__ = ["main"]
 
+# Each command's module is imported when it runs: `jetdbt --help` imports nothing else.
 COMMANDS = {
-    "up": cmd_up,
-    "serve": cmd_serve,
-    "deploy": cmd_deploy,
-    "run": cmd_run,
-    "retry": cmd_retry,
-    "parse": cmd_parse,
-    "status": cmd_status,
-    "demo": cmd_demo,
-    "replay": cmd_replay,
-    "audit": cmd_audit,
-    "dead-letters": cmd_dead_letters,
+    "up": "stack_commands:cmd_up",
+    "serve": "stack_commands:cmd_serve",
+    "demo": "stack_commands:cmd_demo",
+    "deploy": "run_commands:cmd_deploy",
+    "run": "run_commands:cmd_run",
+    "retry": "run_commands:cmd_retry",
+    "parse": "run_commands:cmd_parse",
+    "status": "ops_commands:cmd_status",
+    "replay": "ops_commands:cmd_replay",
+    "audit": "ops_commands:cmd_audit",
+    "dead-letters": "ops_commands:cmd_dead_letters",
 }
+
+
+def _command(name: str):
+    module, function = COMMANDS[name].split(":")
+    return getattr(importlib.import_module(f"services.cli.{module}"), function)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    command = _command(args.cmd)
+    from services.cli.common import CliError
+    from shared import logging as jlog
+    from shared import subjects
+    from shared.bundle import BundleRefused
+    from shared.bus import ServerRefused
+    from shared.config import load
+
     jlog.configure(args.log_level)
     try:
-        return asyncio.run(COMMANDS[args.cmd](args, load()))
+        return asyncio.run(command(args, load()))
     except (CliError, ServerRefused, BundleRefused, subjects.InvalidName, ValueError) as exc:
         print(f"jetdbt: {exc}", file=sys.stderr)
         return 2
