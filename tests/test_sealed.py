@@ -7,12 +7,17 @@ import duckdb
 import pytest
 
 from services import client
+from services.runner import spawn
 from services.runner.workspace import job_root
 from shared import events as ev
 from shared.commands import BuildCommand, RunCommand
 
 pytestmark = pytest.mark.dbt
 
+ENVIRON_PROBE = """
+{{ config(materialized="table") }}
+select replace(content, chr(0), ' ') as env from read_text('/proc/self/environ')
+"""
 PROBE = """
 select
   '{{ env_var("NATS_URL", "absent") }}' as nats_url,
@@ -30,16 +35,19 @@ async def test_dbt_never_imports_the_project_or_sees_the_runner_environment(
     # A module named like one dbt imports: it must never run, at deploy or at build.
     (project_copy / "click.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
     (project_copy / "models" / "env_probe.sql").write_text(PROBE)
+    (project_copy / "models" / "environ_probe.sql").write_text(ENVIRON_PROBE)
     # The runner's own settings and credentials, as a production runner has them.
     monkeypatch.setenv("NATS_URL", stack.nats_url)
     monkeypatch.setenv("DATABASE_URL", stack.database_url)
     monkeypatch.setenv("JETDBT_RUNNER_TOKEN", "runner-only-credential")
+    if spawn._server is not None:  # a fresh warm dbt, started from this environment
+        spawn._server.stop()
+        spawn._server = None
 
     _, deployed = await client.deploy(stack.bus, project_copy, "sealed")
     assert isinstance(deployed, ev.Deployed), deployed
-    final = await client.run(
-        stack.bus, "sealed", RunCommand(command=BuildCommand(select=["env_probe"]), run_id="s1")
-    )
+    probes = BuildCommand(select=["env_probe", "environ_probe"])
+    final = await client.run(stack.bus, "sealed", RunCommand(command=probes, run_id="s1"))
     assert final.result.status == "passed", final.result.error
 
     assert not marker.exists(), "a project file was imported inside dbt's process"
@@ -48,9 +56,13 @@ async def test_dbt_never_imports_the_project_or_sees_the_runner_environment(
         row = con.execute(
             "SELECT nats_url, database_url, runner_token, home, tmpdir FROM main.env_probe"
         ).fetchone()
+        environ = con.execute("SELECT env FROM main.environ_probe").fetchone()[0]
     finally:
         con.close()
     nats_url, database_url, token, home, tmpdir = row
+    # What the process started with too, not only what Python shows.
+    assert "runner-only-credential" not in environ and "NATS_URL" not in environ
+    assert "DATABASE_URL" not in environ
     assert (nats_url, database_url, token) == ("absent", "absent", "absent")
     job = job_root(stack.settings.runner_cache, "s1.1")
     assert home.startswith(str(job)) and tmpdir.startswith(str(job))

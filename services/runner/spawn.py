@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import itertools
 import json
 import os
@@ -57,6 +58,10 @@ class _Server:
             stdout=subprocess.DEVNULL,
             pass_fds=(theirs.fileno(),),
             cwd="/",
+            # Only the allowlist: a child's /proc/self/environ shows what its process
+            # started with, whatever it sets later, so the runner's credentials never
+            # enter this process at all.
+            env=sealed_environment(),
         )
         theirs.close()
         self.waiting: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Future, str]] = {}
@@ -117,9 +122,29 @@ def _settle(loop: asyncio.AbstractEventLoop, future: asyncio.Future, value) -> N
         loop.call_soon_threadsafe(settle)
 
 
+_PR_SET_DUMPABLE = 4
 _server: _Server | None = None
 _guard = threading.Lock()
 _ids = itertools.count(1)
+
+
+def sealed_environment() -> dict[str, str]:
+    """The fork server's own environment: the allowlist dbt may see, and what Python needs
+    to find this project's packages."""
+    from services.runner.dbt_process import dbt_env
+
+    env = dbt_env()
+    for name in ("PYTHONPATH", "VIRTUAL_ENV"):
+        if name in os.environ:
+            env[name] = os.environ[name]
+    return env
+
+
+def _not_dumpable() -> None:
+    """Other processes of this user (a dbt child among them) cannot read this one's
+    memory or /proc/<pid>/environ; running runners as a user of their own does the rest."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_DUMPABLE, 0)
 
 
 def _current() -> _Server:
@@ -130,6 +155,8 @@ def _current() -> _Server:
     """
     global _server
     with _guard:
+        if _server is None:
+            _not_dumpable()
         if _server is None or not _server.alive():
             if _server is not None:
                 _server.stop()
