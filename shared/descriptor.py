@@ -54,6 +54,9 @@ RESERVED_ARG_NAMES = frozenset(
 
 _PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 _REFERENCE = re.compile(r"\$(env|var):(.+)\Z")
+# Environment names a project may not set: they decide what runs and where. (dbt's own
+# flag variables, DBT_EMPTY and the like, are dropped where dbt starts: forkserver.py.)
+_RUNNER_OWNED = re.compile(r"(LD_|PYTHON)|(PATH|HOME|TMPDIR)\Z")
 
 Engine = Literal["dbt-core-1x", "dbt-core-2x", "fusion"]
 TestBehavior = Literal["build", "after_all", "none"]
@@ -153,6 +156,11 @@ def _check(desc: Descriptor) -> None:
                 f" name; reserved: {', '.join(sorted(RESERVED_ARG_NAMES))}"
             )
     for key, value in desc.env.items():
+        if _RUNNER_OWNED.match(key):
+            raise DescriptorError(
+                f"{FILENAME}: key 'env.{key}' is refused: PATH, HOME, TMPDIR, LD_* and"
+                " PYTHON* decide what runs and where, and are the runner's"
+            )
         if value.startswith("$") and not _REFERENCE.match(value):
             raise DescriptorError(
                 f"{FILENAME}: key 'env.{key}' is {value!r}; a reference is $env:NAME or"

@@ -23,6 +23,8 @@ ERRORS = [
     ("full_refresh: 2", ["'full_refresh'", "bool"]),
     ("env: {A: $foo}", ["'env.A'", "$env:NAME"]),
     ("env: {A: 3}", ["'env.A'", "str"]),
+    ("env: {PATH: /tmp/bin}", ["'env.PATH' is refused", "the runner's"]),
+    ("env: {LD_PRELOAD: x.so}", ["'env.LD_PRELOAD' is refused"]),
     ("retry_failed_nodes: {attempts: -1}", ["'retry_failed_nodes.attempts'", ">= 0"]),
     ("retry_failed_nodes: {attemps: 1}", ["'attemps'", "attempts, delay_seconds"]),
     ("retry_failed_nodes: {delay_seconds: -2}", ["'retry_failed_nodes.delay_seconds'"]),

@@ -23,6 +23,7 @@ select
   '{{ env_var("NATS_URL", "absent") }}' as nats_url,
   '{{ env_var("DATABASE_URL", "absent") }}' as database_url,
   '{{ env_var("JETDBT_RUNNER_TOKEN", "absent") }}' as runner_token,
+  '{{ env_var("DBT_EMPTY", "absent") }}' as dbt_empty,
   '{{ env_var("HOME", "") }}' as home,
   '{{ env_var("TMPDIR", "") }}' as tmpdir
 """
@@ -36,6 +37,8 @@ async def test_dbt_never_imports_the_project_or_sees_the_runner_environment(
     (project_copy / "click.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
     (project_copy / "models" / "env_probe.sql").write_text(PROBE)
     (project_copy / "models" / "environ_probe.sql").write_text(ENVIRON_PROBE)
+    # dbt reads DBT_EMPTY as --empty: a flag no argument list would show.
+    (project_copy / "jetdbt.yaml").write_text("env:\n  DBT_EMPTY: 'true'\n")
     # The runner's own settings and credentials, as a production runner has them.
     monkeypatch.setenv("NATS_URL", stack.nats_url)
     monkeypatch.setenv("DATABASE_URL", stack.database_url)
@@ -54,12 +57,14 @@ async def test_dbt_never_imports_the_project_or_sees_the_runner_environment(
     con = duckdb.connect(str(stack.settings.default_duckdb), read_only=True)
     try:
         row = con.execute(
-            "SELECT nats_url, database_url, runner_token, home, tmpdir FROM main.env_probe"
+            "SELECT nats_url, database_url, runner_token, dbt_empty, home, tmpdir"
+            " FROM main.env_probe"
         ).fetchone()
         environ = con.execute("SELECT env FROM main.environ_probe").fetchone()[0]
     finally:
         con.close()
-    nats_url, database_url, token, home, tmpdir = row
+    nats_url, database_url, token, dbt_empty, home, tmpdir = row
+    assert dbt_empty == "absent"  # a project's env never sets one of dbt's flags
     # What the process started with too, not only what Python shows.
     assert "runner-only-credential" not in environ and "NATS_URL" not in environ
     assert "DATABASE_URL" not in environ

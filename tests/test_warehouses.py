@@ -276,3 +276,14 @@ async def test_a_profile_name_cannot_read_the_runners_environment(stack, project
     assert isinstance(refused, ev.DeployRefused), refused
     assert "env_var('JETDBT_TEST_SECRET'), which is not set" in refused.reason
     assert CANARY not in refused.reason
+
+
+def test_a_project_reads_no_runner_variable_the_operator_does_not_allow():
+    """`$var:` from a project is gated like `$env:`: another team's secret is not its own."""
+    from services.runner.secrets import Resolver, UnresolvedReference
+
+    variables = {"team_b/warehouse_password": CANARY}
+    with pytest.raises(UnresolvedReference, match="projects may not read"):
+        Resolver(variables).resolve("$var:team_b/warehouse_password", "env.X", from_project=True)
+    allowed = Resolver(variables, project_env=("team_b/*",))
+    assert allowed.resolve("$var:team_b/warehouse_password", "env.X", from_project=True) == CANARY

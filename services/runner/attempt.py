@@ -22,6 +22,7 @@ from services.runner.context import RunnerContext
 from services.runner.dbt_process import DbtInvocation, RunTimedOut
 from services.runner.job_setup import Prepared, Refused, prepare
 from services.runner.lease import Lease, LeaseLost
+from services.runner.spawn import ForkServerLost
 from shared import events as ev
 from shared import logging as jlog
 from shared import subjects
@@ -47,6 +48,15 @@ class Source:
     cmd: BuildCommand
     args: dict[str, Any] | None
     resumes: ev.RetryStateSaved | None = None
+
+
+async def settled(bus, project: str, run_id: str) -> ev.Event | None:
+    """The run's final event (finished or refused), read from the log; None while open."""
+    for kind in ("finished", "refused"):
+        final = await bus.last_event(subjects.run_event(project, run_id, kind))
+        if final is not None:
+            return final
+    return None
 
 
 async def refuse(ctx: RunnerContext, project: str, run_id: str, reason: str) -> ev.RunRefused:
@@ -128,8 +138,14 @@ class Attempt:
                 return await refuse(self.ctx, self.project, self.run_id, reason)
             if self.writes:
                 lease = Lease(self.ctx.bus, self.prepared.plan.lease_scope, self._holder())
-                await lease.take()  # LeaseBusy: the command waits, holding no slot
+                await lease.take()  # LeaseBusy: the command waits for the environment
                 keeper = asyncio.create_task(lease.keep(self._fenced))
+                # While it waited, the run may have ended (a duplicate command) or
+                # another attempt of it started: the log says, after the lease.
+                final = await settled(self.ctx.bus, self.project, self.run_id)
+                if final is not None:
+                    return final
+                await self._renumber()
             if self.number > 1:  # only now: a live earlier attempt would still hold the lease
                 await self.ctx.bus.publish(
                     ev.RunAttemptLost(
@@ -159,6 +175,14 @@ class Attempt:
                 await lease.release()
             self.prepared.cleanup()
 
+    async def _renumber(self) -> None:
+        """One past the last attempt that started: another may have started meanwhile."""
+        started = await self.ctx.bus.last_event(
+            subjects.run_event(self.project, self.run_id, "started")
+        )
+        if isinstance(started, ev.RunStarted) and started.attempt >= self.number:
+            self.number = started.attempt + 1
+
     def _holder(self) -> dict:
         return {
             "project": self.project,
@@ -177,8 +201,8 @@ class Attempt:
             if asyncio.current_task().cancelling():
                 raise  # the runner is shutting down: the command is redelivered, not settled
             return -1, "cancelled"
-        except LeaseLost:
-            raise  # fenced: another attempt may be building; this one says nothing more
+        except (LeaseLost, ForkServerLost):
+            raise  # this attempt says nothing more: the command comes back as the next one
         except RunTimedOut:
             return -1, f"timed out after {self.ctx.settings.run_timeout_seconds}s"
         except Exception as exc:  # noqa: BLE001 - the run ends saying so, never hangs

@@ -59,16 +59,24 @@ class RunTimedOut(TimeoutError):
         self.seconds = seconds
 
 
+# The only dbt flag variables a dbt process gets: the runner's. Any other (DBT_EMPTY,
+# DBT_STATE, DBT_TARGET_PATH...) would be a flag no argument list shows; the fork server
+# drops them, knowing them from dbt's own command line.
+RUNNER_SETTINGS = {
+    # No call home from a runner: no usage stats, no version check over the network.
+    "DBT_SEND_ANONYMOUS_USAGE_STATS": "false",
+    "DBT_VERSION_CHECK": "false",
+    "DO_NOT_TRACK": "1",
+    # Plain text on stdout: it becomes the human-readable run log.
+    "DBT_USE_COLORS": "false",
+}
+
+
 def dbt_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """An allowlist of the runner's environment plus the run's own resolved variables."""
     env = {k: os.environ[k] for k in _INHERITED if k in os.environ}
-    # No call home from a runner: no usage stats, no version check over the network.
-    env["DBT_SEND_ANONYMOUS_USAGE_STATS"] = "false"
-    env["DBT_VERSION_CHECK"] = "false"
-    env["DO_NOT_TRACK"] = "1"
-    # Plain text on stdout: it becomes the human-readable run log.
-    env["DBT_USE_COLORS"] = "false"
     env.update(extra or {})
+    env.update(RUNNER_SETTINGS)  # last: a project's env never overrides them
     return env
 
 
@@ -153,6 +161,7 @@ class DbtInvocation:
                 self._sealed_env(),
                 write_fd,
                 exec_=[*self.executable, *self.argv] if self.executable else None,
+                keep=sorted(RUNNER_SETTINGS),
             )
         except BaseException:
             os.close(read_fd)

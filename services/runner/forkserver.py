@@ -51,13 +51,29 @@ def die_with_parent(parent: int) -> None:
         os._exit(1)
 
 
-def _preload() -> None:
+def _preload() -> frozenset[str]:
+    """Import dbt and its adapters; return the environment variables dbt reads as flags."""
     for name in PRELOAD:
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
+    try:
+        from dbt.cli.main import cli
+    except ImportError:
+        return frozenset()
+    found: set[str] = set()
+    commands = [cli]
+    while commands:
+        command = commands.pop()
+        for param in command.params:
+            names = getattr(param, "envvar", None) or ()
+            found.update([names] if isinstance(names, str) else names)
+        commands.extend(getattr(command, "commands", {}).values())
+    return frozenset(found)
 
 
-def _child(request: dict, out_fd: int, server: int, inherited: list[int]) -> None:
+def _child(
+    request: dict, out_fd: int, server: int, inherited: list[int], flags: frozenset[str]
+) -> None:
     """In the forked child: seal, then run dbt (or exec the engine binary); never returns."""
     code = 1
     try:
@@ -76,10 +92,12 @@ def _child(request: dict, out_fd: int, server: int, inherited: list[int]) -> Non
         os.close(null)
         os.close(out_fd)
         os.chdir(request["cwd"])
+        dropped = flags - set(request.get("keep", ()))
+        env = {k: v for k, v in request["env"].items() if k not in dropped}
         os.environ.clear()
-        os.environ.update(request["env"])
+        os.environ.update(env)
         if request.get("exec"):
-            os.execve(request["exec"][0], request["exec"], request["env"])
+            os.execve(request["exec"][0], request["exec"], env)
         sys.stdout = open(1, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
         sys.stderr = sys.stdout
         sys.stdin = open(0, encoding="utf-8", closefd=False)  # noqa: SIM115
@@ -115,7 +133,7 @@ def serve(parent: int, control_fd: int) -> None:
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _preload()
+    flags = _preload()
     children: dict[int, str] = {}
     sel = selectors.DefaultSelector()
     sel.register(control, selectors.EVENT_READ, "control")
@@ -138,7 +156,7 @@ def serve(parent: int, control_fd: int) -> None:
                     continue
                 pid = os.fork()
                 if pid == 0:
-                    _child(request, fds[0], me, [control_fd, wake_r, wake_w])
+                    _child(request, fds[0], me, [control_fd, wake_r, wake_w], flags)
                 os.close(fds[0])
                 children[pid] = request["id"]
                 _send(control, {"id": request["id"], "pid": pid})

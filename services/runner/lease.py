@@ -20,9 +20,13 @@ import msgspec
 from nats.js.errors import KeyWrongLastSequenceError
 
 from shared import logging as jlog
-from shared.bus import LEASES, TRANSIENT, Bus
+from shared.bus import LEASES, Bus
 
-__all__ = ["Lease", "LeaseBusy", "LeaseLost", "lease_key"]
+__all__ = ["Lease", "LeaseBusy", "LeaseLost", "lease_key", "FENCE"]
+
+# The part of the TTL after which a runner that could not renew stops its own dbt: well
+# before the lease can expire and another attempt take it.
+FENCE = 0.6
 
 
 class LeaseBusy(Exception):
@@ -48,18 +52,16 @@ class Lease:
         self.key = lease_key(environment)
         self.value = msgspec.json.encode({**holder, "environment": environment})
         self.revision: int | None = None
+        self.ttl = 0.0
         self.log = jlog.get("lease", environment=environment, **holder)
 
     async def _bucket(self):
         return await self.bus.js.key_value(LEASES)
 
-    async def ttl(self) -> float:
-        status = await (await self._bucket()).status()
-        return status.ttl or 0.0
-
     async def take(self) -> None:
         """Hold the lease, or raise LeaseBusy naming who holds it."""
         kv = await self._bucket()
+        self.ttl = (await kv.status()).ttl or 0.0
         try:
             self.revision = await kv.create(self.key, self.value)
         except KeyWrongLastSequenceError:
@@ -70,27 +72,32 @@ class Lease:
             raise LeaseBusy(holder, self.environment) from None
 
     async def keep(self, lost: asyncio.Event) -> None:
-        """Renew on a beat until cancelled; set `lost` when the lease cannot be kept."""
-        ttl = await self.ttl()
-        if not ttl:
+        """Renew on a beat until cancelled. A watchdog, not the outcome of a request, fences:
+        once FENCE of the TTL has passed since the last renewal was sent, `lost` is set,
+        whatever a renewal in flight would still say (another attempt may hold it soon)."""
+        if not self.ttl:
             return
         loop = asyncio.get_running_loop()
-        renewed = loop.time()
+        fence_at = loop.time() + self.ttl * FENCE
         while True:
-            await asyncio.sleep(ttl / 4)
+            await asyncio.sleep(max(0.0, min(self.ttl / 4, fence_at - loop.time())))
+            sent, left = loop.time(), fence_at - loop.time()
+            if left <= 0:
+                self.log.warning("lease_not_renewed", seconds=self.ttl * FENCE)
+                lost.set()
+                return
             try:
-                kv = await self._bucket()
-                self.revision = await kv.update(self.key, self.value, last=self.revision)
-                renewed = loop.time()
+                kv = await asyncio.wait_for(self._bucket(), left)
+                self.revision = await asyncio.wait_for(
+                    kv.update(self.key, self.value, last=self.revision), left
+                )
+                fence_at = sent + self.ttl * FENCE
             except KeyWrongLastSequenceError:
                 self.log.warning("lease_taken_over")
                 lost.set()
                 return
-            except TRANSIENT:
-                if loop.time() - renewed > ttl * 0.75:
-                    self.log.warning("lease_not_renewed", seconds=loop.time() - renewed)
-                    lost.set()
-                    return
+            except Exception as exc:  # noqa: BLE001 - NATS away or closed: the watchdog decides
+                self.log.warning("lease_renewal_failed", error=repr(exc))
 
     async def release(self) -> None:
         if self.revision is None:

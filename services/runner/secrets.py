@@ -111,10 +111,10 @@ class Resolver:
         if ref is None:
             return value
         kind, name = ref
-        if from_project and kind == "env" and not _allowed(name, self.project_env):
+        if from_project and not _allowed(name, self.project_env):
             allowed = ", ".join(self.project_env) or "none"
             raise UnresolvedReference(
-                f"{where} refers to $env:{name}, which projects may not read; an operator"
+                f"{where} refers to ${kind}:{name}, which projects may not read; an operator"
                 f" allows names with JETDBT_ENV_REFERENCES (allowed now: {allowed})"
             )
         source = self.environ if kind == "env" else self.variables

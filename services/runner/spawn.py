@@ -20,7 +20,11 @@ import subprocess
 import sys
 import threading
 
-__all__ = ["Child", "spawn", "warm_up"]
+__all__ = ["Child", "ForkServerLost", "spawn", "warm_up"]
+
+
+class ForkServerLost(ConnectionError):
+    """The warm dbt process died (killed for memory, say): the attempt is lost, not failed."""
 
 
 class Child:
@@ -93,7 +97,7 @@ class _Server:
         with self.lock:
             lost, self.waiting = self.waiting, {}
         for loop, future, _ in lost.values():
-            _settle(loop, future, ConnectionError("the warm dbt process exited"))
+            _settle(loop, future, ForkServerLost("the warm dbt process exited"))
 
     def _answer(self, slot: str, message: dict) -> None:
         with self.lock:
@@ -170,14 +174,28 @@ def warm_up() -> None:
 
 
 async def spawn(
-    argv: list[str], cwd: str, env: dict[str, str], out_fd: int, *, exec_: list[str] | None = None
+    argv: list[str],
+    cwd: str,
+    env: dict[str, str],
+    out_fd: int,
+    *,
+    exec_: list[str] | None = None,
+    keep: list[str] = (),
 ) -> Child:
-    """A sealed child running `dbt <argv>` (or the binary `exec_`), its output on `out_fd`."""
+    """A sealed child running `dbt <argv>` (or the binary `exec_`), its output on `out_fd`;
+    of dbt's flag variables in `env`, only those named in `keep` reach it."""
     server = _current()
     request_id = str(next(_ids))
     started = server.expect(request_id, "pid")
     exited = server.expect(request_id, "exit")
-    request = {"id": request_id, "argv": argv, "cwd": cwd, "env": env, "exec": exec_}
+    request = {
+        "id": request_id,
+        "argv": argv,
+        "cwd": cwd,
+        "env": env,
+        "exec": exec_,
+        "keep": list(keep),
+    }
     socket.send_fds(server.control, [json.dumps(request).encode()], [out_fd])
     message = await started
     if "error" in message:

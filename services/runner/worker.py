@@ -15,12 +15,14 @@ import functools
 
 import msgspec
 
+from services.runner.attempt import settled
 from services.runner.build import build
 from services.runner.context import RunnerContext
 from services.runner.dbt_retry import retry
 from services.runner.deploy import deploy
 from services.runner.lease import LeaseBusy, LeaseLost
 from services.runner.parse import parse
+from services.runner.spawn import ForkServerLost
 from shared import commands, subjects, supervise
 from shared import events as ev
 from shared import logging as jlog
@@ -111,7 +113,7 @@ class Runner:
             # Fenced: dbt was stopped and nothing final was said; a later attempt runs it.
             self.log.warning("attempt_fenced", subject=msg.subject, reason=str(exc))
             settle = functools.partial(msg.nak, delay=LEASE_WAIT)
-        except TRANSIENT as exc:
+        except (*TRANSIENT, ForkServerLost) as exc:
             # NATS was away before the run settled: it comes back, so does the command.
             self.log.warning("command_retried", subject=msg.subject, error=repr(exc))
             settle = functools.partial(msg.nak, delay=RETRY_DELAY)
@@ -198,9 +200,7 @@ class Runner:
             )
             return
         log = self.log.bind(project=project, run_id=run_id)
-        done = await bus.last_event(subjects.run_event(project, run_id, "finished"))
-        refused = await bus.last_event(subjects.run_event(project, run_id, "refused"))
-        if done is not None or refused is not None:
+        if await settled(bus, project, run_id) is not None:
             log.info("run_already_settled")
             return
         await bus.publish(
