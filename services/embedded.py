@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-__all__ = ["NatsServer", "start_postgres", "free_port", "nats_binary"]
+__all__ = ["InUse", "NatsServer", "start_postgres", "free_port", "nats_binary"]
 
 
 def free_port() -> int:
@@ -52,6 +52,7 @@ class NatsServer:
 
     def start(self, timeout: float = 10.0) -> NatsServer:
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        claim(self.data_dir)
         stop_left_behind(self._pid_file, b"nats-server", self.data_dir)
         log = open(self.data_dir / "nats-server.log", "ab")  # noqa: SIM115 - owned by the child
         self._proc = subprocess.Popen(
@@ -98,6 +99,31 @@ class NatsServer:
                 self._proc.wait()
 
 
+class InUse(RuntimeError):
+    """Another live jetdbt process runs the servers of this folder."""
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def claim(data_dir: Path) -> None:
+    """Make this process the owner of `data_dir`'s server, unless a live jetdbt owns it: a
+    second `jetdbt up` on one folder must not stop the first one's servers."""
+    owner = data_dir.parent / f"{data_dir.name}.owner"
+    with contextlib.suppress(OSError, ValueError):
+        pid = int(owner.read_text())
+        if pid != os.getpid() and b"python" in _cmdline(pid):
+            raise InUse(
+                f"{data_dir} is in use by jetdbt process {pid}: stop it first, or use another"
+                " JETDBT_HOME"
+            )
+    owner.write_text(str(os.getpid()))
+
+
 def stop_left_behind(pid_file: Path, program: bytes, data_dir: Path) -> bool:
     """A server an earlier `jetdbt up` left on `data_dir` (it was SIGKILLed, the laptop
     crashed) still holds its data, and nothing would ever stop it: stop it first. The pid
@@ -105,17 +131,18 @@ def stop_left_behind(pid_file: Path, program: bytes, data_dir: Path) -> bool:
     when one was stopped."""
     try:
         pid = int(pid_file.read_text().split()[0])
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
     except (OSError, ValueError, IndexError):
         return False
+    cmdline = _cmdline(pid)
     if program not in cmdline or str(data_dir).encode() not in cmdline:
         return False
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
+        while time.monotonic() < deadline and _cmdline(pid) == cmdline:
             time.sleep(0.05)
-        os.kill(pid, signal.SIGKILL)
+        if _cmdline(pid) == cmdline:  # still that server, not a pid reused since
+            os.kill(pid, signal.SIGKILL)
     return True
 
 
@@ -130,6 +157,7 @@ def start_postgres(data_dir: Path):
     import pgserver
 
     Path(data_dir).mkdir(parents=True, exist_ok=True)
+    claim(Path(data_dir))
     if stop_left_behind(Path(data_dir) / "postmaster.pid", b"postgres", Path(data_dir)):
         # pgserver stops its server when the last process using it lets go; the dead
         # `jetdbt up` never will, so its claim goes with its server.

@@ -18,7 +18,7 @@ from projections.loop import Projector
 from projections.migrate import connect_pool
 from projections.registry import FOLDS
 from services.api.app import create_app
-from services.embedded import NatsServer, start_postgres
+from services.embedded import InUse, NatsServer, start_postgres
 from services.runner.context import RunnerContext
 from services.runner.relations_watch import RelationWatch
 from services.runner.worker import Runner
@@ -59,11 +59,15 @@ class Stack:
     _nats: NatsServer | None = None
     _pg: object = None
     _site_runner: web.AppRunner | None = None
+    _wrote_stack_file: bool = False
 
     async def start(self) -> Stack:
         """Start every part; if one cannot start, stop what did and say what to change."""
         try:
             return await self._start()
+        except InUse as exc:
+            await self.stop()
+            raise StackFailed(str(exc)) from None
         except BaseException:
             await self.stop()
             raise
@@ -137,6 +141,7 @@ class Stack:
     def write_stack_file(self) -> None:
         self.settings.home.mkdir(parents=True, exist_ok=True)
         (self.settings.home / STACK_FILE).write_text(json.dumps(self.describe()))
+        self._wrote_stack_file = True
 
     async def stop(self) -> None:
         self._stop.set()
@@ -155,5 +160,6 @@ class Stack:
             self._nats.stop()
         if self._pg is not None:
             await asyncio.to_thread(self._pg.cleanup)
-        with contextlib.suppress(OSError):
-            (self.settings.home / STACK_FILE).unlink()
+        if self._wrote_stack_file:  # never another stack's (a second `up` that failed)
+            with contextlib.suppress(OSError):
+                (self.settings.home / STACK_FILE).unlink()

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from services.api import app as api_app
+from services.stack import read_stack_file
 from tests.helpers import get_json, wait_for
 
 
@@ -122,3 +123,25 @@ async def test_closing_the_terminal_of_up_stops_everything_it_started(tmp_path):
     finally:
         if up.poll() is None:
             up.kill()
+
+
+async def test_a_second_up_on_one_folder_leaves_the_first_ones_servers_alone(tmp_path):
+    home = tmp_path / "home"
+    env = {k: v for k, v in os.environ.items() if k not in ("NATS_URL", "DATABASE_URL")}
+    env.update({"JETDBT_HOME": str(home), "JETDBT_API_PORT": "0"})
+    up = [str(Path(sys.executable).parent / "jetdbt"), "up"]
+    first = subprocess.Popen(up, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        await wait_for(lambda: asyncio.to_thread((home / "stack.json").exists), timeout=90)
+        running = sorted(_processes_mentioning(str(home)))
+        second = await asyncio.to_thread(
+            subprocess.run, up, env=env, capture_output=True, text=True, timeout=120
+        )
+        assert second.returncode != 0
+        assert f"in use by jetdbt process {first.pid}" in second.stderr
+        assert sorted(_processes_mentioning(str(home))) == running  # nothing was stopped
+        status, _ = await get_json(read_stack_file(home)["api_url"] + "/healthz")
+        assert status == 200
+    finally:
+        first.send_signal(signal.SIGTERM)
+        await asyncio.to_thread(first.wait, 60)
