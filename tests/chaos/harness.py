@@ -59,9 +59,11 @@ __all__ = [
 GATE = "model.jaffle_shop.gate"
 PROJECT = "chaos"
 BUILT = ("model", "seed", "snapshot", "test")  # what `dbt build` runs
-# How finely the orphan's lifetime is told: a SIGKILLed dbt takes some milliseconds to be
-# torn down by the kernel, and the watch looks at /proc every 10 ms or so.
-ORPHAN_RESOLUTION = 0.1
+# How finely the orphan's lifetime is told. dbt dies by a chain of parent-death signals
+# (runner, then its forkserver, then dbt), each sent once the kernel has freed the dying
+# parent's memory: tens of milliseconds, past 0.1 s on a busy machine. An orphan that
+# goes on building lives for seconds.
+ORPHAN_RESOLUTION = 0.5
 # Columns that must read zero after every experiment.
 ZERO_COLUMNS = (
     "failed_wrongly",
@@ -73,7 +75,7 @@ ZERO_COLUMNS = (
     "replay_differences",
 )
 RUN_SECONDS = 240.0  # the longest a run may take to finish before it counts as stuck
-PROJECTED_SECONDS = 60.0  # the longest the API may lag behind a finished run
+PROJECTED_SECONDS = 30.0  # the longest the API may lag behind a finished run
 
 
 @dataclass

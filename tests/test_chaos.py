@@ -1,0 +1,38 @@
+"""The chaos suite, a few of each (`python -m tests.chaos --quick`): in every experiment
+each run started passes, and the columns that must be zero are. `make chaos` runs the
+full counts."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from tests.chaos.suite import QUICK, render, run_suite
+
+# The fixture runs every experiment once (about two minutes alone) before the first check.
+pytestmark = [pytest.mark.dbt, pytest.mark.timeout(900)]
+
+# With synchronous_commit off (projections/migrate.py), a Postgres crash loses a batch a
+# projector committed and acked; the projector never folds it again (issue #13, report).
+_LOST_COMMIT = pytest.mark.xfail(
+    reason="a Postgres crash loses a committed batch the projector does not fold again",
+    strict=False,
+)
+
+
+@pytest.fixture(scope="module")
+def table(tmp_path_factory):
+    tallies = asyncio.run(run_suite(tmp_path_factory.mktemp("chaos"), quick=True))
+    print(render(tallies))
+    return tallies
+
+
+@pytest.mark.parametrize(
+    "experiment",
+    [pytest.param(k, marks=_LOST_COMMIT) if k == "postgres" else k for k in QUICK],
+)
+def test_nothing_goes_wrong(table, experiment):
+    tally = next(t for t in table if t.key == experiment)
+    assert tally.started == tally.passed > 0, render(table)
+    assert not tally.violations(), render(table)
