@@ -102,6 +102,14 @@ async def _save_checkpoint(conn, projector: str, seq: int) -> None:
     )
 
 
+# How often an idle projector checks that its last commit survived.
+IDLE_CHECK_SECONDS = 2.0
+
+
+class CheckpointLost(RuntimeError):
+    """The stored checkpoint is behind what this projector committed: restart from it."""
+
+
 class Projector:
     """Runs one fold over its filtered view of DBT_EVENTS until stopped."""
 
@@ -115,6 +123,7 @@ class Projector:
         self.wants = SubjectFilter(subjects)
         self.batch = batch
         self.log = jlog.get("projector", projector=fold.name)
+        self._position: int | None = None  # the checkpoint this projector last committed
 
     async def _subscribe(self, after: int):
         config = api.ConsumerConfig(
@@ -149,6 +158,7 @@ class Projector:
         name = self.fold.name
         async with conn.transaction():
             last = await checkpoint(conn, name)
+            self._check(last)
             decoded = []
             for seq, msg in pairs:
                 if seq <= last:
@@ -170,6 +180,20 @@ class Projector:
             await _save_checkpoint(conn, name, last)
         return last
 
+    async def _verify_position(self) -> None:
+        """While idle, that the last commit is still there: a batch Postgres lost in a
+        crash is otherwise only noticed when the next event arrives."""
+        async with self.pool.acquire() as conn:
+            self._check(await checkpoint(conn, self.fold.name))
+
+    def _check(self, stored: int) -> None:
+        """Postgres lost a commit it had acknowledged (a crash, with synchronous_commit
+        off): the projector starts again from the checkpoint that is really stored."""
+        if self._position is not None and stored < self._position:
+            raise CheckpointLost(
+                f"{self.fold.name}: the checkpoint went back from {self._position} to {stored}"
+            )
+
     async def _dead_letter(self, conn, msg, seq: int, exc: Exception) -> None:
         error = f"{exc.__class__.__name__}: {exc}"
         self.log.warning("dead_letter", seq=seq, subject=msg.subject, error=error)
@@ -184,17 +208,23 @@ class Projector:
     async def _run_once(self, stop: asyncio.Event) -> None:
         async with self.pool.acquire() as conn:
             after = await checkpoint(conn, self.fold.name)
+        self._position = after
         sub = await self._subscribe(after)
         self.log.info("projector_started", after=after)
+        loop = asyncio.get_running_loop()
+        verified = loop.time()
         try:
             while not stop.is_set():
                 try:
                     msgs = await sub.fetch(self.batch, timeout=0.5)
                 except TimeoutError:
+                    if loop.time() - verified > IDLE_CHECK_SECONDS:
+                        await self._verify_position()
+                        verified = loop.time()
                     continue
                 if msgs:
                     mine = [(stream_seq(m), m) for m in msgs if self.wants(m.subject)]
-                    await self.apply_batch(mine, upto=stream_seq(msgs[-1]))
+                    self._position = await self.apply_batch(mine, upto=stream_seq(msgs[-1]))
                     await msgs[-1].ack()
         finally:
             # The connection may be gone already; the consumer expires on its own.

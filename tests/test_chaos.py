@@ -13,13 +13,6 @@ from tests.chaos.suite import QUICK, render, run_suite
 # The fixture runs every experiment once (about two minutes alone) before the first check.
 pytestmark = [pytest.mark.dbt, pytest.mark.timeout(900)]
 
-# With synchronous_commit off (projections/migrate.py), a Postgres crash loses a batch a
-# projector committed and acked; the projector never folds it again (issue #13, report).
-_LOST_COMMIT = pytest.mark.xfail(
-    reason="a Postgres crash loses a committed batch the projector does not fold again",
-    strict=False,
-)
-
 
 @pytest.fixture(scope="module")
 def table(tmp_path_factory):
@@ -28,10 +21,7 @@ def table(tmp_path_factory):
     return tallies
 
 
-@pytest.mark.parametrize(
-    "experiment",
-    [pytest.param(k, marks=_LOST_COMMIT) if k == "postgres" else k for k in QUICK],
-)
+@pytest.mark.parametrize("experiment", QUICK)
 def test_nothing_goes_wrong(table, experiment):
     tally = next(t for t in table if t.key == experiment)
     assert tally.started == tally.passed > 0, render(table)
