@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast fuzz lint bench clean
+.PHONY: demo test test-fast fuzz chaos lint bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,6 +26,10 @@ test-fast: $(STAMP)
 fuzz: $(STAMP)
 	JETDBT_FUZZ_EXAMPLES=10000 $(BIN)/python -m pytest -q -p no:cacheprovider --timeout 3600 \
 		tests/test_fuzz_api.py tests/test_fuzz_bus.py
+
+# Fault experiments on the embedded servers and a 3-node cluster, one table (bounded).
+chaos: $(STAMP)
+	$(BIN)/python -m tests.chaos
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
