@@ -41,9 +41,9 @@ EVENTS = "DBT_EVENTS"
 COMMANDS = "DBT_COMMANDS"
 BLOBS = "DBT_BLOBS"
 LEASES = "DBT_LEASES"
-# How long an event publish is retried: the stream's duplicate window, so a retry
-# of a publish that did land is still dropped as the duplicate it is.
-PUBLISH_RETRY_SECONDS = 120.0
+# How long an event publish is retried: the event stream's duplicate window (from the
+# contract), so a retry of a publish that did land is still dropped as the duplicate it is.
+PUBLISH_RETRY_SECONDS = contract_mod.load().streams[EVENTS].duplicate_window_seconds
 # Errors that mean "the server is away or busy for now", not "this publish is wrong".
 TRANSIENT = (
     nats_errors.TimeoutError,
