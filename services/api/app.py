@@ -17,6 +17,7 @@ from aiohttp import web
 
 from projections.progress_tables import COUNT_COLUMNS, NODE_COLUMNS, RUN_COLUMNS, without_nodes
 from services.api.boundary import check_routes, error, guard, page, path, respond
+from services.api.event_stream import add_event_stream_routes
 from services.api.graph_routes import add_graph_routes
 from services.api.ops_routes import add_ops_routes
 from shared import commands
@@ -167,5 +168,6 @@ def create_app(
     app.router.add_get("/v1/projects/{project}/deploys", list_deploys)
     add_graph_routes(app, pool)
     add_ops_routes(app, pool, bus)
+    add_event_stream_routes(app, bus)
     check_routes(app)
     return app

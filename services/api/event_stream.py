@@ -1,0 +1,142 @@
+"""`GET /v1/runs/{run_id}/events`: a run's run and node events as server-sent events.
+
+Read from JetStream, not Postgres: an ordered consumer on the run's subjects in the
+event stream delivers each event as it is stored, so a viewer sees a node start
+while the projection has yet to fold it. Each SSE `id` is the event's stream
+sequence; a client that reconnects sends the last one it saw as `Last-Event-ID`
+and gets exactly the events after it. The stream ends after the run's final event
+(finished or refused); a client resuming after it gets an empty stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import msgspec
+from aiohttp import web
+from nats.js import api
+from nats.js.errors import NotFoundError
+
+from services.api.boundary import error, path
+from services.client import RUN_FINAL
+from shared import events as ev
+from shared import logging as jlog
+from shared import subjects
+from shared.bus import Bus
+from shared.reader import stream_seq
+
+__all__ = ["add_event_stream_routes", "KEEPALIVE_SECONDS", "STREAM", "MAX_EVENT_ID"]
+
+STREAM = "DBT_EVENTS"
+# A comment line this often keeps proxies from closing an idle stream and tells the
+# server that a client went away while a run sits between nodes.
+KEEPALIVE_SECONDS = 15.0
+# Far above any stream sequence; past it, a Last-Event-ID is a mistake.
+MAX_EVENT_ID = 2**63 - 1
+_FAMILIES = ("run", "node")
+
+
+class BadEventId(ValueError):
+    """A Last-Event-ID that is not a stream sequence."""
+
+
+def last_event_id(request: web.Request) -> int:
+    """The sequence a client saw last (0 when it sent none); a malformed one is refused."""
+    value = request.headers.get("Last-Event-ID", "").strip()
+    if not value:
+        return 0
+    if not value.isascii() or not value.isdigit() or len(value) > 19:
+        raise BadEventId(
+            f"header 'Last-Event-ID' is {value[:40]!r}: expected a stream sequence"
+            " (a whole number), as sent in an event's id"
+        )
+    number = int(value)
+    if number > MAX_EVENT_ID:
+        raise BadEventId(f"header 'Last-Event-ID' is above {MAX_EVENT_ID}")
+    return number
+
+
+def _is_final(data: bytes) -> bool:
+    try:
+        return isinstance(ev.decode(data), RUN_FINAL)
+    except msgspec.DecodeError:  # a type this API does not know yet never ends a stream
+        return False
+
+
+def _frame(seq: int, subject: str, data: bytes) -> bytes:
+    """One SSE message: the sequence as id, the event's family.kind as its name, the event's
+    JSON (one line: msgspec never writes a newline) as data."""
+    family, kind = subject.split(".")[2], subject.rsplit(".", 1)[-1]
+    return b"id: %d\nevent: %s.%s\ndata: %s\n\n" % (seq, family.encode(), kind.encode(), data)
+
+
+def add_event_stream_routes(app: web.Application, bus: Bus) -> None:
+    async def run_events(request: web.Request) -> web.StreamResponse:
+        run_id = path(request, "run_id")
+        try:
+            after = last_event_id(request)
+        except BadEventId as exc:
+            return error(400, str(exc))
+        pattern = subjects.run_pattern(None, run_id)
+        wanted = subjects.SubjectFilter(
+            [f"dbt.evt.{family}.*.{subjects.token(run_id)}.>" for family in _FAMILIES]
+        )
+        try:
+            newest = await bus.js.get_last_msg(STREAM, pattern)
+        except NotFoundError:
+            return error(404, f"run {run_id!r} has no events (yet)")
+        resp = web.StreamResponse(
+            headers={
+                "Content-Type": "text/event-stream",
+                "Cache-Control": "no-store",
+                "X-Accel-Buffering": "no",  # a buffering proxy would hold node events back
+            }
+        )
+        await resp.prepare(request)
+        if newest.seq <= after and _is_final(newest.data):
+            await resp.write_eof()
+            return resp
+        queue: asyncio.Queue = asyncio.Queue()
+
+        async def on_msg(msg) -> None:
+            queue.put_nowait(msg)
+
+        sub = await bus.js.subscribe(
+            pattern,
+            stream=STREAM,
+            cb=on_msg,
+            ordered_consumer=True,
+            config=api.ConsumerConfig(
+                deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE,
+                opt_start_seq=after + 1,
+                mem_storage=True,
+            ),
+            inactive_threshold=30,
+        )
+        log = jlog.get("api").bind(run_id=run_id, project=subjects.subject_key(newest.subject))
+        sent = 0
+        try:
+            while True:
+                try:
+                    msg = await asyncio.wait_for(queue.get(), KEEPALIVE_SECONDS)
+                except TimeoutError:
+                    await resp.write(b": keepalive\n\n")
+                    continue
+                if not wanted(msg.subject):
+                    continue
+                await resp.write(_frame(stream_seq(msg), msg.subject, msg.data))
+                sent += 1
+                if msg.subject.split(".")[2] == "run" and _is_final(msg.data):
+                    break
+            await resp.write_eof()
+        except ConnectionResetError:  # the client went away: nothing to answer
+            log.info("event_stream_closed_by_client", sent=sent)
+            return resp
+        finally:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+        log.info("event_stream_ended", sent=sent, after=after)
+        return resp
+
+    app.router.add_get("/v1/runs/{run_id}/events", run_events)
