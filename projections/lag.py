@@ -11,10 +11,6 @@ from __future__ import annotations
 from datetime import datetime
 
 import msgspec
-from nats.js import api
-
-from shared.bus import EVENTS
-from shared.reader import last_seq
 
 __all__ = ["ProjectionLag", "Lags", "lags", "pending", "render"]
 
@@ -36,6 +32,11 @@ class Lags(msgspec.Struct, frozen=True, kw_only=True):
 
 async def pending(js, subjects: list[str], after: int) -> int:
     """Events on `subjects` stored after sequence `after`."""
+    # nats is imported here, not above: `jetdbt status` renders Lags and must start fast.
+    from nats.js import api
+
+    from shared.bus import EVENTS
+
     config = api.ConsumerConfig(
         filter_subjects=subjects,
         deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE,
@@ -53,6 +54,9 @@ async def pending(js, subjects: list[str], after: int) -> int:
 
 async def lags(conn, js, projections: dict[str, list[str]]) -> Lags:
     """One line per projection in streams.yaml, and per checkpoint or dead letter of another."""
+    from shared.bus import EVENTS
+    from shared.reader import last_seq
+
     marks = {
         r["projector"]: r for r in await conn.fetch("SELECT * FROM checkpoints ORDER BY projector")
     }

@@ -10,7 +10,6 @@ import asyncio
 import contextlib
 import json
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from aiohttp import web
 
@@ -22,21 +21,13 @@ from services.embedded import InUse, NatsServer, start_postgres
 from services.runner.context import RunnerContext
 from services.runner.relations_watch import RelationWatch
 from services.runner.worker import Runner
+from services.stack_file import STACK_FILE, read_stack_file
 from shared import contract
 from shared import logging as jlog
 from shared.bus import Bus, connect
 from shared.config import Settings
 
 __all__ = ["Stack", "StackFailed", "STACK_FILE", "read_stack_file"]
-
-STACK_FILE = "stack.json"
-
-
-def read_stack_file(home: Path) -> dict | None:
-    try:
-        return json.loads((home / STACK_FILE).read_text())
-    except (OSError, ValueError):
-        return None
 
 
 class StackFailed(RuntimeError):

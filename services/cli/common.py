@@ -1,26 +1,31 @@
-"""What every command group shares: where the stack is, a bus to it, errors and exit codes."""
+"""What every command group shares: where the stack is, a bus to it, the API, errors and exit
+codes. Light on purpose: `jetdbt status` imports this and must start fast, so nats and
+aiohttp are imported only by what uses them."""
 
 from __future__ import annotations
 
-import asyncio
-import signal
+from typing import TYPE_CHECKING
 
-from services.stack import read_stack_file
-from shared.bus import Bus, connect
+from services.stack_file import read_stack_file
 from shared.config import Settings
+
+if TYPE_CHECKING:
+    from shared.bus import Bus
 
 __all__ = [
     "EXIT_FAILED",
     "EXIT_REFUSED",
+    "EXIT_INTERRUPTED",
     "CliError",
     "endpoints",
     "open_bus",
+    "api_get",
     "database_url",
-    "wait_for_signal",
 ]
 
 EXIT_FAILED = 1
 EXIT_REFUSED = 3
+EXIT_INTERRUPTED = 130  # a shell's code for a command Ctrl-C stopped
 
 
 class CliError(Exception):
@@ -41,17 +46,35 @@ def endpoints(settings: Settings) -> tuple[str, str]:
 
 
 async def open_bus(settings: Settings) -> Bus:
+    from shared.bus import connect
+
     nats_url, _ = endpoints(settings)
     return await connect(nats_url, "jetdbt-cli", ensure=False)
 
 
-async def wait_for_signal() -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    # SIGHUP too: closing the terminal that runs `jetdbt up` stops what it started.
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+def _api_headers(settings: Settings) -> dict[str, str]:
+    """What every API request carries (a credential, once the API asks for one)."""
+    return {"Accept": "application/json"}
+
+
+def api_get(settings: Settings, path: str, timeout: float = 30.0) -> tuple[int, bytes]:
+    """GET `path` from the query API: the CLI's one HTTP call, on the standard library
+    (aiohttp alone costs `jetdbt status` a quarter of a second to import)."""
+    import urllib.error
+    import urllib.request
+
+    _, api_url = endpoints(settings)
+    request = urllib.request.Request(api_url + path, headers=_api_headers(settings))
+    # No proxy: the API is the stack's own, and a proxy setting must not reroute it.
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(request, timeout=timeout) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise CliError(f"the API at {api_url} did not answer: {reason}") from None
 
 
 def database_url(settings: Settings) -> str:

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import asyncio
 import importlib
+import os
 import sys
 
 from services.cli.parser import build_parser
 
 __all__ = ["main"]
 
-# Each command's module is imported when it runs: `jetdbt --help` imports nothing else.
+# Each command's module is imported when it runs: `jetdbt --help` imports nothing else, and
+# `status` (read_commands) no event loop, NATS or aiohttp client.
 COMMANDS = {
     "up": "stack_commands:cmd_up",
     "serve": "stack_commands:cmd_serve",
@@ -19,11 +20,20 @@ COMMANDS = {
     "run": "run_commands:cmd_run",
     "retry": "run_commands:cmd_retry",
     "parse": "run_commands:cmd_parse",
-    "status": "ops_commands:cmd_status",
+    "status": "read_commands:cmd_status",
     "replay": "ops_commands:cmd_replay",
     "audit": "ops_commands:cmd_audit",
     "dead-letters": "ops_commands:cmd_dead_letters",
 }
+
+# Errors a user can act on, printed as one line: (module, class). An error whose module was
+# never imported cannot have been raised, so they are looked up instead of imported.
+USER_ERRORS = (
+    ("services.cli.common", "CliError"),
+    ("shared.bus", "ServerRefused"),
+    ("shared.bundle", "BundleRefused"),
+    ("builtins", "ValueError"),  # shared.subjects.InvalidName and bad settings among them
+)
 
 
 def _command(name: str):
@@ -31,21 +41,46 @@ def _command(name: str):
     return getattr(importlib.import_module(f"services.cli.{module}"), function)
 
 
+def _is_user_error(exc: BaseException) -> bool:
+    for module, name in USER_ERRORS:
+        found = getattr(sys.modules.get(module), name, None)
+        if found is not None and isinstance(exc, found):
+            return True
+    return False
+
+
+def _run(command, args, settings) -> int:
+    """A command is a plain function (fast to start) or a coroutine function."""
+    outcome = command(args, settings)
+    if not hasattr(outcome, "__await__"):
+        return outcome
+    import asyncio
+
+    return asyncio.run(outcome)
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    if "_ARGCOMPLETE" in os.environ:  # the shell asks for completions (see the README)
+        import argcomplete
+
+        argcomplete.autocomplete(parser)
+    args = parser.parse_args(argv)
     command = _command(args.cmd)
-    from services.cli.common import CliError
-    from shared import logging as jlog
-    from shared import subjects
-    from shared.bundle import BundleRefused
-    from shared.bus import ServerRefused
     from shared.config import load
 
-    jlog.configure(args.log_level)
+    # Logs are configured when the command's modules log at all (they import structlog at
+    # the top); `status` does not, and skips its import cost.
+    if "shared.logging" in sys.modules:
+        from shared import logging as jlog
+
+        jlog.configure(args.log_level)
     try:
-        return asyncio.run(command(args, load()))
-    except (CliError, ServerRefused, BundleRefused, subjects.InvalidName, ValueError) as exc:
-        print(f"jetdbt: {exc}", file=sys.stderr)
-        return 2
+        return _run(command, args, load())
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:
+        if not _is_user_error(exc):
+            raise
+        print(f"jetdbt: {exc}", file=sys.stderr)
+        return 2

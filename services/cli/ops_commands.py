@@ -1,51 +1,20 @@
-"""Commands that read and repair what the log built: status, replay, audit, dead letters."""
+"""Commands that read and repair what the log built: replay, audit, dead letters."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import aiohttp
 import msgspec
-import yaml
 
-from projections import dead_letters, lag, replay
+from projections import dead_letters, replay
 from projections.migrate import connect_pool
 from projections.replay_report import render as render_replay
 from services import audit, export
-from services.cli.common import EXIT_FAILED, CliError, database_url, endpoints, open_bus
-from shared import subjects
+from services.cli.common import EXIT_FAILED, database_url, open_bus
+from services.cli.read_commands import show
 from shared.config import Settings
 
-__all__ = ["cmd_status", "cmd_replay", "cmd_audit", "cmd_dead_letters"]
-
-
-async def cmd_status(args, settings: Settings) -> int:
-    _, api_url = endpoints(settings)
-    if args.run_id:
-        path = f"/v1/runs/{args.run_id}"
-    elif args.project:
-        path = f"/v1/projects/{subjects.check_project(args.project)}/runs"
-    else:
-        return await _projections(api_url)
-    return await _show(api_url + path)
-
-
-async def _show(url: str) -> int:
-    """GET `url` from the API and print its JSON answer as YAML; fails unless it is a 200."""
-    async with aiohttp.ClientSession() as session, session.get(url) as resp:
-        body = await resp.json()
-    print(yaml.safe_dump(body, sort_keys=False, default_flow_style=False).rstrip())
-    return 0 if resp.status == 200 else EXIT_FAILED
-
-
-async def _projections(api_url: str) -> int:
-    """Each projection's checkpoint, the stream's last sequence, lag and dead letters."""
-    async with aiohttp.ClientSession() as session, session.get(f"{api_url}/v1/projections") as resp:
-        body = await resp.read()
-    if resp.status != 200:
-        raise CliError(f"GET /v1/projections answered {resp.status}: {body.decode()[:200]}")
-    print(lag.render(msgspec.json.decode(body, type=lag.Lags)))
-    return 0
+__all__ = ["cmd_replay", "cmd_audit", "cmd_dead_letters"]
 
 
 async def cmd_replay(args, settings: Settings) -> int:
@@ -88,8 +57,7 @@ async def cmd_audit(args, settings: Settings) -> int:
 
 async def cmd_dead_letters(args, settings: Settings) -> int:
     if args.dead_cmd == "list":
-        _, api_url = endpoints(settings)
-        return await _show(f"{api_url}/v1/dead-letters")
+        return show(settings, "/v1/dead-letters")
     bus = await open_bus(settings)
     pool = await connect_pool(database_url(settings), settings.schema, min_size=1, max_size=2)
     try:

@@ -8,12 +8,18 @@ import sys
 import uuid
 from pathlib import Path
 
-import aiohttp
 import msgspec
 import yaml
 
 from services import client
-from services.cli.common import EXIT_FAILED, EXIT_REFUSED, CliError, endpoints, open_bus
+from services.cli.common import (
+    EXIT_FAILED,
+    EXIT_REFUSED,
+    CliError,
+    api_get,
+    endpoints,
+    open_bus,
+)
 from services.watch import Progress, planned_nodes, result_table
 from shared import bundle, subjects
 from shared import events as ev
@@ -122,14 +128,11 @@ async def cmd_retry(args, settings: Settings) -> int:
     """Resume a run with dbt retry; the project is looked up from the run when not given."""
     project = args.project
     if not project:
-        _, api_url = endpoints(settings)
-        async with (
-            aiohttp.ClientSession() as session,
-            session.get(f"{api_url}/v1/runs/{args.run_id}") as resp,
-        ):
-            if resp.status != 200:
-                raise CliError(f"run {args.run_id!r} is not known to the API; pass --project")
-            project = (await resp.json())["project"]
+        path = f"/v1/runs/{subjects.check_run_id(args.run_id)}"
+        status, body = await asyncio.to_thread(api_get, settings, path)
+        if status != 200:
+            raise CliError(f"run {args.run_id!r} is not known to the API; pass --project")
+        project = msgspec.json.decode(body)["project"]
     command = RunCommand(command=RetryCommand(dbt_retry_job=args.run_id))
     return await _follow(args, settings, subjects.check_project(project), command)
 

@@ -2,26 +2,72 @@
 
 from __future__ import annotations
 
-from services.cli.common import CliError, wait_for_signal
+import asyncio
+import os
+import signal
+
+from services.cli.common import CliError
 from services.stack import Stack, StackFailed
 from shared.config import Settings
 
 __all__ = ["cmd_up", "cmd_serve", "cmd_demo"]
 
+# Ctrl-C, a service manager's stop, and the terminal window closing (SIGHUP).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
-async def _started(stack: Stack) -> Stack:
+
+def _stop_requested() -> asyncio.Event:
+    """An event set by the first stop signal; installed before anything starts, so a signal
+    that comes while the servers are starting still stops them once they are up."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def on_signal(sig: signal.Signals) -> None:
+        if sig == signal.SIGHUP:
+            _leave_terminal()
+        stop.set()
+
+    for sig in STOP_SIGNALS:
+        loop.add_signal_handler(sig, on_signal, sig)
+    return stop
+
+
+def _leave_terminal() -> None:
+    """The terminal is gone: a write to it would fail (EIO) halfway through stopping the
+    servers, so whatever is still said goes nowhere."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.dup2(null, 2)
+    os.close(null)
+
+
+async def _serve(stack: Stack, stop: asyncio.Event, announce=None) -> int:
+    """Start `stack`, announce it, serve until a stop signal, then stop all it started."""
     try:
-        return await stack.start()
+        await stack.start()
     except StackFailed as exc:
         raise CliError(str(exc)) from None
+    try:
+        if announce and not stop.is_set():
+            announce(stack)
+        await stop.wait()
+    finally:
+        await stack.stop()
+    return 0
+
+
+def _announce_up(stack: Stack) -> None:
+    stack.write_stack_file()
+    print(f"jetdbt is up: API {stack.api_url}  NATS {stack.nats_url}", flush=True)
+    print(
+        "deploy with `jetdbt deploy PATH`, build with `jetdbt run PROJECT --watch`; Ctrl-C stops",
+        flush=True,
+    )
 
 
 async def cmd_up(args, settings: Settings) -> int:
-    stack = await _started(Stack(settings))
-    stack.write_stack_file()
-    print(f"jetdbt is up: API {stack.api_url}  NATS {stack.nats_url}")
-    print("deploy with `jetdbt deploy PATH`, build with `jetdbt run PROJECT --watch`; Ctrl-C stops")
-    return await _until_signal(stack)
+    stop = _stop_requested()
+    return await _serve(Stack(settings), stop, _announce_up)
 
 
 async def cmd_serve(args, settings: Settings) -> int:
@@ -32,24 +78,14 @@ async def cmd_serve(args, settings: Settings) -> int:
             "`jetdbt serve` needs NATS_URL (and DATABASE_URL for projectors and the"
             " api; runners never touch Postgres); use `jetdbt up` locally"
         )
-    stack = await _started(
-        Stack(
-            settings,
-            runner="runner" in roles,
-            projectors="projectors" in roles,
-            api="api" in roles,
-        )
+    stop = _stop_requested()
+    stack = Stack(
+        settings,
+        runner="runner" in roles,
+        projectors="projectors" in roles,
+        api="api" in roles,
     )
-    return await _until_signal(stack)
-
-
-async def _until_signal(stack: Stack) -> int:
-    """Keep a started stack serving until SIGINT or SIGTERM, then stop it."""
-    try:
-        await wait_for_signal()
-    finally:
-        await stack.stop()
-    return 0
+    return await _serve(stack, stop)
 
 
 async def cmd_demo(args, settings: Settings) -> int:
