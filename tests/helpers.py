@@ -83,19 +83,26 @@ async def collect_everything(stack) -> list[bytes]:
     return found
 
 
-async def jetdbt(stack, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    """The console script as a user runs it, pointed at the test's stack."""
-    env = {
+JETDBT = str(Path(sys.executable).parent / "jetdbt")
+
+
+def cli_env(stack) -> dict[str, str]:
+    """The environment that points the console script at the test's stack."""
+    return {
         **os.environ,
         "NATS_URL": stack.nats_url,
         "DATABASE_URL": stack.database_url,
         "JETDBT_SCHEMA": stack.settings.schema,
         "JETDBT_API_PORT": stack.api_url.rsplit(":", 1)[1],
     }
+
+
+async def jetdbt(stack, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """The console script as a user runs it, pointed at the test's stack."""
     return await asyncio.to_thread(
         subprocess.run,
-        [str(Path(sys.executable).parent / "jetdbt"), *args],
-        env=env,
+        [JETDBT, *args],
+        env=cli_env(stack),
         capture_output=True,
         text=True,
         timeout=timeout,
