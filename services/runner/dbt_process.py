@@ -4,8 +4,12 @@ The installed dbt-core runs as a child of the runner's warm fork server (no
 import cost per invocation); an engine binary is exec'd by the same server. Either
 way the child has its own session (a cancel or timeout kills its whole group),
 dies with the runner, sees only the environment built here, and has its own HOME
-and TMPDIR inside the job. NodeStart/NodeFinished are debug-level, so the file
-log is JSON at debug level and tailed while dbt runs.
+and TMPDIR inside the job.
+
+Node events: the warm child hands dbt's NodeStart/NodeFinished over a pipe as dbt
+fires them (no file log is written). An engine binary cannot, so for it the file
+log is JSON at debug level (those events are debug-level) and followed while it
+runs. The human-readable lines are dbt's stdout either way.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from pathlib import Path
 
 import msgspec
 
-from services.runner import spawn
+from services.runner import results, spawn
 from shared import logging as jlog
 
 __all__ = ["DbtInvocation", "RunTimedOut", "dbt_env", "ERROR_TAIL"]
@@ -28,6 +32,9 @@ ERROR_TAIL = 20
 KEPT_LINES = 100_000
 # A line longer than this is cut: it is published, kept and read as a prefix.
 MAX_LINE = 16 * 1024
+# dbt's node events not yet handed on (NATS away): past this, the oldest are dropped.
+MAX_BACKLOG = 10_000
+_PIPE_LIMIT = 1 << 20
 _log = jlog.get("dbt")
 # What dbt may see of the runner's own environment: locale, time zone, the search
 # path and TLS/proxy settings a warehouse connection may need. Never the runner's
@@ -102,7 +109,9 @@ class DbtInvocation:
         self.log_file = project_dir / log_dir / "dbt.log"
         self.target_dir = project_dir / target_dir
         self.executable = executable
-        # JSON file log at debug level: NodeStart/NodeFinished are debug events.
+        # The warm child sends node events over a pipe: no file log. An engine binary
+        # writes a JSON file log at debug level (NodeStart/NodeFinished are debug events).
+        file_log = ["--log-format-file", "json", "--log-level-file", "debug"]
         self.argv = [
             command,
             "--project-dir",
@@ -113,10 +122,7 @@ class DbtInvocation:
             target_dir,
             "--log-path",
             log_dir,
-            "--log-format-file",
-            "json",
-            "--log-level-file",
-            "debug",
+            *(file_log if executable else ["--log-level-file", "none"]),
             *args,
         ]
         self.env = env
@@ -153,7 +159,9 @@ class DbtInvocation:
         on_event: Callable[[dict], Awaitable[None]] | None = None,
         timeout: float | None = None,
     ) -> int:
+        piped = on_event is not None and not self.executable
         read_fd, write_fd = os.pipe()
+        events_r, events_w = os.pipe() if piped else (None, None)
         try:
             child = await spawn.spawn(
                 self.argv,
@@ -162,21 +170,28 @@ class DbtInvocation:
                 write_fd,
                 exec_=[*self.executable, *self.argv] if self.executable else None,
                 keep=sorted(RUNNER_SETTINGS),
+                events_fd=events_w,
+                events=results.NODE_EVENTS if piped else (),
             )
         except BaseException:
-            os.close(read_fd)
+            for fd in (read_fd, events_r):
+                if fd is not None:
+                    os.close(fd)
             raise
         finally:
-            os.close(write_fd)
-        loop = asyncio.get_running_loop()
-        reader = asyncio.StreamReader(limit=1 << 20, loop=loop)
-        transport, _ = await loop.connect_read_pipe(
-            lambda: asyncio.StreamReaderProtocol(reader, loop=loop), os.fdopen(read_fd, "rb", 0)
-        )
+            for fd in (write_fd, events_w):
+                if fd is not None:
+                    os.close(fd)
+        reader, transport = await _pipe_reader(read_fd)
         done = asyncio.Event()
-        # dbt appends to the log of earlier invocations in this job: follow only what is new.
-        offset = self.log_file.stat().st_size if self.log_file.exists() else 0
-        tail = asyncio.create_task(self._tail(on_event, done, offset)) if on_event else None
+        if piped:
+            tail = asyncio.create_task(self._follow_pipe(on_event, events_r))
+        elif on_event:
+            # dbt appends to the log of earlier invocations in this job: only what is new.
+            offset = self.log_file.stat().st_size if self.log_file.exists() else 0
+            tail = asyncio.create_task(self._tail(on_event, done, offset))
+        else:
+            tail = None
         deadline = asyncio.timeout(timeout)
         try:
             async with deadline:
@@ -198,6 +213,42 @@ class DbtInvocation:
             if tail:
                 await tail
         return self.returncode
+
+    async def _follow_pipe(self, on_event, read_fd: int) -> None:
+        """dbt's events from the warm child, each handed on as it arrives, until the child
+        exits. The pipe is read at once into a backlog and handed on from there, so dbt
+        never waits for a publish (NATS away): the build goes on, the result is rebuilt
+        from run_results.json, and a backlog past MAX_BACKLOG drops its oldest."""
+        reader, transport = await _pipe_reader(read_fd)
+        backlog: deque[bytes] = deque(maxlen=MAX_BACKLOG)
+        arrived = asyncio.Event()
+        ended = False
+
+        async def hand_on() -> None:
+            while backlog or not ended:
+                if not backlog:
+                    arrived.clear()
+                    await arrived.wait()
+                    continue
+                await self._deliver(on_event, backlog.popleft())
+
+        handing = asyncio.create_task(hand_on())
+        try:
+            while True:
+                try:
+                    raw = await reader.readline()
+                except ValueError:  # over the reader's limit: skipped, the result has it
+                    _log.warning("dbt_event_too_long", limit=_PIPE_LIMIT)
+                    continue
+                if not raw:
+                    break
+                backlog.append(raw)
+                arrived.set()
+        finally:
+            ended = True
+            arrived.set()
+            transport.close()
+            await handing
 
     async def _deliver(self, on_event, raw: bytes) -> None:
         """One log record to `on_event`. The follower outlives a failed publish: the
@@ -230,6 +281,16 @@ class DbtInvocation:
         finally:
             if handle is not None:
                 handle.close()
+
+
+async def _pipe_reader(fd: int) -> tuple[asyncio.StreamReader, asyncio.BaseTransport]:
+    """A stream over the read end of a pipe, closed with its transport."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=_PIPE_LIMIT, loop=loop)
+    transport, _ = await loop.connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(reader, loop=loop), os.fdopen(fd, "rb", 0)
+    )
+    return reader, transport
 
 
 async def _guarded(callback, value) -> None:

@@ -8,10 +8,14 @@ was handed, and works in its own directory. This process never holds threads,
 so a fork copies nothing half-locked.
 
 The runner talks over one SEQPACKET socket (its descriptor is argv[2]): a request
-is one JSON message carrying the child's output pipe as an attached descriptor;
-answers are `{"id", "pid"}` when the child exists and `{"id", "exit"}` when it
-ends. With `exec` set the child replaces itself with that binary (engines that are
-not the installed dbt-core) after the same sealing.
+is one JSON message carrying the child's output pipe as an attached descriptor,
+and with `events` (dbt event names) a second pipe; answers are `{"id", "pid"}`
+when the child exists and `{"id", "exit"}` when it ends. The child invokes dbt
+through its programmatic entry point, and dbt's event callback writes each named
+event to the events pipe as one JSON line (the shape of dbt's JSON log) the
+moment dbt fires it: no file log to write and poll. With `exec` set the child
+replaces itself with that binary (engines that are not the installed dbt-core)
+after the same sealing.
 
 sys.path never holds the working directory (started with -P), so a project file
 named like a module (`click.py`) is never imported.
@@ -28,6 +32,7 @@ import selectors
 import signal
 import socket
 import sys
+import threading
 
 PRELOAD = (
     "dbt.cli.main",
@@ -71,12 +76,50 @@ def _preload() -> frozenset[str]:
     return frozenset(found)
 
 
+def _event_writer(fd: int, names: frozenset[str]):
+    """dbt's event callback: each event named in `names` as one JSON line on `fd`, scrubbed
+    of dbt's own secret variables as its JSON log would be. dbt fires from its worker
+    threads, so a line is written whole under a lock."""
+    from dbt.events.logging import env_scrubber
+    from dbt_common.events.functions import msg_to_json
+
+    lock = threading.Lock()
+
+    def forward(msg) -> None:
+        if msg.info.name not in names:
+            return
+        data = memoryview((env_scrubber(msg_to_json(msg)) + "\n").encode())
+        with lock:
+            while data:
+                data = data[os.write(fd, data) :]
+
+    return forward
+
+
+def _invoke(argv: list[str], callbacks: list) -> int:
+    """dbt's programmatic entry point; the exit code its CLI would give (0, 1 failed, 2 error)."""
+    from dbt.cli.exceptions import DbtUsageException
+    from dbt.cli.main import dbtRunner
+
+    result = dbtRunner(callbacks=callbacks).invoke(argv)
+    if result.success:
+        return 0
+    if result.exception is None:
+        return 1
+    if isinstance(result.exception, DbtUsageException):  # dbt printed nothing about it
+        print(f"dbt: {result.exception}", flush=True)
+    return 2
+
+
 def _child(
-    request: dict, out_fd: int, server: int, inherited: list[int], flags: frozenset[str]
+    request: dict, fds: list[int], server: int, inherited: list[int], flags: frozenset[str]
 ) -> None:
     """In the forked child: seal, then run dbt (or exec the engine binary); never returns."""
     code = 1
+    out_fd, *events_fd = fds
     try:
+        for fd in events_fd:
+            os.set_inheritable(fd, False)  # never held by what dbt may exec
         for sig in (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM, signal.SIGPIPE):
             signal.signal(sig, signal.SIG_DFL)
         signal.set_wakeup_fd(-1)
@@ -102,13 +145,10 @@ def _child(
         sys.stderr = sys.stdout
         sys.stdin = open(0, encoding="utf-8", closefd=False)  # noqa: SIM115
         sys.argv = ["dbt", *request["argv"]]
-        from dbt.cli.main import cli
-
-        try:
-            cli()
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        callbacks = []
+        if events_fd and request.get("events"):
+            callbacks.append(_event_writer(events_fd[0], frozenset(request["events"])))
+        code = _invoke(request["argv"], callbacks)
     except BaseException:  # noqa: BLE001 - whatever happens, say it and exit non-zero
         import traceback
 
@@ -147,7 +187,7 @@ def serve(parent: int, control_fd: int) -> None:
                         os.read(wake_r, 4096)
                     _reap(control, children)
                     continue
-                message, fds, _, _ = socket.recv_fds(control, 1 << 20, 1)
+                message, fds, _, _ = socket.recv_fds(control, 1 << 20, 2)
                 if not message:
                     return  # the runner is gone: so are its builds
                 request = json.loads(message)
@@ -156,8 +196,9 @@ def serve(parent: int, control_fd: int) -> None:
                     continue
                 pid = os.fork()
                 if pid == 0:
-                    _child(request, fds[0], me, [control_fd, wake_r, wake_w], flags)
-                os.close(fds[0])
+                    _child(request, fds, me, [control_fd, wake_r, wake_w], flags)
+                for fd in fds:
+                    os.close(fd)
                 children[pid] = request["id"]
                 _send(control, {"id": request["id"], "pid": pid})
     finally:

@@ -19,10 +19,12 @@ import msgspec
 from shared.events import NodeResult
 from shared.outcomes import outcome
 
-__all__ = ["NodeStart", "Overlay", "node_start", "node_finished", "from_artifacts"]
+__all__ = ["NODE_EVENTS", "NodeStart", "Overlay", "node_start", "node_finished", "from_artifacts"]
 
 NODE_START = "NodeStart"
 NODE_FINISHED = "NodeFinished"
+# The dbt events a run's live progress is made of: the warm dbt sends only these.
+NODE_EVENTS = (NODE_START, NODE_FINISHED)
 
 
 def _time(value: str | None) -> datetime | None:

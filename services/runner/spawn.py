@@ -181,9 +181,12 @@ async def spawn(
     *,
     exec_: list[str] | None = None,
     keep: list[str] = (),
+    events_fd: int | None = None,
+    events: tuple[str, ...] = (),
 ) -> Child:
-    """A sealed child running `dbt <argv>` (or the binary `exec_`), its output on `out_fd`;
-    of dbt's flag variables in `env`, only those named in `keep` reach it."""
+    """A sealed child running `dbt <argv>` (or the binary `exec_`), its output on `out_fd`
+    and, with `events_fd`, the dbt events named in `events` as JSON lines there; of dbt's
+    flag variables in `env`, only those named in `keep` reach it."""
     server = _current()
     request_id = str(next(_ids))
     started = server.expect(request_id, "pid")
@@ -195,8 +198,10 @@ async def spawn(
         "env": env,
         "exec": exec_,
         "keep": list(keep),
+        "events": list(events),
     }
-    socket.send_fds(server.control, [json.dumps(request).encode()], [out_fd])
+    fds = [out_fd] if events_fd is None else [out_fd, events_fd]
+    socket.send_fds(server.control, [json.dumps(request).encode()], fds)
     message = await started
     if "error" in message:
         exited.cancel()
