@@ -1,8 +1,9 @@
-"""Generate an N-model dbt project, the shape of a large real one, for the graph benchmark.
+"""Generate an N-model dbt project, the shape of a large real one, for the benchmarks.
 
 A layered DAG: a few seeds, then models that ref() one to three models of earlier
-layers, every tenth documented in schema.yml with a column and two tests. The
-layout is seeded, so two runs with the same N write the same project.
+layers (a distinct union, so every test passes and a build succeeds), every tenth
+documented in schema.yml with a column and two tests. The layout is seeded, so two
+runs with the same N write the same project.
 
     python bench/gen_project.py DEST [--models N]
 """
@@ -38,7 +39,7 @@ def generate(dest: Path, models: int, seed: int = 7) -> Path:
         else:
             picked = rng.sample(range(layer * LAYER), rng.randint(1, 3))
             parents = [f"ref('m_{p:05d}')" for p in sorted(picked)]
-        body = "\nunion all\n".join(f"select id, value from {{{{ {p} }}}}" for p in parents)
+        body = "\nunion\n".join(f"select id, value from {{{{ {p} }}}}" for p in parents)
         (folder / f"m_{i:05d}.sql").write_text(body + "\n")
         if i % 10 == 0:
             docs += [
