@@ -1,7 +1,7 @@
 """Talking to a running stack over NATS: what the CLI, the demo and the tests share.
 
-A command is published on `dbt.cmd.<verb>.<project>` exactly as any other
-system would; the answer is read from the event subjects, subscribed before
+A command is published on `dbt.cmd.<verb>.<project>.<principal>` exactly as any
+other system would; the answer is read from the event subjects, subscribed before
 the command goes out so no event can be missed.
 """
 
@@ -92,7 +92,7 @@ async def deploy(
     final = await _await_final(
         bus,
         subjects.deploy_pattern(project),
-        lambda: bus.publish_command("deploy", project, cmd, deploy_id),
+        lambda: bus.publish_command("deploy", project, cmd, deploy_id, principal=cmd.requested_by),
         lambda e: getattr(e, "deploy_id", None) == deploy_id,
         DEPLOY_FINAL,
         None,
@@ -117,7 +117,9 @@ async def run(
     return await _await_final(
         bus,
         subjects.run_pattern(project, run_id),
-        lambda: bus.publish_command("run", project, command, run_id),
+        lambda: bus.publish_command(
+            "run", project, command, run_id, principal=command.requested_by
+        ),
         lambda e: getattr(e, "run_id", None) == run_id,
         RUN_FINAL,
         on_event,

@@ -35,7 +35,7 @@ def _trim(body, limit: int = 12) -> str:
 async def _show(session: aiohttp.ClientSession, api: str, path: str) -> None:
     async with session.get(api + path) as resp:
         body = await resp.json()
-    print(f"$ curl {api}{path}\n{_trim(body)}")
+    print(f'$ curl -H "Authorization: Bearer $JETDBT_TOKEN" {api}{path}\n{_trim(body)}')
 
 
 async def demo(settings: Settings) -> int:
@@ -72,7 +72,8 @@ async def demo(settings: Settings) -> int:
         print(result_table(final.result))
         _step("the query API, as projected from the event log")
         await _wait_projected(stack, final.run_id)
-        async with aiohttp.ClientSession() as session:
+        auth = {"Authorization": f"Bearer {stack.admin_token}"} if stack.admin_token else {}
+        async with aiohttp.ClientSession(headers=auth) as session:
             await _show(session, stack.api_url, "/healthz")
             await _show(session, stack.api_url, "/v1/projects/jaffle_shop/runs?limit=2")
             await _show(session, stack.api_url, f"/v1/runs/{final.run_id}")

@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-__all__ = ["InUse", "NatsServer", "start_postgres", "free_port", "nats_binary"]
+__all__ = ["InUse", "NatsServer", "start_postgres", "free_port", "nats_binary", "signal_server"]
 
 
 def free_port() -> int:
@@ -38,11 +38,13 @@ def nats_binary() -> str:
 
 
 class NatsServer:
-    """A nats-server child process with JetStream on, listening on loopback only."""
+    """A nats-server child process with JetStream on, listening on loopback only; with
+    `config`, its users and permissions come from that file (services.access)."""
 
-    def __init__(self, data_dir: Path, port: int | None = None):
+    def __init__(self, data_dir: Path, port: int | None = None, config: Path | None = None):
         self.data_dir = Path(data_dir)
         self.port = port or free_port()
+        self.config = config
         self.url = f"nats://127.0.0.1:{self.port}"
         self._proc: subprocess.Popen | None = None
 
@@ -65,6 +67,7 @@ class NatsServer:
                 "-js",
                 "-sd",
                 str(self.data_dir / "jetstream"),
+                *(["-c", str(self.config)] if self.config else []),
             ],
             stdout=log,
             stderr=log,
@@ -122,6 +125,22 @@ def claim(data_dir: Path) -> None:
                 " JETDBT_HOME"
             )
     owner.write_text(str(os.getpid()))
+
+
+def signal_server(pid_file: Path, program: bytes, sig: int) -> bool:
+    """Send `sig` to the server whose pid `pid_file` holds, only while that pid is still
+    `program`; False when it is not running."""
+    try:
+        pid = int(pid_file.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return False
+    if program not in _cmdline(pid):
+        return False
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def stop_left_behind(pid_file: Path, program: bytes, data_dir: Path) -> bool:

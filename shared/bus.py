@@ -18,7 +18,7 @@ from nats.js.errors import (
 )
 
 from shared import contract as contract_mod
-from shared import events, subjects
+from shared import events, identity, subjects
 from shared import logging as jlog
 from shared.digests import digest_of
 
@@ -34,6 +34,7 @@ __all__ = [
     "COMMANDS",
     "BLOBS",
     "LEASES",
+    "inbox_prefix",
 ]
 
 REQUIRED = (2, 10)
@@ -54,6 +55,12 @@ TRANSIENT = (
     NoStreamResponseError,
     ServiceUnavailableError,
 )
+
+
+def inbox_prefix(user: str | None) -> str:
+    """Where a NATS user's replies arrive: a prefix of its own, so no other user may read
+    them (each user's permissions allow subscribing to its own prefix only)."""
+    return f"_INBOX_{user}" if user else "_INBOX"
 
 
 class PublishFailed(RuntimeError):
@@ -155,13 +162,19 @@ class Bus:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
 
-    async def publish_command(self, verb: str, project: str, command, key: str):
-        """Publish a command (a msgspec Struct) on its subject. Its message id,
-        `cmd:<verb>:<project>:<key>`, makes a repeated publish a duplicate the stream drops."""
+    async def publish_command(
+        self, verb: str, project: str, command, key: str, *, principal: str, token_id: str = ""
+    ):
+        """Publish a command (a msgspec Struct) on its principal's subject. Its message id,
+        `cmd:<verb>:<project>:<key>`, makes a repeated publish a duplicate the stream drops.
+        The API names the token it checked (`token_id`): the runner records that door."""
+        headers = {"Nats-Msg-Id": f"cmd:{verb}:{project}:{key}"}
+        if token_id:
+            headers[identity.TOKEN_HEADER] = token_id
         return await self.js.publish(
-            subjects.command(verb, project),
+            subjects.command(verb, project, principal),
             msgspec.json.encode(command),
-            headers={"Nats-Msg-Id": f"cmd:{verb}:{project}:{key}"},
+            headers=headers,
         )
 
     async def _store(self):
@@ -221,10 +234,15 @@ async def connect(
     name: str,
     *,
     ensure: bool = True,
+    apply: bool = True,
     forever: bool = False,
     consumer_overrides: dict | None = None,
+    user: str | None = None,
+    password: str | None = None,
 ) -> Bus:
-    """Connect, refuse an unfit server, and ensure the stream contract.
+    """Connect as `user` (none: a server without authorization), refuse an unfit server,
+    and, with `ensure`, apply the stream contract (`apply`, an operator's step) or only
+    check it (services whose NATS user may not change streams or consumers).
 
     Services reconnect forever (`forever=True`); the CLI fails fast instead.
     """
@@ -259,6 +277,9 @@ async def connect(
             reconnected_cb=on_reconnected,
             closed_cb=on_closed,
             allow_reconnect=True,
+            user=user,
+            password=password,
+            inbox_prefix=inbox_prefix(user),
         )
 
     nc = await reopen()
@@ -272,8 +293,10 @@ async def connect(
                 f"NATS server at {url} (version {nc.connected_server_version._server_version})"
                 f" has no JetStream: start it with -js ({exc.__class__.__name__})"
             ) from None
-        if ensure:
+        if ensure and apply:
             await contract_mod.ensure(js, contract_mod.load(), consumer_overrides)
+        elif ensure:
+            await contract_mod.check(js, contract_mod.load())
     except BaseException:
         await nc.close()
         raise

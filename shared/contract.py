@@ -14,7 +14,7 @@ from nats.js.errors import BucketNotFoundError, NotFoundError
 from shared import logging as jlog
 from shared.config import CONTRACT
 
-__all__ = ["Contract", "IncompatibleContract", "load", "ensure"]
+__all__ = ["Contract", "IncompatibleContract", "load", "ensure", "check"]
 
 DAY = 86400.0
 _log = jlog.get("contract")
@@ -194,3 +194,87 @@ async def ensure(js, contract: Contract, consumer_overrides: dict | None = None)
         if (config.max_age or 0) != spec.ttl_seconds:
             config.max_age = spec.ttl_seconds
             await js.update_stream(config)
+
+
+# What `check` compares on a live stream: a service refuses a server whose stream differs
+# from streams.yaml in any of these (a drifted max_age could erase the "forever" log).
+_CHECKED = (
+    "subjects",
+    "storage",
+    "retention",
+    "max_age",
+    "duplicate_window",
+    "deny_delete",
+    "deny_purge",
+    "max_bytes",
+    "max_msg_size",
+)
+_APPLY = "an operator applies streams.yaml: `jetdbt contract apply`"
+
+
+def _comparable(field: str, value):
+    value = _plain(value)
+    if field == "subjects":
+        return sorted(value or [])
+    if field in ("max_age", "duplicate_window"):
+        return round(float(value or 0), 3)
+    if field in ("max_bytes", "max_msg_size"):
+        return -1 if value in (None, 0) else value
+    return value
+
+
+async def _missing(kind: str, name: str, lookup) -> None:
+    try:
+        await lookup
+    except (NotFoundError, BucketNotFoundError):
+        raise IncompatibleContract(
+            f"{kind} {name} does not exist on the server; {_APPLY}"
+        ) from None
+
+
+async def check(js, contract: Contract) -> None:
+    """Refuse a server whose streams, consumers and buckets are not the contract's, naming
+    the first field that differs; changes nothing (a service's NATS user may not)."""
+    for name, spec in contract.streams.items():
+        try:
+            have = (await js.stream_info(name)).config
+        except NotFoundError:
+            raise IncompatibleContract(
+                f"stream {name} does not exist on the server; {_APPLY}"
+            ) from None
+        want = _stream_config(name, spec)
+        for field in _CHECKED:
+            server = _comparable(field, getattr(have, field))
+            declared = _comparable(field, getattr(want, field))
+            if server != declared:
+                raise IncompatibleContract(
+                    f"stream {name}: field '{field}' is {server!r} on the server and"
+                    f" {declared!r} in streams.yaml; {_APPLY}"
+                )
+    for name, spec in contract.consumers.items():
+        try:
+            live = (await js.consumer_info(spec.stream, name)).config
+        except NotFoundError:
+            raise IncompatibleContract(
+                f"consumer {name} does not exist on the server; {_APPLY}"
+            ) from None
+        filters = live.filter_subjects or ([live.filter_subject] if live.filter_subject else [])
+        if sorted(filters) != sorted(spec.filter_subjects):
+            raise IncompatibleContract(
+                f"consumer {name}: field 'filter_subjects' is {filters!r} on the server and"
+                f" {spec.filter_subjects!r} in streams.yaml; {_APPLY}"
+            )
+    for name in contract.object_stores:
+        await _missing("object store", name, js.stream_info(f"OBJ_{name}"))
+    for name, spec in contract.key_value.items():
+        try:
+            config = (await js.stream_info(f"KV_{name}")).config
+        except NotFoundError:
+            raise IncompatibleContract(
+                f"bucket {name} does not exist on the server; {_APPLY}"
+            ) from None
+        if (config.max_age or 0) != spec.ttl_seconds:
+            raise IncompatibleContract(
+                f"bucket {name}: field 'ttl_seconds' is {config.max_age or 0} on the server and"
+                f" {spec.ttl_seconds} in streams.yaml; {_APPLY}"
+            )

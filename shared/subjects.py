@@ -21,6 +21,8 @@ __all__ = [
     "filed_under",
     "untoken",
     "command",
+    "command_principal",
+    "ANONYMOUS",
     "deploy_event",
     "run_event",
     "run_event_of_any_project",
@@ -33,6 +35,7 @@ __all__ = [
     "run_pattern",
     "project_pattern",
     "deploy_pattern",
+    "deployed_of_any_project",
     "state_pattern",
     "subject_key",
     "COMMAND_VERBS",
@@ -45,6 +48,9 @@ _SAFE = re.compile(r"[a-z0-9][a-z0-9_-]{0,127}\Z")
 # a subject stays far below the server's limit: one over 4 KB closes the connection.
 MAX_TOKEN_CHARS = 256
 COMMAND_VERBS = ("deploy", "run", "cancel")
+# The principal of a command whose subject names none (`dbt.cmd.<verb>.<project>`): only
+# an operator's NATS user may publish such a subject, so it stands for nobody in particular.
+ANONYMOUS = "anonymous"
 
 
 class InvalidName(ValueError):
@@ -106,8 +112,31 @@ def untoken(tok: str) -> str:
     return base64.b32decode(raw + "=" * (-len(raw) % 8)).decode()
 
 
-def command(verb: str, project: str) -> str:
-    return f"dbt.cmd.{verb}.{token(project)}"
+def command(verb: str, project: str, principal: str) -> str:
+    """`dbt.cmd.<verb>.<project>.<principal>`: the principal is who published, and NATS
+    permissions let a system's user publish only its own principal's subjects."""
+    return f"dbt.cmd.{verb}.{token(project)}.{token(principal or ANONYMOUS)}"
+
+
+def command_principal(subject: str) -> str:
+    """The principal a command subject names, decoded: its fifth token, ANONYMOUS when it
+    has none. Raises InvalidName for a token that is not a `token()` spelling or for
+    tokens past the principal."""
+    parts = subject.split(".")
+    if len(parts) < 5:
+        return ANONYMOUS
+    if len(parts) > 5:
+        raise InvalidName(
+            f"command subject {quote(subject)} has tokens past the principal:"
+            " publish on dbt.cmd.<verb>.<project>.<principal>"
+        )
+    try:
+        name = untoken(parts[4])
+    except ValueError:
+        raise InvalidName(f"principal token {quote(parts[4])} is not a subject token") from None
+    if not name or token(name) != parts[4]:
+        raise InvalidName(f"principal token {quote(parts[4])} is not a subject token")
+    return name
 
 
 def deploy_event(project: str, kind: str) -> str:
@@ -139,7 +168,7 @@ def relation_event(relation: str, kind: str) -> str:
 
 def retry_event(project: str, principal: str, kind: str) -> str:
     """Retry state is one subject per (project, principal): the last message is the state."""
-    return f"dbt.evt.retry.{token(project)}.{token(principal or 'anonymous')}.{kind}"
+    return f"dbt.evt.retry.{token(project)}.{token(principal or ANONYMOUS)}.{kind}"
 
 
 def state_event(project: str, environment_key: str, kind: str) -> str:
@@ -165,6 +194,11 @@ def project_pattern(project: str | None) -> str:
 def deploy_pattern(project: str) -> str:
     """Every deploy event of a project."""
     return f"dbt.evt.deploy.{token(project)}.*"
+
+
+def deployed_of_any_project() -> str:
+    """Every version deployed, of every project."""
+    return "dbt.evt.deploy.*.deployed"
 
 
 def state_pattern(project: str) -> str:

@@ -19,6 +19,7 @@ from services.runner import spawn
 from services.stack import Stack
 from shared import logging as jlog
 from shared.config import load
+from tests.helpers import use_token
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "jaffle_shop"
@@ -43,6 +44,21 @@ def _dbt_only_when_marked(request, monkeypatch):
     monkeypatch.setattr(spawn, "spawn", refuse)
     yield
     assert not started, message
+
+
+@pytest.fixture(autouse=True)
+def _stacks_send_their_token(monkeypatch):
+    """Every Stack a test starts answers only with a token: its bootstrapped admin token is
+    recorded for its API URL, so the helpers' HTTP calls send it."""
+    start = Stack.start
+
+    async def start_and_record(self):
+        started = await start(self)
+        if started.api_url:
+            use_token(started.api_url, started.admin_token)
+        return started
+
+    monkeypatch.setattr(Stack, "start", start_and_record)
 
 
 @pytest.fixture(scope="session")

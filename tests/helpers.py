@@ -11,9 +11,27 @@ from pathlib import Path
 import aiohttp
 import duckdb
 
+# The token each test API answers to, by its base URL: tests/conftest.py records every
+# Stack a test starts (its bootstrapped admin token); a test of another process's API
+# records that one's with `use_token`.
+_TOKENS: dict[str, str] = {}
 
-async def get_json(url: str) -> tuple[int, dict]:
-    async with aiohttp.ClientSession() as session, session.get(url) as resp:
+
+def use_token(api_url: str, token: str | None) -> None:
+    if token:
+        _TOKENS[api_url.rstrip("/")] = token
+
+
+def auth_headers(url: str, token: str | None = None) -> dict[str, str]:
+    """`Authorization` for a request to `url`: `token`, else its API's recorded token."""
+    if token is None:
+        token = next((t for base, t in _TOKENS.items() if url.startswith(base + "/")), None)
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+async def get_json(url: str, token: str | None = None) -> tuple[int, dict]:
+    headers = auth_headers(url, token)
+    async with aiohttp.ClientSession() as session, session.get(url, headers=headers) as resp:
         return resp.status, await resp.json()
 
 
@@ -88,13 +106,16 @@ JETDBT = str(Path(sys.executable).parent / "jetdbt")
 
 def cli_env(stack) -> dict[str, str]:
     """The environment that points the console script at the test's stack."""
-    return {
+    env = {
         **os.environ,
         "NATS_URL": stack.nats_url,
         "DATABASE_URL": stack.database_url,
         "JETDBT_SCHEMA": stack.settings.schema,
         "JETDBT_API_PORT": stack.api_url.rsplit(":", 1)[1],
     }
+    if stack.admin_token:
+        env["JETDBT_TOKEN"] = stack.admin_token
+    return env
 
 
 async def jetdbt(stack, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:

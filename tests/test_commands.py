@@ -188,7 +188,7 @@ async def test_a_run_id_another_project_owns_is_refused_without_touching_that_ru
     """Reusing a victim's run id once turned its row "refused", rewrote its requested_by
     and deleted its live job folder."""
     await stack.bus.js.publish(
-        "dbt.cmd.run.victim",
+        "dbt.cmd.run.victim.alice",
         b'{"command": {"label": "build"}, "run_id": "shared-1", "requested_by": "alice"}',
     )
     await events.first(lambda e: isinstance(e, ev.RunRefused) and e.run_id == "shared-1")
@@ -202,7 +202,7 @@ async def test_a_run_id_another_project_owns_is_refused_without_touching_that_ru
     attack = await refused_run(
         stack,
         events,
-        "dbt.cmd.run.attacker",
+        "dbt.cmd.run.attacker.mallory",
         b'{"command": {"label": "build"}, "run_id": "shared-1", "requested_by": "mallory"}',
     )
     assert attack.project == "attacker" and attack.run_id != "shared-1"

@@ -13,6 +13,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from services.access.local import nats_logins
 from services.embedded import free_port
 from services.stack import read_stack_file
 from shared.bus import connect
@@ -69,10 +70,11 @@ async def test_a_killed_up_leaves_no_build_and_a_restart_completes_the_run(tmp_p
             timeout=180,
         )
         assert deploy.returncode == 0, deploy.stderr
-        bus = await connect(found["nats_url"], "test", ensure=False)
+        admin = nats_logins(home)["admin"]
+        bus = await connect(found["nats_url"], "test", ensure=False, user="admin", password=admin)
         try:
             command = RunCommand(command=BuildCommand(), run_id="crash1")
-            await bus.publish_command("run", "crash", command, "crash1")
+            await bus.publish_command("run", "crash", command, "crash1", principal="tester")
         finally:
             await bus.close()
 

@@ -19,8 +19,17 @@ __all__ = ["deploy"]
 LOG_TAIL = 30
 
 
-async def deploy(ctx: RunnerContext, project: str, cmd: DeployCommand, deploy_id: str) -> ev.Event:
-    """Run one deploy to its end; returns the final event it published."""
+async def deploy(
+    ctx: RunnerContext,
+    project: str,
+    cmd: DeployCommand,
+    deploy_id: str,
+    *,
+    team: str = "",
+    door: str = "",
+) -> ev.Event:
+    """Run one deploy to its end; returns the final event it published. `cmd.requested_by`
+    is the authenticated principal, `team` and `door` how it came in (the worker's)."""
     bus = ctx.bus
     await bus.publish(
         ev.DeployRequested(
@@ -29,6 +38,8 @@ async def deploy(ctx: RunnerContext, project: str, cmd: DeployCommand, deploy_id
             bundle_digest=cmd.bundle_digest,
             bundle_size=cmd.bundle_size,
             requested_by=cmd.requested_by,
+            team=team,
+            door=door,
         )
     )
     latest = await bus.last_event(subjects.deploy_event(project, "deployed"))

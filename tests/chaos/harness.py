@@ -168,7 +168,9 @@ class World:
     async def start(self, tally: Tally, run_id: str) -> str:
         """Ask for a build on NATS, as any other system would."""
         command = RunCommand(command=BuildCommand(), run_id=run_id, requested_by="chaos")
-        await self.stack.bus.publish_command("run", self.project, command, run_id)
+        await self.stack.bus.publish_command(
+            "run", self.project, command, run_id, principal="chaos"
+        )
         tally.started += 1
         return run_id
 

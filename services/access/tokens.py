@@ -1,0 +1,28 @@
+"""The admin token a stack bootstraps, so `jetdbt up` is secure and still two commands."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from services.access.local import ADMIN, admin_token_file, write_private
+from shared import identity
+from shared.bus import Bus
+
+__all__ = ["admin_token"]
+
+
+async def admin_token(bus: Bus, home: Path) -> str:
+    """The admin token in JETDBT_HOME/access (0600) when it still authenticates on this
+    server, else a new one written there. `bus` must be allowed to write DBT_IDENTITY."""
+    path = admin_token_file(home)
+    try:
+        kept = path.read_text().strip()
+        await identity.authenticate(bus, kept)
+        return kept
+    except (OSError, identity.BadToken):
+        pass
+    _, bearer = await identity.create_token(
+        bus, principal=ADMIN, team=identity.DEFAULT_TEAM, role="admin"
+    )
+    write_private(path, bearer + "\n")
+    return bearer

@@ -1,0 +1,158 @@
+"""Who may call which route: bearer tokens on every route but /healthz, roles, team scope.
+
+Two middlewares around `boundary.guard`: `authenticate` (outermost) turns the
+`Authorization: Bearer jdbt_...` header into the token it names, checked on every
+request (revoked and expired tokens are refused at once), or answers 401; `authorize`
+(inside guard, so it reads checked path parameters) answers 403 unless the token's role
+is at least the route's and, for a route about one project or one run, the project is
+the token's: its pattern matches and the project's team (the team on its latest deploy)
+is the token's team. Admin tokens see every project.
+
+A route's role is decided here only: `ROUTE_ROLES` by method and route, else
+`METHOD_ROLES` by method. A new route needs nothing when its method's role fits (GET
+viewer, POST runner); otherwise it adds one line to ROUTE_ROLES.
+"""
+
+from __future__ import annotations
+
+import msgspec
+from aiohttp import hdrs, web
+
+from services.api.boundary import error, path
+from shared import identity
+
+__all__ = [
+    "METHOD_ROLES",
+    "PUBLIC",
+    "ROUTE_ROLES",
+    "authenticate",
+    "authorize",
+    "project_team",
+    "token_of",
+]
+
+PUBLIC = frozenset({"/healthz"})
+METHOD_ROLES = {"GET": "viewer", "HEAD": "viewer", "POST": "runner"}
+ROUTE_ROLES = {
+    # Dead letters hold raw events of every project.
+    ("GET", "/v1/dead-letters"): "admin",
+    # Producers and readers of a relation span every project's graph.
+    ("GET", "/v1/relations/{key}"): "admin",
+    ("POST", "/v1/projects/{project}/deploys"): "deployer",
+}
+_TOKEN = web.RequestKey("token", identity.Token)
+_POOL = web.AppKey("auth_pool", object)
+_BUS = web.AppKey("auth_bus", object)
+
+
+def install(app: web.Application, pool, bus) -> None:
+    app[_POOL] = pool
+    app[_BUS] = bus
+
+
+def token_of(request: web.Request) -> identity.Token:
+    """The authenticated token of a request (every route but PUBLIC has one)."""
+    return request[_TOKEN]
+
+
+def _route(request: web.Request) -> str | None:
+    resource = request.match_info.route.resource
+    return resource.canonical if resource is not None else None
+
+
+def _unauthorized(message: str) -> web.Response:
+    resp = error(401, message)
+    resp.headers[hdrs.WWW_AUTHENTICATE] = 'Bearer realm="jetdbt"'
+    return resp
+
+
+@web.middleware
+async def authenticate(request: web.Request, handler) -> web.StreamResponse:
+    if _route(request) in PUBLIC:
+        return await handler(request)
+    header = request.headers.get(hdrs.AUTHORIZATION, "")
+    scheme, _, bearer = header.partition(" ")
+    if not header:
+        return _unauthorized("missing credentials: send 'Authorization: Bearer <token>'")
+    if scheme.lower() != "bearer" or not bearer.strip():
+        return _unauthorized("malformed Authorization header: expected 'Bearer <token>'")
+    try:
+        request[_TOKEN] = await identity.authenticate(request.app[_BUS], bearer.strip())
+    except identity.BadToken as exc:
+        return _unauthorized(str(exc))
+    return await handler(request)
+
+
+async def project_team(conn, project: str) -> str | None:
+    """A project's team: the team of its latest deploy that names one; None when none does."""
+    return await conn.fetchval(
+        "SELECT team FROM deploys WHERE project = $1 AND team <> '' ORDER BY at DESC LIMIT 1",
+        project,
+    )
+
+
+async def _project_of(request: web.Request) -> str | None:
+    """The one project a request is about: its `project`, or its run's project."""
+    if "project" in request.match_info:
+        return path(request, "project")
+    if "run_id" in request.match_info:
+        async with request.app[_POOL].acquire() as conn:
+            return await conn.fetchval(
+                "SELECT project FROM runs WHERE run_id = $1", path(request, "run_id")
+            )
+    return None
+
+
+async def _scope_problem(token: identity.Token, request: web.Request) -> web.Response | None:
+    project = await _project_of(request)
+    if project is None:
+        return None  # not about one project, or an unknown run: the route answers 404
+    if not identity.project_matches(token.project, project):
+        return error(
+            403,
+            f"token {token.id} covers projects matching {token.project!r}, not {project!r}",
+        )
+    async with request.app[_POOL].acquire() as conn:
+        team = await project_team(conn, project)
+    if team != token.team:
+        return error(
+            403,
+            f"project {project!r} is not a project of team {token.team!r}"
+            " (a project's team is the team of its deployer)",
+        )
+    return None
+
+
+async def _claim_problem(token: identity.Token, request: web.Request) -> web.Response | None:
+    """A body may repeat the token's principal in `requested_by`, never name another."""
+    try:
+        body = msgspec.json.decode(await request.read())
+    except msgspec.DecodeError:
+        return None  # the route says what is wrong with it
+    claimed = body.get("requested_by") if isinstance(body, dict) else None
+    if isinstance(claimed, str) and identity.claim_problem(claimed, token.principal):
+        return error(400, identity.claim_problem(claimed, token.principal))
+    return None
+
+
+@web.middleware
+async def authorize(request: web.Request, handler) -> web.StreamResponse:
+    route = _route(request)
+    if route is None or route in PUBLIC:
+        return await handler(request)
+    token = token_of(request)
+    need = ROUTE_ROLES.get((request.method, route)) or METHOD_ROLES.get(request.method, "admin")
+    if not identity.role_allows(token.role, need):
+        return error(
+            403,
+            f"{request.method} {route} needs role {need!r}; token {token.id} has {token.role!r}",
+        )
+    if token.role != "admin":
+        refused = await _scope_problem(token, request)
+        if refused is not None:
+            return refused
+    if request.method == "POST":
+        refused = await _claim_problem(token, request)
+        if refused is not None:
+            return refused
+    return await handler(request)
