@@ -24,7 +24,7 @@ from shared import events as ev
 from shared import logging as jlog
 from shared import subjects
 from shared.bus import Bus
-from shared.reader import stream_seq
+from shared.reader import last_matching, stream_seq
 
 __all__ = ["add_event_stream_routes", "KEEPALIVE_SECONDS", "STREAM", "MAX_EVENT_ID"]
 
@@ -64,6 +64,16 @@ def _is_final(data: bytes) -> bool:
         return False
 
 
+async def _final_seq(js, run_id: str) -> int:
+    """The sequence of the run's final event, 0 while it has none (events such as a prune
+    may follow it, so the run's newest event is not necessarily its end)."""
+    found = 0
+    for final in RUN_FINAL:
+        subject = subjects.run_event_of_any_project(run_id, final._kind)
+        found = max(found, await last_matching(js, STREAM, subject))
+    return found
+
+
 def _frame(seq: int, subject: str, data: bytes) -> bytes:
     """One SSE message: the sequence as id, the event's family.kind as its name, the event's
     JSON (one line: msgspec never writes a newline) as data."""
@@ -94,7 +104,7 @@ def add_event_stream_routes(app: web.Application, bus: Bus) -> None:
             }
         )
         await resp.prepare(request)
-        if newest.seq <= after and _is_final(newest.data):
+        if 0 < await _final_seq(bus.js, run_id) <= after:
             await resp.write_eof()
             return resp
         queue: asyncio.Queue = asyncio.Queue()

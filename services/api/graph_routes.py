@@ -8,7 +8,7 @@ writes other systems declared on it, which is where two projects meet.
 A graph is served a page of nodes at a time, by unique_id (`?after=` the last one
 read); a page's edges and column edges are those whose child (to_node) sorts into
 the page's range of ids, so every edge is served once. A relation's lists are capped
-and say which were cut.
+and say which were cut; its `runs` are the latest runs whose nodes built it.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import asyncpg
 from aiohttp import web
 
 from projections.graph import DEPLOYED
+from services.api import schemas
 from services.api.boundary import error, path, query, respond
 from shared.graph import SCOPE_VERSION
 
@@ -137,7 +138,7 @@ def add_graph_routes(app: web.Application, pool: asyncpg.Pool) -> None:
         if body is None:
             which = f"version {version!r}" if version else "any deployed version"
             return error(404, f"project {project!r} has no graph for {which}")
-        return respond(body)
+        return respond(schemas.shaped(schemas.Graph, body))
 
     async def run_graph(request: web.Request) -> web.Response:
         run_id = path(request, "run_id")
@@ -163,11 +164,11 @@ def add_graph_routes(app: web.Application, pool: asyncpg.Pool) -> None:
             return error(404, f"run {run_id!r} has no graph (yet)")
         body["run_id"] = run_id
         body["fallback"] = fallback
-        return respond(body)
+        return respond(schemas.shaped(schemas.Graph, body))
 
     async def relation(request: web.Request) -> web.Response:
-        """Who produces and who reads one relation; each list capped, `truncated` names
-        the lists that were cut."""
+        """Who produces and who reads one relation, what its producers read (upstream), who
+        wrote it; each list capped, `truncated` names the lists that were cut."""
         key = path(request, "key")
         async with pool.acquire() as conn:
             nodes = await conn.fetch(
@@ -182,8 +183,9 @@ def add_graph_routes(app: web.Application, pool: asyncpg.Pool) -> None:
                 RELATION_ROWS + 1,
             )
             nodes, cut_nodes = nodes[:RELATION_ROWS], len(nodes) > RELATION_ROWS
+            producing = [n for n in nodes if n["resource_type"] in _PRODUCING and n["owned"]]
             readers = await conn.fetch(
-                "SELECT e.project, e.child AS unique_id, c.resource_type, c.name,"
+                "SELECT e.project, e.child AS unique_id, c.resource_type, c.name, c.relation,"
                 " e.parent AS reads_through FROM graph_edges e JOIN graph_nodes c"
                 " ON (c.project, c.version, c.run_id, c.unique_id)"
                 " = (e.project, e.version, e.run_id, e.child)"
@@ -196,6 +198,20 @@ def add_graph_routes(app: web.Application, pool: asyncpg.Pool) -> None:
                 [n["unique_id"] for n in nodes],
                 RELATION_ROWS + 1,
             )
+            upstream = await conn.fetch(
+                "SELECT DISTINCT e.project, e.parent AS unique_id, p.resource_type, p.name,"
+                " p.relation FROM graph_edges e JOIN graph_nodes p"
+                " ON (p.project, p.version, p.run_id, p.unique_id)"
+                " = (e.project, e.version, e.run_id, e.parent)"
+                " WHERE (e.project, e.version, e.run_id, e.child) IN"
+                " (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]))"
+                " ORDER BY e.project, e.parent LIMIT $5",
+                [n["project"] for n in producing],
+                [n["version"] for n in producing],
+                [n["run_id"] for n in producing],
+                [n["unique_id"] for n in producing],
+                RELATION_ROWS + 1,
+            )
             writes = await conn.fetch(
                 "SELECT producer, status, row_count, written_at, refused_reason"
                 " FROM relation_writes WHERE relation = $1 ORDER BY stream_seq DESC LIMIT $2",
@@ -203,25 +219,37 @@ def add_graph_routes(app: web.Application, pool: asyncpg.Pool) -> None:
                 WRITES_SHOWN,
             )
             declared = (await _writes(conn, [key])).get(key, [])
+            runs = await conn.fetch(
+                "SELECT n.run_id, r.project, n.unique_id, n.status, n.outcome, n.finished_at"
+                " FROM run_nodes n JOIN runs r USING (run_id) WHERE n.relation = $1"
+                " AND n.resource_type = ANY($2::text[])"
+                " ORDER BY n.finished_at DESC NULLS FIRST, n.run_id LIMIT $3",
+                key,
+                list(_PRODUCING),
+                WRITES_SHOWN,
+            )
         dbt_producers = [
-            {"kind": "dbt", "project": n["project"], "unique_id": n["unique_id"]}
-            for n in nodes
-            if n["resource_type"] in _PRODUCING and n["owned"]
+            {"kind": "dbt", "project": n["project"], "unique_id": n["unique_id"]} for n in producing
         ]
         declared_producers = [
             {"kind": "declared", "producer": w["producer"], "last_write": w} for w in declared
         ]
-        cut = {"nodes": cut_nodes, "readers": len(readers) > RELATION_ROWS}
-        return respond(
-            {
-                "relation": key,
-                "nodes": [_without(n, "run_id") for n in nodes],
-                "producers": dbt_producers + declared_producers,
-                "readers": [dict(r) for r in readers[:RELATION_ROWS]],
-                "writes": [dict(w) for w in writes],
-                "truncated": [name for name, was in cut.items() if was],
-            }
-        )
+        cut = {
+            "nodes": cut_nodes,
+            "readers": len(readers) > RELATION_ROWS,
+            "upstream": len(upstream) > RELATION_ROWS,
+        }
+        body = {
+            "relation": key,
+            "nodes": [_without(n, "run_id") for n in nodes],
+            "producers": dbt_producers + declared_producers,
+            "readers": [dict(r) for r in readers[:RELATION_ROWS]],
+            "upstream": [dict(u) for u in upstream[:RELATION_ROWS]],
+            "writes": [dict(w) for w in writes],
+            "runs": [dict(r) for r in runs],
+            "truncated": [name for name, was in cut.items() if was],
+        }
+        return respond(schemas.shaped(schemas.Relation, body))
 
     app.router.add_get("/v1/projects/{project}/graph", project_graph)
     app.router.add_get("/v1/runs/{run_id}/graph", run_graph)

@@ -11,6 +11,7 @@ import asyncpg
 from aiohttp import web
 
 from projections import lag
+from services.api import schemas
 from services.api.boundary import page, query, respond
 from shared import contract
 from shared.bus import Bus
@@ -81,7 +82,8 @@ def add_ops_routes(app: web.Application, pool: asyncpg.Pool, bus: Bus) -> None:
         rows, after = want.rows(fetched)
         # The stored bytes as text (invalid UTF-8 replaced): often the reason.
         listed = [{**dict(r), "data": bytes(r["data"]).decode(errors="replace")} for r in rows]
-        return respond({"dead_letters": listed, "next": after})
+        body = {"dead_letters": listed, "next": after}
+        return respond(schemas.shaped(schemas.DeadLetters, body))
 
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/v1/projections", list_projections)

@@ -1,0 +1,259 @@
+"""The API's contract: an OpenAPI 3.1 document generated from the Structs the routes return.
+
+`OPERATIONS` says, per route, which Struct of `services.api.schemas` its success body
+is and which error statuses it answers; the schemas themselves come from
+`msgspec.json.schema_components`, the same types `schemas.shaped` converts every body
+into, so the document and the answers cannot drift apart. A route registered on the
+app without an entry here is still listed, marked as having no published shape.
+`/openapi.json` serves the document, `/docs` a plain page rendered from it.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from typing import NamedTuple, Union
+
+import msgspec
+from aiohttp import web
+
+from services.api import schemas
+from services.api.boundary import MAX_OFFSET
+from shared import events as ev
+from shared.commands import RunCommand
+
+__all__ = ["OPERATIONS", "Operation", "add_openapi_routes", "document", "render_html"]
+
+_REF = "#/components/schemas/{name}"
+_ERRORS = {
+    400: "a parameter or the body is malformed; the message names it",
+    401: "no token, or a token that is unknown, revoked or expired",
+    403: "the token's role or project scope does not allow this",
+    404: "no such resource",
+    409: "the resource is not in a state that allows this; the message says which",
+    413: "the body is larger than the route accepts",
+    500: "an unexpected failure; the API's log says why",
+}
+_PARAMS = {
+    "project": ("path", {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]{0,127}$"}),
+    "run_id": ("path", {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]{0,127}$"}),
+    "key": ("path", {"type": "string", "description": "a relation key, dbt://<wh>/<schema>/<n>"}),
+    "limit": ("query", {"type": "integer", "minimum": 1}),
+    "offset": ("query", {"type": "integer", "minimum": 0, "maximum": MAX_OFFSET}),
+    "after": ("query", {"type": "string", "description": "the last node id of the page before"}),
+    "version": ("query", {"type": "string", "pattern": "^sha256:[0-9a-f]{64}$"}),
+    "projection": ("query", {"type": "string"}),
+    "Last-Event-ID": ("header", {"type": "string", "pattern": "^[0-9]{1,19}$"}),
+}
+_PAGE = ("limit", "offset")
+
+
+class Operation(NamedTuple):
+    """One route as the document describes it."""
+
+    method: str
+    path: str
+    summary: str
+    body: type | None  # the success body's Struct; None for a non-JSON answer
+    status: int = 200
+    params: tuple[str, ...] = ()
+    errors: tuple[int, ...] = (400, 401, 403, 404)
+    media: str = "application/json"
+    request: type | None = None
+    # A stream's events: each server-sent event's data is one of these.
+    items: object = None
+
+
+OPERATIONS = (
+    Operation("GET", "/healthz", "Postgres and NATS reachable, every task alive", schemas.Health,
+              errors=()),
+    Operation("GET", "/v1/runs/{run_id}", "a run with every node, live while it runs",
+              schemas.Run, params=("run_id",)),
+    Operation("GET", "/v1/runs/{run_id}/events",
+              "the run's run and node events as server-sent events: each `id` is the stream"
+              " sequence, `Last-Event-ID` resumes after it, the stream ends with the run",
+              None, params=("run_id", "Last-Event-ID"), media="text/event-stream",
+              items=Union[ev.EVENT_TYPES]),  # noqa: UP007 - a runtime tuple
+    Operation("POST", "/v1/runs/{run_id}/cancel",
+              "cancel a run: a queued one never starts, a running one's dbt is killed",
+              schemas.RunAccepted, status=202, params=("run_id",),
+              errors=(400, 401, 403, 404, 409)),
+    Operation("GET", "/v1/runs/{run_id}/graph", "the graph a run used, a page of nodes",
+              schemas.Graph, params=("run_id", "after", "limit")),
+    Operation("GET", "/v1/projects/{project}/runs", "a project's runs, newest first",
+              schemas.Runs, params=("project", *_PAGE)),
+    Operation("POST", "/v1/projects/{project}/runs", "publish a run command",
+              schemas.RunAccepted, status=202, params=("project",), request=RunCommand),
+    Operation("GET", "/v1/projects/{project}/deploys", "a project's deploys, newest first",
+              schemas.Deploys, params=("project", *_PAGE)),
+    Operation("GET", "/v1/projects/{project}/retry-state",
+              "per principal, the run a retry would resume", schemas.RetryStates,
+              params=("project", *_PAGE)),
+    Operation("GET", "/v1/projects/{project}/environments",
+              "published environment states, with the run that published each",
+              schemas.Environments, params=("project", *_PAGE)),
+    Operation("GET", "/v1/projects/{project}/graph", "the latest (or `version`) graph, a page",
+              schemas.Graph, params=("project", "version", "after", "limit")),
+    Operation("GET", "/v1/relations/{key}",
+              "producers, readers, writes and the runs that built one relation", schemas.Relation,
+              params=("key",)),
+    Operation("GET", "/v1/projections", "each projection's checkpoint, lag and dead letters",
+              schemas.Lags, errors=(401, 403)),
+    Operation("GET", "/v1/dead-letters", "events a projection could not apply",
+              schemas.DeadLetters, params=("projection", *_PAGE), errors=(400, 401, 403)),
+    Operation("GET", "/metrics", "/v1/projections in Prometheus text format", None,
+              errors=(401, 403), media="text/plain"),
+)  # fmt: skip
+_PUBLIC = {"/healthz", "/openapi.json", "/docs"}
+
+
+def _parameter(name: str) -> dict:
+    where, schema = _PARAMS[name]
+    return {"name": name, "in": where, "required": where == "path", "schema": schema}
+
+
+def _content(media: str, ref: dict | None) -> dict:
+    return {media: {"schema": ref if ref is not None else {"type": "string"}}}
+
+
+def _event(data: dict) -> dict:
+    """A server-sent event: `id` the stream sequence, `event` family.kind, `data` the JSON of
+    the event as published (`contentSchema` says its shape)."""
+    return {
+        "type": "object",
+        "required": ["id", "event", "data"],
+        "properties": {
+            "id": {"type": "string", "pattern": "^[0-9]+$"},
+            "event": {"type": "string"},
+            "data": {
+                "type": "string",
+                "contentMediaType": "application/json",
+                "contentSchema": data,
+            },
+        },
+    }
+
+
+def _operation(op: Operation, refs: dict[type, dict]) -> dict:
+    shape = refs.get(op.body) if op.items is None else _event(refs[op.items])
+    ok = {"description": op.summary, "content": _content(op.media, shape)}
+    responses = {str(op.status): ok}
+    if op.path == "/healthz":
+        responses["503"] = {"description": "a part is down; `problems` names it", **ok}
+    for status in (*op.errors, 500):
+        if op.path in _PUBLIC and status in (401, 403):
+            continue
+        err = {"application/json": {"schema": refs[schemas.ApiError]}}
+        responses[str(status)] = {"description": _ERRORS[status], "content": err}
+    out = {
+        "summary": op.summary,
+        "operationId": re.sub(r"[^a-zA-Z0-9]+", "_", f"{op.method} {op.path}").strip("_"),
+        "parameters": [_parameter(p) for p in op.params],
+        "responses": responses,
+    }
+    if op.request is not None:
+        out["requestBody"] = {
+            "required": True,
+            "content": {"application/json": {"schema": refs[op.request]}},
+        }
+    if op.path in _PUBLIC:
+        out["security"] = []
+    return out
+
+
+def _undescribed(method: str, path: str) -> dict:
+    """A route registered without an entry in OPERATIONS: listed, its body not described."""
+    params = [
+        {"name": p, "in": "path", "required": True, "schema": {"type": "string"}}
+        for p in re.findall(r"{([^}:]+)", path)
+    ]
+    return {
+        "summary": "(no published response shape yet)",
+        "parameters": params,
+        "responses": {"default": {"description": "see the README"}},
+    }
+
+
+def document(app: web.Application | None = None) -> dict:
+    """The OpenAPI 3.1 document: OPERATIONS, and every other route of `app` listed bare."""
+    types = [schemas.ApiError, *{op.body for op in OPERATIONS if op.body is not None}]
+    types += [op.request for op in OPERATIONS if op.request is not None]
+    types += [op.items for op in OPERATIONS if op.items is not None]
+    generated, components = msgspec.json.schema_components(types, ref_template=_REF)
+    refs = dict(zip(types, generated, strict=True))
+    paths: dict[str, dict] = {}
+    for op in OPERATIONS:
+        paths.setdefault(op.path, {})[op.method.lower()] = _operation(op, refs)
+    for route in app.router.routes() if app is not None else ():
+        path = route.resource.canonical if route.resource is not None else ""
+        method = route.method.lower()
+        if not path.startswith(("/v1/", "/metrics")) or method == "head":
+            continue
+        paths.setdefault(path, {}).setdefault(method, _undescribed(method, path))
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "jetdbt query API",
+            "version": "1",
+            "description": "Commands in, projections out. Every route but /healthz takes"
+            " `Authorization: Bearer <token>`; every list is a page whose `next` says how to"
+            ' ask for the following one. Errors are `{"error": ...}` naming what is wrong.',
+        },
+        "paths": dict(sorted(paths.items())),
+        "components": {
+            "schemas": components,
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+        "security": [{"bearer": []}],
+    }
+
+
+def render_html(doc: dict) -> str:
+    """A readable page of the document: each operation, its parameters and its answers."""
+    esc = html.escape
+    parts = [
+        "<!doctype html><meta charset=utf-8><title>jetdbt API</title>",
+        "<style>body{font:14px system-ui;margin:2em;max-width:60em}code{background:#eee}"
+        "h2{font-size:1em;margin-top:1.5em}</style>",
+        f"<h1>{esc(doc['info']['title'])}</h1><p>{esc(doc['info']['description'])}</p>",
+        "<p>The machine-readable contract: <a href=/openapi.json>/openapi.json</a>"
+        " (OpenAPI 3.1).</p>",
+    ]
+    for path, ops in doc["paths"].items():
+        for method, op in ops.items():
+            parts.append(f"<h2><code>{esc(method.upper())} {esc(path)}</code></h2>")
+            parts.append(f"<p>{esc(op['summary'])}</p><ul>")
+            for p in op["parameters"]:
+                parts.append(f"<li>{esc(p['in'])} <code>{esc(p['name'])}</code></li>")
+            for status, answer in op["responses"].items():
+                shapes = [
+                    c["schema"].get("$ref", "").rsplit("/", 1)[-1] or c["schema"].get("type", "")
+                    for c in answer.get("content", {}).values()
+                ]
+                parts.append(
+                    f"<li>{esc(status)}: {esc(answer['description'])}"
+                    f" <code>{esc(', '.join(shapes))}</code></li>"
+                )
+            parts.append("</ul>")
+    return "\n".join(parts)
+
+
+def add_openapi_routes(app: web.Application) -> None:
+    """Serve the document of `app` as it is when the app starts (every route registered)."""
+    cached: dict[str, bytes] = {}
+
+    def built() -> dict[str, bytes]:
+        if not cached:
+            doc = document(app)
+            cached["json"] = msgspec.json.encode(doc)
+            cached["html"] = render_html(doc).encode()
+        return cached
+
+    async def openapi_json(request: web.Request) -> web.Response:
+        return web.Response(body=built()["json"], content_type="application/json")
+
+    async def docs(request: web.Request) -> web.Response:
+        return web.Response(body=built()["html"], content_type="text/html", charset="utf-8")
+
+    app.router.add_get("/openapi.json", openapi_json)
+    app.router.add_get("/docs", docs)

@@ -1,0 +1,377 @@
+"""The shapes the query API answers with: one Struct per response body.
+
+Routes build their bodies from projection rows and encode them through `shaped`,
+which converts the body into its Struct: a field a route renames, drops or adds
+without changing the Struct here is a 500 that the contract test catches, never a
+silent change of the API. `/openapi.json` is generated from these same Structs
+(services/api/openapi.py), so the published contract is what the routes send.
+Every Struct forbids unknown fields, so the document says `additionalProperties:
+false` and a client may rely on the field list.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import msgspec
+
+from projections.lag import Lags
+from shared.graph import Column, TypedColumn
+
+__all__ = [
+    "ApiError",
+    "ColumnEdge",
+    "DbtProducer",
+    "DeadLetter",
+    "DeadLetters",
+    "DeclaredProducer",
+    "DeclaredWrite",
+    "Deploy",
+    "Deploys",
+    "Edge",
+    "Environment",
+    "Environments",
+    "Graph",
+    "GraphNode",
+    "Health",
+    "Lags",
+    "NextAfter",
+    "NextOffset",
+    "Reader",
+    "Relation",
+    "RelationNode",
+    "RelationRun",
+    "RelationWrite",
+    "RetryState",
+    "RetryStates",
+    "Run",
+    "RunAccepted",
+    "RunNode",
+    "RunSummary",
+    "Runs",
+    "Upstream",
+    "shaped",
+]
+
+
+class _Body(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    pass
+
+
+def shaped(schema: type, body: Any) -> Any:
+    """`body` (dicts, lists, rows' values) as a `schema`; raises msgspec.ValidationError
+    naming the field when the route's body and the published shape differ."""
+    return msgspec.convert(body, schema)
+
+
+class ApiError(_Body):
+    """Every 4xx and 5xx: what was wrong, naming the parameter or the resource."""
+
+    error: str
+
+
+class Health(_Body):
+    ok: bool
+    nats: bool
+    problems: list[str]
+
+
+class NextOffset(_Body):
+    """The query of the following page."""
+
+    offset: int
+
+
+class NextAfter(_Body):
+    """The query of a graph's following page: the last node id read."""
+
+    after: str
+
+
+class RunNode(_Body):
+    """One node of a run, live while the run goes: its dbt status and stable outcome."""
+
+    unique_id: str
+    resource_type: str | None
+    name: str | None
+    relation: str | None
+    status: str
+    outcome: str | None
+    message: str | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    execution_time: float | None
+    rows_affected: int | None
+    failures: int | None
+    round: int
+    attempt: int
+
+
+class RunSummary(_Body):
+    """A run as listed: the command as submitted, the node counts, no nodes."""
+
+    run_id: str
+    project: str
+    status: str
+    command: dict[str, Any] | None
+    requested_by: str | None
+    requested_at: datetime | None
+    hidden: bool
+    attempt: int
+    lost_attempts: list[int]
+    version: str | None
+    runner: str | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    refused_reason: str | None
+    totals: dict[str, int] | None
+    nodes_started: int
+    nodes_finished: int
+    # Who asked, once identity is recorded: the principal's team and the door it came in by.
+    team: str | None = None
+    door: str | None = None
+    # While it waits to start (status `queued`): why, its place in its queues (1: next),
+    # when the wait began; once started, how long it waited.
+    queue_reason: str | None = None
+    queue_position: int | None = None
+    queued_at: datetime | None = None
+    queued_seconds: float | None = None
+    # The run's whole log once kept (an object named for the run), until retention prunes it.
+    log_object: str | None = None
+    log_lines: int | None = None
+    log_bytes: int | None = None
+    files_pruned_at: datetime | None = None
+    # The run's kept log (objects named log/<run_id>), and when retention removed its files
+    # (kept log, run_results, manifest); a pruned run keeps its status, result and nodes.
+    log_object: str | None = None
+    log_lines: int | None = None
+    log_bytes: int | None = None
+    files_pruned_at: datetime | None = None
+
+
+class Run(RunSummary, kw_only=True, forbid_unknown_fields=True):
+    """A run with every node; `result` is the stored result without its nodes."""
+
+    result: dict[str, Any] | None
+    nodes: list[RunNode]
+
+
+class Runs(_Body):
+    project: str
+    runs: list[RunSummary]
+    next: NextOffset | None
+
+
+class RunAccepted(_Body):
+    """A run command published: follow it with this run id."""
+
+    run_id: str
+    project: str
+
+
+class Deploy(_Body):
+    deploy_id: str
+    status: str
+    version: str | None
+    manifest_digest: str | None
+    engine: str | None
+    engine_version: str | None
+    adapter: str | None
+    adapter_version: str | None
+    skipped: list[Any] | None
+    reason: str | None
+    requested_by: str | None
+    at: datetime
+
+
+class Deploys(_Body):
+    project: str
+    deploys: list[Deploy]
+    next: NextOffset | None
+
+
+class RetryState(_Body):
+    principal: str
+    run_id: str
+    attempt: int
+    version: str
+    command: dict[str, Any]
+    args: dict[str, Any]
+    saved_at: datetime
+
+
+class RetryStates(_Body):
+    project: str
+    retry_state: list[RetryState]
+    next: NextOffset | None
+
+
+class Environment(_Body):
+    warehouse: str
+    target: str
+    schema: str
+    database: str
+    run_id: str
+    version: str
+    manifest_digest: str
+    has_run_results: bool
+    published_at: datetime
+
+
+class Environments(_Body):
+    project: str
+    environments: list[Environment]
+    next: NextOffset | None
+
+
+class DeclaredWrite(_Body):
+    """The latest write another system declared on a relation."""
+
+    producer: str
+    status: str
+    row_count: int | None
+    written_at: datetime
+
+
+class GraphNode(_Body):
+    unique_id: str
+    resource_type: str
+    name: str
+    package: str
+    relation: str | None
+    owned: bool
+    materialized: str | None
+    tags: list[str]
+    description: str
+    columns: list[Column]
+    column_schema: list[TypedColumn] | None
+    test_severity: str | None
+    test_kind: str | None
+    attached_node: str | None
+    raw_code: str
+    declared_writes: list[DeclaredWrite]
+
+
+class Edge(_Body):
+    parent: str
+    child: str
+    kind: str
+
+
+class ColumnEdge(_Body):
+    from_node: str
+    from_column: str
+    to_node: str
+    to_column: str
+    lineage_kind: str
+
+
+class Graph(_Body):
+    """A page of a graph's nodes, with the edges whose child is in the page."""
+
+    project: str
+    version: str
+    scope: str
+    graph_digest: str
+    content_digest: str
+    relation_root: str
+    default_database: str | None
+    principal: str
+    ingested_at: datetime
+    run_id: str | None
+    nodes: list[GraphNode]
+    edges: list[Edge]
+    column_edges: list[ColumnEdge]
+    next: NextAfter | None
+    # A run's graph only: true when the run stored no snapshot and its version's is served.
+    fallback: bool | msgspec.UnsetType = msgspec.UNSET
+
+
+class RelationNode(_Body):
+    project: str
+    version: str
+    unique_id: str
+    resource_type: str
+    name: str
+    owned: bool
+    materialized: str | None
+
+
+class DbtProducer(_Body, tag_field="kind", tag="dbt"):
+    project: str
+    unique_id: str
+
+
+class DeclaredProducer(_Body, tag_field="kind", tag="declared"):
+    producer: str
+    last_write: DeclaredWrite
+
+
+class Reader(_Body):
+    """A node that reads the relation (downstream), through one of the relation's nodes."""
+
+    project: str
+    unique_id: str
+    resource_type: str
+    name: str
+    relation: str | None
+    reads_through: str
+
+
+class Upstream(_Body):
+    """A node a producer of the relation reads (a model, a seed, a source)."""
+
+    project: str
+    unique_id: str
+    resource_type: str
+    name: str
+    relation: str | None
+
+
+class RelationWrite(_Body):
+    producer: str
+    status: str
+    row_count: int | None
+    written_at: datetime
+    refused_reason: str | None
+
+
+class RelationRun(_Body):
+    """A run whose node built the relation: the latest WRITES_SHOWN, unfinished ones first."""
+
+    run_id: str
+    project: str
+    unique_id: str
+    status: str
+    outcome: str | None
+    finished_at: datetime | None
+
+
+class Relation(_Body):
+    """Who produces and who reads one relation; `truncated` names the lists that were cut."""
+
+    relation: str
+    nodes: list[RelationNode]
+    producers: list[DbtProducer | DeclaredProducer]
+    readers: list[Reader]
+    upstream: list[Upstream]
+    writes: list[RelationWrite]
+    runs: list[RelationRun]
+    truncated: list[str]
+
+
+class DeadLetter(_Body):
+    id: int
+    projector: str
+    stream_seq: int
+    subject: str
+    error: str
+    failed_at: datetime
+    data: str
+    data_size: int
+
+
+class DeadLetters(_Body):
+    dead_letters: list[DeadLetter]
+    next: NextOffset | None

@@ -1,0 +1,58 @@
+"""The run viewer's static files under /ui, on the API's own port.
+
+The files hold no data: every page reads the API with the caller's bearer token, so
+they are served without one. `make ui` builds them into ui/dist (esbuild bundles the
+layout libraries in: nothing is fetched from elsewhere at run time). A stack started
+from a checkout without the build answers /ui with a 503 naming the command.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from aiohttp import web
+
+from services.api.boundary import error
+
+__all__ = ["DIST", "add_ui_routes", "viewer_url"]
+
+DIST = Path(__file__).resolve().parent.parent.parent / "ui" / "dist"
+# The page's own script and style: nothing else is served from DIST.
+_ASSETS = {"app.js": "text/javascript", "app.js.map": "application/json", "style.css": "text/css"}
+_NOT_BUILT = "the run viewer is not built: run `make ui` (node and npm), then reload"
+
+
+def viewer_url(api_url: str, run_id: str | None = None) -> str:
+    """Where a person opens the viewer: a run's page, or the list of projects."""
+    return f"{api_url}/ui/#/runs/{run_id}" if run_id else f"{api_url}/ui/"
+
+
+def add_ui_routes(app: web.Application, dist: Path = DIST) -> None:
+    def read(name: str) -> web.Response:
+        try:
+            body = (dist / name).read_bytes()
+        except FileNotFoundError:
+            return error(503, _NOT_BUILT)
+        kind = _ASSETS.get(name, "text/html")
+        return web.Response(
+            body=body,
+            content_type=kind,
+            charset="utf-8" if kind != "application/json" else None,
+            headers={"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"},
+        )
+
+    async def index(request: web.Request) -> web.Response:
+        if request.path == "/ui":
+            raise web.HTTPFound("/ui/")
+        return read("index.html")
+
+    def asset(name: str):
+        async def serve(request: web.Request) -> web.Response:
+            return read(name)
+
+        return serve
+
+    app.router.add_get("/ui", index)
+    app.router.add_get("/ui/", index)
+    for name in _ASSETS:
+        app.router.add_get(f"/ui/{name}", asset(name))
