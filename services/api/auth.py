@@ -19,6 +19,7 @@ import msgspec
 from aiohttp import hdrs, web
 
 from services.api.boundary import error, path
+from services.api.ui_routes import UI_PATHS
 from shared import identity
 
 __all__ = [
@@ -31,7 +32,9 @@ __all__ = [
     "token_of",
 ]
 
-PUBLIC = frozenset({"/healthz"})
+# The viewer's files and the API's contract hold no data: a browser loads them before it
+# has a token (the viewer then sends one with every data call).
+PUBLIC = frozenset({"/healthz", "/openapi.json", "/docs", *UI_PATHS})
 METHOD_ROLES = {"GET": "viewer", "HEAD": "viewer", "POST": "runner"}
 ROUTE_ROLES = {
     # Dead letters hold raw events of every project.

@@ -18,6 +18,7 @@ import msgspec
 from aiohttp import web
 
 from services.api import schemas
+from services.api.auth import PUBLIC
 from services.api.boundary import MAX_OFFSET
 from shared import events as ev
 from shared.commands import RunCommand
@@ -104,7 +105,6 @@ OPERATIONS = (
     Operation("GET", "/metrics", "/v1/projections in Prometheus text format", None,
               errors=(401, 403), media="text/plain"),
 )  # fmt: skip
-_PUBLIC = {"/healthz", "/openapi.json", "/docs"}
 
 
 def _parameter(name: str) -> dict:
@@ -141,7 +141,7 @@ def _operation(op: Operation, refs: dict[type, dict]) -> dict:
     if op.path == "/healthz":
         responses["503"] = {"description": "a part is down; `problems` names it", **ok}
     for status in (*op.errors, 500):
-        if op.path in _PUBLIC and status in (401, 403):
+        if op.path in PUBLIC and status in (401, 403):
             continue
         err = {"application/json": {"schema": refs[schemas.ApiError]}}
         responses[str(status)] = {"description": _ERRORS[status], "content": err}
@@ -156,7 +156,7 @@ def _operation(op: Operation, refs: dict[type, dict]) -> dict:
             "required": True,
             "content": {"application/json": {"schema": refs[op.request]}},
         }
-    if op.path in _PUBLIC:
+    if op.path in PUBLIC:
         out["security"] = []
     return out
 

@@ -183,6 +183,8 @@ class Deploy(_Body):
     reason: str | None
     requested_by: str | None
     at: datetime
+    team: str | None = None  # the deployer's team, and the door its command came in by
+    door: str | None = None
 
 
 class Deploys(_Body):

@@ -14,11 +14,13 @@ from aiohttp import web
 
 from services.api.boundary import error
 
-__all__ = ["DIST", "add_ui_routes", "viewer_url"]
+__all__ = ["DIST", "UI_PATHS", "add_ui_routes", "viewer_url"]
 
 DIST = Path(__file__).resolve().parent.parent.parent / "ui" / "dist"
 # The page's own script and style: nothing else is served from DIST.
 _ASSETS = {"app.js": "text/javascript", "app.js.map": "application/json", "style.css": "text/css"}
+# Every route this module serves (the auth middleware lets them through without a token).
+UI_PATHS = ("/ui", "/ui/", *(f"/ui/{name}" for name in _ASSETS))
 _NOT_BUILT = "the run viewer is not built: run `make ui` (node and npm), then reload"
 
 
@@ -52,7 +54,6 @@ def add_ui_routes(app: web.Application, dist: Path = DIST) -> None:
 
         return serve
 
-    app.router.add_get("/ui", index)
-    app.router.add_get("/ui/", index)
-    for name in _ASSETS:
-        app.router.add_get(f"/ui/{name}", asset(name))
+    for route in UI_PATHS:
+        name = route.removeprefix("/ui").lstrip("/")
+        app.router.add_get(route, asset(name) if name else index)
