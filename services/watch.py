@@ -1,21 +1,41 @@
-"""Live per-model progress in a terminal: a bar with counts, one line per finished node."""
+"""Following a run in a terminal: what its events say so far, and the plain output.
+
+`Tally` folds a run's events into what a display shows (counts by outcome, the nodes
+running now, why it waits). `Progress` prints plain lines, one per started run and
+finished node: the output for a pipe, a CI log or `NO_COLOR`, which scripts read, so its
+lines do not change. The live display for a terminal (services/cli/display.py) reads the
+same Tally; `styled` decides which one a stream gets.
+"""
 
 from __future__ import annotations
 
+import os
 import sys
+import time
 
 from shared import events as ev
 
-__all__ = ["Progress", "result_table", "planned_nodes"]
+__all__ = ["Tally", "Progress", "result_table", "planned_nodes", "styled", "MARK", "ORDER"]
 
 _EXECUTED = {"model", "seed", "snapshot", "test", "unit_test"}
 
+# The word each outcome is shown by, in every display.
+MARK = {"passed": "ok", "failed": "FAIL", "warned": "WARN", "skipped": "skip", "no_op": "no-op"}
+# The result's order: what needs a look first.
+ORDER = {"failed": 0, "warned": 1, "skipped": 2, "unknown": 3, "no_op": 4, "passed": 5}
 
-def _short(name: str, width: int = 48) -> str:
+
+def styled(stream) -> bool:
+    """Colours and a live area only for a terminal, and never under NO_COLOR (any value,
+    as no-color.org asks) or TERM=dumb."""
+    if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
+        return False
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty())
+
+
+def short(name: str, width: int = 48) -> str:
     return name if len(name) <= width else name[: width - 1] + "…"
-
-
-_MARK = {"passed": "ok", "failed": "FAIL", "warned": "WARN", "skipped": "skip", "no_op": "no-op"}
 
 
 def planned_nodes(manifest: dict) -> int:
@@ -30,81 +50,117 @@ def planned_nodes(manifest: dict) -> int:
     return count + len(manifest.get("unit_tests", {}))
 
 
-class Progress:
-    def __init__(self, total: int | None = None, out=None):
-        self.out = out or sys.stdout
+class Tally:
+    """What a run's events say so far. A node retried in a later round counts once, with
+    its latest outcome."""
+
+    def __init__(self, total: int | None = None):
         self.total = total
-        self.running: set[str] = set()
-        self.finished = 0
-        self.tty = self.out.isatty()
+        self.began = time.monotonic()
+        self.running: dict[str, ev.NodeStarted] = {}
+        self.outcomes: dict[str, str] = {}
+        self.queued: ev.RunQueued | None = None
+        self.attempt = 0
+        self.heard = False  # an event of the run came back: its command reached the bus
 
-    def _bar(self) -> str:
-        width = 30
-        if self.total:
-            filled = min(width, width * self.finished // self.total)
-            counts = f"{self.finished}/{self.total}"
-        else:
-            filled, counts = 0, f"{self.finished} finished"
-        return f"[{'#' * filled}{'.' * (width - filled)}] {counts} · {len(self.running)} running"
+    @property
+    def finished(self) -> int:
+        return len(self.outcomes)
 
-    def _clear(self) -> None:
-        if self.tty:
-            self.out.write("\r\033[K")
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for outcome in self.outcomes.values():
+            out[outcome] = out.get(outcome, 0) + 1
+        return dict(sorted(out.items(), key=lambda kv: ORDER.get(kv[0], 9)))
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.began
+
+    def apply(self, event: ev.Event) -> None:
+        self.heard = True
+        if isinstance(event, ev.RunQueued):
+            self.queued = event
+        elif isinstance(event, ev.RunStarted):
+            self.queued, self.attempt = None, event.attempt
+            self.running.clear()  # a lost attempt's nodes are not running any more
+        elif isinstance(event, ev.NodeStarted):
+            self.running[event.unique_id] = event
+        elif isinstance(event, ev.NodeFinished):
+            self.running.pop(event.node.unique_id, None)
+            self.outcomes[event.node.unique_id] = event.node.outcome
+
+
+def started_line(event: ev.RunStarted) -> str:
+    return f"run {event.run_id} started (attempt {event.attempt}) on {event.runner}"
+
+
+def lost_line(event: ev.RunAttemptLost) -> str:
+    return f"attempt {event.attempt} was lost; running again"
+
+
+def queued_line(event: ev.RunQueued) -> str:
+    return f"run {event.run_id} queued: {event.reason} (position {event.position})"
+
+
+def seconds(value: float | None) -> str:
+    return "" if value is None else f"{value:.2f}s"
+
+
+class Progress:
+    """Plain lines, one per event worth a line; flushed at once so a pipe shows them live."""
+
+    def __init__(self, tally: Tally, out=None):
+        self.tally = tally
+        self.out = out or sys.stdout
 
     async def on_event(self, event: ev.Event) -> None:
+        self.tally.apply(event)
         if isinstance(event, ev.RunStarted):
-            print(
-                f"run {event.run_id} started (attempt {event.attempt}) on {event.runner}",
-                file=self.out,
-            )
+            line = started_line(event)
         elif isinstance(event, ev.RunAttemptLost):
-            print(f"attempt {event.attempt} was lost; running again", file=self.out)
-        elif isinstance(event, ev.NodeStarted):
-            self.running.add(event.unique_id)
+            line = lost_line(event)
+        elif isinstance(event, ev.RunQueued):
+            line = queued_line(event)
         elif isinstance(event, ev.NodeFinished):
             n = event.node
-            self.running.discard(n.unique_id)
-            self.finished += 1
-            self._clear()
-            seconds = f"{n.execution_time:.2f}s" if n.execution_time is not None else ""
-            print(
-                f"  {_MARK.get(n.outcome, n.outcome):>5}  {n.resource_type:<9} {_short(n.name):<48}"
-                f" {seconds:>8}",
-                file=self.out,
+            line = (
+                f"  {MARK.get(n.outcome, n.outcome):>5}  {n.resource_type:<9} {short(n.name):<48}"
+                f" {seconds(n.execution_time):>8}"
             )
         else:
             return
-        if self.tty:
-            self.out.write(self._bar())
-        self.out.flush()
+        print(line, file=self.out, flush=True)
 
-    def done(self) -> None:
-        if self.tty:
-            self._clear()
-            self.out.flush()
+    def stop(self) -> None:
+        """Nothing to take down: plain lines stay as they were printed."""
+
+
+def sorted_nodes(result: ev.RunResult) -> list[ev.NodeResult]:
+    return sorted(result.nodes, key=lambda n: (ORDER.get(n.outcome, 9), n.unique_id))
+
+
+def totals_line(result: ev.RunResult) -> str:
+    totals = ", ".join(f"{k}={v}" for k, v in result.totals.items() if v) or "no nodes"
+    return (
+        f"{result.status.upper()}: {totals} ({result.engine} {result.engine_version},"
+        f" warehouse {result.warehouse}, target {result.target})"
+    )
 
 
 def result_table(result: ev.RunResult) -> str:
     """A compact table of every node's outcome, failures first, then the totals."""
-    order = {"failed": 0, "warned": 1, "skipped": 2, "unknown": 3, "no_op": 4, "passed": 5}
-    rows = sorted(result.nodes, key=lambda n: (order.get(n.outcome, 9), n.unique_id))
     lines = [f"{'outcome':<8} {'dbt status':<12} {'type':<9} {'node':<48} {'rows':>6} {'time':>7}"]
-    for n in rows:
+    for n in sorted_nodes(result):
         rows_affected = "" if n.rows_affected is None else str(n.rows_affected)
-        seconds = "" if n.execution_time is None else f"{n.execution_time:.2f}s"
         lines.append(
-            f"{n.outcome:<8} {n.status:<12} {n.resource_type:<9} {_short(n.name):<48}"
-            f" {rows_affected:>6} {seconds:>7}"
+            f"{n.outcome:<8} {n.status:<12} {n.resource_type:<9} {short(n.name):<48}"
+            f" {rows_affected:>6} {seconds(n.execution_time):>7}"
         )
         if n.outcome in ("failed", "warned") and n.message:
             lines.append(f"{'':<8} └ {n.message.splitlines()[0][:100]}")
     if not result.nodes:
         lines.append("(the selection matched no nodes: nothing to build)")
-    totals = ", ".join(f"{k}={v}" for k, v in result.totals.items() if v) or "no nodes"
-    lines.append(
-        f"{result.status.upper()}: {totals} ({result.engine} {result.engine_version},"
-        f" warehouse {result.warehouse}, target {result.target})"
-    )
+    lines.append(totals_line(result))
     if result.deferred_to:
         lines.append(f"deferred to the state published by run {result.deferred_to}")
     if result.error:

@@ -20,7 +20,7 @@ from services.cli.common import (
     endpoints,
     open_bus,
 )
-from services.watch import Progress, planned_nodes, result_table
+from services.watch import Progress, Tally, planned_nodes, result_table, styled
 from shared import bundle, subjects
 from shared import events as ev
 from shared.bus import Bus
@@ -148,27 +148,66 @@ async def _waited(waiting, seconds: float, what: str):
         ) from None
 
 
+def _follower(tally: Tally, watch: bool, out):
+    """What shows the run's events: nothing, plain lines, or the live display."""
+    if not watch:
+        return None
+    if not styled(out):
+        return Progress(tally, out)
+    from services.cli.display import LiveProgress, console_for
+
+    return LiveProgress(tally, console_for(out))
+
+
+def _detached(run_id: str, tally: Tally) -> None:
+    """Ctrl-C stops the following, never the run: say so, and how to reach it again."""
+    goes_on = (
+        "the run goes on"
+        if tally.heard
+        else "the run goes on if its command reached the bus (status tells)"
+    )
+    print(
+        f"\njetdbt: stopped following run {run_id}; {goes_on}.\n"
+        f"  follow it: jetdbt status {run_id}\n"
+        f"  cancel it: jetdbt cancel {run_id}",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
 async def _follow(args, settings: Settings, project: str, command: RunCommand) -> int:
     """Publish, follow to the end, print; the same output contract for run and retry."""
     if not command.run_id:  # chosen here, so a message about the run can name it
         command = msgspec.structs.replace(command, run_id=uuid.uuid4().hex)
+    _, api_url = endpoints(settings)
     bus = await open_bus(settings)
+    tally = Tally()
+    follower = None
+
+    async def on_event(event: ev.Event) -> None:
+        if follower is None:
+            tally.apply(event)
+        else:
+            await follower.on_event(event)
+
     try:
-        progress = None
-        if args.watch:
-            planned = None
-            if isinstance(command.command, BuildCommand):
-                planned = await _planned(bus, project, command.command)
-            progress = Progress(planned, out=sys.stderr if args.json else sys.stdout)
+        if args.watch and isinstance(command.command, BuildCommand):
+            tally.total = await _planned(bus, project, command.command)
+        follower = _follower(tally, args.watch, sys.stderr if args.json else sys.stdout)
         final = await _waited(
-            client.run(bus, project, command, on_event=progress.on_event if progress else None),
+            client.run(bus, project, command, on_event=on_event),
             args.timeout,
             f"run {command.run_id} of project {project!r}",
         )
+    except asyncio.CancelledError:  # Ctrl-C: asyncio.run cancels this task
+        if follower:
+            follower.stop()
+        _detached(command.run_id, tally)
+        raise
     finally:
+        if follower:
+            follower.stop()
         await bus.close()
-    if progress:
-        progress.done()
     if isinstance(final, ev.RunRefused):
         if args.json:
             print(
@@ -188,6 +227,10 @@ async def _follow(args, settings: Settings, project: str, command: RunCommand) -
     if args.json:
         body = {"run_id": final.run_id, "project": project, **msgspec.to_builtins(result)}
         print(msgspec.json.encode(body).decode())
+    elif styled(sys.stdout):
+        from services.cli.display import console_for, print_result
+
+        print_result(console_for(sys.stdout), result, final.run_id, api_url)
     else:
         print(result_table(result))
         print(f"run id: {final.run_id}")

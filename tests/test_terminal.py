@@ -1,0 +1,321 @@
+"""The terminal as a dbt user sees it: the CLI under a pseudo-terminal (pexpect) against a
+real stack, what it printed rendered by a terminal emulator (pyte) and read off the screen."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pexpect
+import pyte
+import pytest
+
+from tests.gate import add_gate
+from tests.helpers import JETDBT, cli_env, get_json, jetdbt, wait_for
+
+ROWS = 200  # tall enough that nothing scrolls off: the whole session stays on the screen
+# The live area's counts: "12/23  10 passed  2 running  0:05" (or "3 finished" unplanned).
+PROGRESS = re.compile(r"\d+(/\d+| finished)\b.*\d+ running\b")
+NODE_LINE = re.compile(r"^\s+(ok|FAIL|WARN|skip|no-op)\s+(model|seed|test|snapshot)\s+(\S+)")
+ESCAPE = b"\x1b"
+
+
+def _terminal_env(env: dict) -> dict:
+    """A colour terminal whose size is the pty's: what the environment says about colour or
+    width is taken out, so the test decides it."""
+    drop = ("NO_COLOR", "FORCE_COLOR", "COLUMNS", "LINES", "TERM", "CLICOLOR_FORCE")
+    return {**{k: v for k, v in env.items() if k not in drop}, "TERM": "xterm-256color"}
+
+
+class Terminal:
+    """A program on a pseudo-terminal of `cols` columns, its output fed to pyte as it comes."""
+
+    def __init__(self, argv: list[str], env: dict, cols: int, rows: int = ROWS):
+        self.screen = pyte.Screen(cols, rows)
+        self.stream = pyte.ByteStream(self.screen)
+        self.raw = bytearray()
+        self.child = pexpect.spawn(argv[0], argv[1:], env=env, dimensions=(rows, cols))
+        self.eof = False
+        self.most_progress_lines = 0  # the most progress lines the screen ever held at once
+
+    def _read(self, timeout: float) -> None:
+        try:
+            data = self.child.read_nonblocking(1 << 16, timeout)
+        except pexpect.TIMEOUT:
+            return
+        except pexpect.EOF:
+            self.eof = True
+            return
+        self.raw += data
+        self.stream.feed(data)
+        self.most_progress_lines = max(self.most_progress_lines, self.progress_lines())
+
+    async def pump(self, timeout: float = 0.1) -> None:
+        """Read what the program wrote (off the event loop: the stack runs on it)."""
+        await asyncio.to_thread(self._read, timeout)
+
+    async def until(self, predicate, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            if self.eof:
+                raise AssertionError("the program ended first:\n" + self.text())
+            if time.monotonic() > deadline:
+                raise AssertionError("timed out; the screen:\n" + self.text())
+            await self.pump()
+
+    async def finish(self, timeout: float = 300) -> int:
+        deadline = time.monotonic() + timeout
+        while not self.eof:
+            assert time.monotonic() < deadline, "the program did not end:\n" + self.text()
+            await self.pump()
+        self.child.close()
+        return self.child.exitstatus if self.child.exitstatus is not None else -1
+
+    def lines(self) -> list[str]:
+        return [line.rstrip() for line in self.screen.display]
+
+    def text(self) -> str:
+        return "\n".join(self.lines()).rstrip()
+
+    def progress_lines(self) -> int:
+        return sum(len(PROGRESS.findall(line)) for line in self.lines())
+
+    def colour_of(self, word: str) -> str | None:
+        """The foreground colour of the first screen cell where `word` starts a cell run."""
+        for y, line in enumerate(self.lines()):
+            x = line.find(word)
+            if x >= 0:
+                return self.screen.buffer[y][x].fg
+        return None
+
+
+def _running_line(term: Terminal) -> str | None:
+    return next((line for line in term.lines() if line.startswith("running: ")), None)
+
+
+def _shows(shown: str, name: str) -> bool:
+    """`shown` is `name`, or `name` cut with an ellipsis to fit the width."""
+    return shown == name or (shown.endswith("…") and name.startswith(shown[:-1]))
+
+
+def _node_lines(lines: list[str]) -> list[str]:
+    """The names on finished-node lines, above the result table."""
+    head = next((i for i, line in enumerate(lines) if line.split()[:2] == ["outcome", "dbt"]), None)
+    return [m.group(3) for line in lines[:head] if (m := NODE_LINE.match(line))]
+
+
+def _keep_screen(term: Terminal, name: str) -> None:
+    """With JETDBT_SCREENS=DIR, the rendered screen is written there (the README quotes it)."""
+    if folder := os.environ.get("JETDBT_SCREENS"):
+        (Path(folder) / f"{name}.txt").write_text(term.text() + "\n")
+
+
+@pytest.fixture
+async def gated(stack, project_copy, tmp_path):
+    """The example project with a model that holds the build open until `release` exists."""
+    release = tmp_path / "release"
+    add_gate(project_copy, release)
+    deployed = await jetdbt(stack, "deploy", str(project_copy))
+    assert deployed.returncode == 0, deployed.stderr
+    return release
+
+
+@pytest.mark.dbt
+@pytest.mark.parametrize("cols", [80, 160])
+async def test_live_display_redraws_in_place_and_ends_in_the_result(stack, gated, cols):
+    env = _terminal_env(cli_env(stack))
+    argv = [JETDBT, "run", "jaffle_shop", "--watch", "--run-id", f"live{cols}"]
+    term = Terminal([*argv, "--vars", "{fail_error_test: true}"], env, cols)
+    try:
+        await term.until(lambda: "gate" in (_running_line(term) or ""))
+        assert term.progress_lines() == 1, term.text()
+        _keep_screen(term, f"during-{cols}")
+        gated.write_text("go")
+        code = await term.finish()
+    finally:
+        gated.write_text("go")
+        term.child.close(force=True)
+    screen = term.text()
+    lines = term.lines()
+    _keep_screen(term, f"after-{cols}")
+    assert code == 1, screen  # the data test made to fail fails the run
+    assert term.most_progress_lines == 1, "more than one progress line was on the screen"
+    assert term.progress_lines() == 0, screen  # the live area gave way to the result
+    assert all(len(line) <= cols for line in lines)
+    status, body = await get_json(f"{stack.api_url}/v1/runs/live{cols}")
+    names = sorted(n["name"] for n in body["nodes"])
+    shown = _node_lines(lines)
+    assert len(shown) == len(names), screen  # every finished node, once each
+    for name in names:
+        assert sum(_shows(line, name) for line in shown) == 1, (name, screen)
+    table = next(i for i, line in enumerate(lines) if line.split()[:2] == ["outcome", "dbt"])
+    first = lines[table + 2].split()
+    assert first[:2] == ["failed", "fail"], screen  # failures first, with their message
+    assert lines[table + 3].lstrip().startswith("└"), screen
+    assert any(line.startswith("FAILED: ") and "failed=1" in line for line in lines), screen
+    assert f"run id: live{cols}" in screen
+    assert f"{stack.api_url}/v1/runs/live{cols}" in screen
+    assert term.colour_of("FAIL ") == "red"
+    assert term.colour_of("  ok ") in (None, "green") and term.colour_of("ok ") == "green"
+
+
+@pytest.mark.dbt
+async def test_no_color_prints_no_escape_code_and_pipes_get_the_plain_lines(stack):
+    from tests.conftest import EXAMPLE
+
+    assert (await jetdbt(stack, "deploy", str(EXAMPLE))).returncode == 0
+    select = ["-s", "+stg_orders"]
+    env = {**_terminal_env(cli_env(stack)), "NO_COLOR": "1"}
+    term = Terminal([JETDBT, "run", "jaffle_shop", "--watch", *select, "--run-id", "nc"], env, 80)
+    assert await term.finish() == 0, term.text()
+    assert ESCAPE not in term.raw, bytes(term.raw)
+
+    piped = await jetdbt(stack, "run", "jaffle_shop", "--watch", *select, "--run-id", "piped")
+    assert piped.returncode == 0, piped.stderr
+    assert ESCAPE.decode() not in piped.stdout
+    no_color = term.raw.decode().replace("\r\n", "\n").replace("nc", "piped")
+    # The same lines whether piped or NO_COLOR, and the lines scripts read, pinned:
+    for output in (piped.stdout, no_color):
+        _assert_plain(output, "piped")
+
+
+def _assert_plain(output: str, run_id: str) -> None:
+    """Today's piped output, line for line (node lines come in the order dbt finished them)."""
+    lines = output.rstrip("\n").split("\n")
+    assert re.fullmatch(rf"run {run_id} started \(attempt 1\) on \S+", lines[0]), lines[0]
+    nodes = lines[1:5]
+    for line in nodes:
+        assert re.fullmatch(r"  ( {3}ok| {3}FAIL)  (seed|model|test) {5}\S.{47} +\d+\.\d\ds", line)
+    assert sorted(line.split()[2] for line in nodes) == [
+        "not_null_stg_orders_order_id",
+        "raw_orders",
+        "stg_orders",
+        "unique_stg_orders_order_id",
+    ]
+    header = f"{'outcome':<8} {'dbt status':<12} {'type':<9} {'node':<48} {'rows':>6} {'time':>7}"
+    assert lines[5] == header
+    for line in lines[6:10]:
+        assert re.fullmatch(
+            r"passed   (success|pass) +(seed|model|test) +\S+ +\d* +\d+\.\d\ds", line
+        ), line
+    assert re.fullmatch(
+        r"PASSED: passed=4 \(dbt-core \S+, warehouse main, target \S*\)", lines[10]
+    ), lines[10]
+    assert lines[11] == f"run id: {run_id}"
+    assert len(lines) == 12, output
+
+
+@pytest.mark.dbt
+async def test_ctrl_c_stops_following_and_the_run_goes_on(stack, gated):
+    env = _terminal_env(cli_env(stack))
+    term = Terminal([JETDBT, "run", "jaffle_shop", "--watch", "--run-id", "detach"], env, 100)
+    try:
+        await term.until(lambda: "gate" in (_running_line(term) or ""))
+        term.child.sendintr()  # Ctrl-C, as the terminal sends it to the foreground
+        code = await term.finish(timeout=30)
+    finally:
+        gated.write_text("go")
+        term.child.close(force=True)
+    screen = term.text()
+    assert code == 130, screen
+    assert "stopped following run detach; the run goes on" in screen
+    assert "jetdbt status detach" in screen and "jetdbt cancel detach" in screen
+    assert term.progress_lines() == 0, screen
+    assert "?" not in screen.split("stopped following")[1]  # it asks nothing
+
+    async def passed():
+        status, body = await get_json(f"{stack.api_url}/v1/runs/detach")
+        return status == 200 and body["status"] == "passed"
+
+    await wait_for(passed, timeout=180)
+
+
+def _descendants(pid: int) -> set[int]:
+    """Every process below `pid`, from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.add(child)
+            todo.append(child)
+    return found
+
+
+def _mentioning(text: str) -> set[int]:
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if text.encode() in (entry / "cmdline").read_bytes():
+                    found.add(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+async def test_closing_the_terminal_of_up_leaves_nothing_it_started(tmp_path):
+    """The terminal window closes: the pty's master goes, the kernel hangs up its session."""
+    home = tmp_path / "home"
+    env = {k: v for k, v in os.environ.items() if k not in ("NATS_URL", "DATABASE_URL")}
+    env.update({"JETDBT_HOME": str(home), "JETDBT_API_PORT": "0"})
+    term = Terminal([JETDBT, "up"], _terminal_env(env), 80, rows=24)
+    pid = term.child.pid
+    try:
+        await term.until(lambda: "jetdbt is up" in term.text(), timeout=120)
+        started = _descendants(pid) | _mentioning(str(home))
+        assert len(started) >= 2, "no nats-server or Postgres found"  # both run
+        os.close(term.child.child_fd)  # the window closes
+        term.child.closed = True
+        deadline = time.monotonic() + 60
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            assert time.monotonic() < deadline, "jetdbt up outlived its terminal"
+            await asyncio.sleep(0.1)
+        assert os.waitstatus_to_exitcode(status) == 0
+        left = {p for p in started if _alive(p)} | {p for p in _mentioning(str(home)) if _alive(p)}
+        assert not left, f"still running: {left}"
+    finally:
+        if _alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_status_imports_no_event_loop_bus_or_http_client(tmp_path):
+    """`jetdbt status` starts fast because it imports only what it uses."""
+    env = {**os.environ, "JETDBT_HOME": str(tmp_path), "NATS_URL": "", "DATABASE_URL": ""}
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", JETDBT, "status"],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert "no jetdbt stack is running" in done.stderr
+    imported = {
+        line.split("|")[-1].strip().split(".")[0]
+        for line in done.stderr.splitlines()
+        if line.startswith("import time:")
+    }
+    assert not imported & {"aiohttp", "rich", "dbt", "nats", "asyncio", "structlog"}
