@@ -141,6 +141,10 @@ def _new_run(e: ev.Event, status: str, requested_at) -> dict:
         "refused_reason": None,
         "totals": None,
         "result": None,
+        "log_object": None,
+        "log_lines": None,
+        "log_bytes": None,
+        "files_pruned_at": None,
     }
 
 
@@ -194,12 +198,29 @@ def _finished(row: dict | None, e: ev.RunFinished) -> dict:
     return row
 
 
+def _log_kept(row: dict | None, e: ev.RunLogKept) -> dict | None:
+    """The kept log of the latest attempt that kept one: a later attempt's holds every
+    line of the earlier ones, so the longest wins, whatever order duplicates arrive in."""
+    if row is not None and (row["log_lines"] or 0) <= e.lines:
+        row.update(log_object=e.object, log_lines=e.lines, log_bytes=e.bytes)
+    return row
+
+
+def _pruned(row: dict | None, e: ev.RunPruned) -> dict | None:
+    """Retention removed the run's files; its status, result and nodes stay."""
+    if row is not None and row["files_pruned_at"] is None:
+        row["files_pruned_at"] = e.at
+    return row
+
+
 _RUN_RULES = {
     ev.RunRequested: _requested,
     ev.RunRefused: _refused,
     ev.RunStarted: _started,
     ev.RunAttemptLost: _lost,
     ev.RunFinished: _finished,
+    ev.RunLogKept: _log_kept,
+    ev.RunPruned: _pruned,
 }
 
 

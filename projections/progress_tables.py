@@ -22,6 +22,10 @@ RUN_COLUMNS = (
     "refused_reason",
     "totals",
     "result",
+    "log_object",
+    "log_lines",
+    "log_bytes",
+    "files_pruned_at",
 )
 JSON_COLUMNS = ("command", "totals", "result")
 # Counted from the run's run_nodes rows each time the run row is written, never incremented.

@@ -19,6 +19,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     max_concurrent_runs: int = 4
     run_timeout_seconds: int = 3600
     run_ack_wait_seconds: int = 60  # how long a silent runner keeps a run before redelivery
+    # Finished runs per project and environment that keep their log object and files.
+    run_retention: int = 30
     api_host: str = "127.0.0.1"
     api_port: int = 8580
     schema: str = "jetdbt"
@@ -55,6 +57,13 @@ def _int(env, name: str, default: int) -> int:
         raise ValueError(f"{name}={raw!r} is not a whole number") from None
 
 
+def _positive(env, name: str, default: int) -> int:
+    value = _int(env, name, default)
+    if value < 1:
+        raise ValueError(f"{name}={value} must be at least 1")
+    return value
+
+
 def _path(env, name: str) -> Path | None:
     raw = env.get(name)
     return Path(raw).absolute() if raw else None
@@ -70,6 +79,7 @@ def load(env=None) -> Settings:
         max_concurrent_runs=_int(env, "MAX_CONCURRENT_RUNS", 4),
         run_timeout_seconds=_int(env, "RUN_TIMEOUT_SECONDS", 3600),
         run_ack_wait_seconds=_int(env, "RUN_ACK_WAIT_SECONDS", 60),
+        run_retention=_positive(env, "RUN_RETENTION", 30),
         api_host=env.get("JETDBT_API_HOST") or "127.0.0.1",
         api_port=_int(env, "JETDBT_API_PORT", 8580),
         schema=env.get("JETDBT_SCHEMA") or "jetdbt",

@@ -31,6 +31,8 @@ __all__ = [
     "RunStarted",
     "RunAttemptLost",
     "RunFinished",
+    "RunLogKept",
+    "RunPruned",
     "NodeStarted",
     "NodeFinished",
     "GraphIngested",
@@ -204,6 +206,29 @@ class RunFinished(_RunEvent, frozen=True, kw_only=True, tag="run.finished.v1"):
         return f"run:{self.project}:{self.run_id}:{self.attempt}:finished"
 
 
+class RunLogKept(_RunEvent, frozen=True, kw_only=True, tag="run.log_kept.v1"):
+    """The run's whole log, stored as object `object` (named for the run, never shared) when
+    attempt `attempt` ended; published before RunFinished, so whoever sees the end can read it."""
+
+    attempt: int
+    object: str
+    lines: int
+    bytes: int
+    _kind = "log_kept"
+
+    def event_id(self) -> str:
+        return f"run:{self.project}:{self.run_id}:{self.attempt}:log_kept"
+
+
+class RunPruned(_RunEvent, frozen=True, kw_only=True, tag="run.pruned.v1"):
+    """Retention removed the run's files: `objects` are deleted after this is stored, so a
+    replay folds the same; `kept` are files of the run another run or version still uses."""
+
+    objects: list[str]
+    kept: list[str] = []
+    _kind = "pruned"
+
+
 class _NodeEvent(Event, frozen=True, kw_only=True):
     run_id: str
     attempt: int
@@ -356,6 +381,8 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     RunStarted,
     RunAttemptLost,
     RunFinished,
+    RunLogKept,
+    RunPruned,
     NodeStarted,
     NodeFinished,
     GraphIngested,

@@ -112,6 +112,7 @@ async def test_ensure_creates_the_contract_and_is_idempotent(js):
         "DBT_LOGS",
         "OBJ_DBT_BLOBS",  # the object store
         "KV_DBT_LEASES",  # the key-value bucket
+        "KV_DBT_RETENTION",  # which finished runs keep their files
     }
     assert (await js.consumer_info(COMMANDS, "runners")).config.max_ack_pending == 4
     await js.object_store("DBT_BLOBS")

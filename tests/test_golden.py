@@ -100,6 +100,23 @@ EXPECTED = {
         lambda e: (e.attempt, e.event_id()),
         (1, f"run:jaffle_shop:{RUN}:1:attempt_lost"),
     ),
+    "run.log_kept.v1": (
+        ev.RunLogKept,
+        lambda e: (e.attempt, e.object, e.lines, e.bytes, e.subject(), e.event_id()),
+        (
+            2,
+            f"log/{RUN}",
+            214,
+            18830,
+            f"dbt.evt.run.jaffle_shop.{RUN}.log_kept",
+            f"run:jaffle_shop:{RUN}:2:log_kept",
+        ),
+    ),
+    "run.pruned.v1": (
+        ev.RunPruned,
+        lambda e: (e.objects[0], len(e.objects), e.kept, e.event_id()),
+        (f"log/{RUN}", 2, [], f"run:jaffle_shop:{RUN}:pruned"),
+    ),
     "run.finished.v1": (
         ev.RunFinished,
         lambda e: (

@@ -21,6 +21,7 @@ COMMANDS = {
     "retry": "run_commands:cmd_retry",
     "parse": "run_commands:cmd_parse",
     "status": "read_commands:cmd_status",
+    "logs": "logs_command:cmd_logs",
     "replay": "ops_commands:cmd_replay",
     "audit": "ops_commands:cmd_audit",
     "dead-letters": "ops_commands:cmd_dead_letters",

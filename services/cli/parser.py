@@ -54,6 +54,12 @@ def build_parser() -> argparse.ArgumentParser:
     rt.add_argument("--watch", action="store_true", help="show live per-model progress")
     rt.add_argument("--json", action="store_true", help="print the structured result as JSON")
     _wait_limit(rt)
+    lg = sub.add_parser("logs", help="a run's log lines (kept after it ends)")
+    lg.add_argument("run_id")
+    lg.add_argument(
+        "--follow", "-f", action="store_true", help="print lines as they come, until the run ends"
+    )
+    lg.add_argument("--after", type=int, default=0, metavar="LINE", help="start after this line")
     st = sub.add_parser("status", help="health, a run, or a project's runs")
     st.add_argument("run_id", nargs="?")
     st.add_argument("--project")

@@ -17,7 +17,7 @@ from typing import Any
 
 import msgspec
 
-from services.runner import results
+from services.runner import results, run_log
 from services.runner.context import RunnerContext
 from services.runner.dbt_process import DbtInvocation, RunTimedOut
 from services.runner.job_setup import Prepared, Refused, prepare
@@ -334,6 +334,7 @@ class Attempt:
                 )
             )
         await self.before_finished(result)
+        await run_log.keep(self, result)  # the log kept and retention applied, before the end
         finished = ev.RunFinished(
             project=self.project, run_id=self.run_id, attempt=self.number, result=result
         )

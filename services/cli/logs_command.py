@@ -1,0 +1,44 @@
+"""`jetdbt logs RUN_ID [--follow]`: a run's log lines, read from NATS as the API reads them.
+
+Without --follow it prints the lines there are and exits 0. With --follow it prints
+each line as the runner writes it and exits when the run ends: 0 when it passed,
+EXIT_REFUSED when it was refused, EXIT_FAILED otherwise, as `jetdbt run` does.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from services.cli.common import EXIT_FAILED, EXIT_REFUSED, CliError, open_bus
+from shared import run_logs
+from shared.config import Settings
+
+__all__ = ["cmd_logs"]
+
+
+async def cmd_logs(args, settings: Settings) -> int:
+    if args.after < 0:
+        raise CliError(f"--after is a line number (0 or more), got {args.after}")
+    bus = await open_bus(settings)
+    try:
+        found = await run_logs.find(bus, args.run_id)
+        if found is None:
+            raise CliError(f"run {args.run_id!r} not found: the event log has no event of it")
+        try:
+            if args.follow:
+                async for line in found.follow(args.after):
+                    if line is not None:
+                        print(line.text, flush=True)
+            else:
+                async for line in found.lines(args.after):
+                    print(line.text)
+        except run_logs.LogGone as exc:
+            raise CliError(str(exc)) from None
+    finally:
+        await bus.close()
+    if not args.follow:
+        return 0
+    if found.status == "passed":
+        return 0
+    print(f"run {found.run_id} {found.status}", file=sys.stderr)
+    return EXIT_REFUSED if found.status == "refused" else EXIT_FAILED
