@@ -65,6 +65,8 @@ class RunHistory(msgspec.Struct, frozen=True, kw_only=True):
     project: str
     status: str
     requested_by: str | None
+    team: str | None = None  # the principal's team and the door its command came in by
+    door: str | None = None
     requested_at: datetime | None
     command: Entry | None  # the command as submitted, from DBT_COMMANDS
     arguments: dict[str, Any] | None  # the command block RunRequested recorded
@@ -148,7 +150,7 @@ async def run_history(bus: Bus, run_id: str, project: str | None = None) -> RunH
         cancels = [
             entry
             for entry, _ in await _read(
-                js, COMMANDS, subjects.command("cancel", project), command.seq
+                js, COMMANDS, subjects.command_pattern("cancel", project), command.seq
             )
             if isinstance(entry.payload, dict) and entry.payload.get("run_id") == run_id
         ]
@@ -159,6 +161,8 @@ async def run_history(bus: Bus, run_id: str, project: str | None = None) -> RunH
         run_id=run_id,
         project=project,
         requested_by=requested.requested_by if requested else _submitted_by(command),
+        team=(requested.team or None) if requested else None,
+        door=(requested.door or None) if requested else None,
         requested_at=(requested.requested_at or requested.at) if requested else None,
         command=command,
         arguments=requested.command if requested else None,
@@ -169,9 +173,14 @@ async def run_history(bus: Bus, run_id: str, project: str | None = None) -> RunH
 
 
 def _submitted_by(command: Entry | None) -> str | None:
-    if command is not None and isinstance(command.payload, dict):
-        return command.payload.get("requested_by")
-    return None
+    """Who published a command no runner recorded: the principal its subject names (never
+    what its payload claims)."""
+    if command is None:
+        return None
+    try:
+        return subjects.command_principal(command.subject)
+    except subjects.InvalidName:
+        return None
 
 
 def _summarise(typed: list[ev.Event]) -> dict[str, Any]:
@@ -243,7 +252,10 @@ def render(h: RunHistory) -> str:
     lines = [f"run {h.run_id} of {h.project}: {h.status}"]
     if h.refused_reason:
         lines.append(f"refused: {h.refused_reason}")
-    lines.append(f"requested by {h.requested_by or '?'} at {h.requested_at or '?'}")
+    lines.append(
+        f"requested by {h.requested_by or '?'} (team {h.team or '?'}, door {h.door or '?'})"
+        f" at {h.requested_at or '?'}"
+    )
     if h.command is not None:
         c = h.command
         lines.append(f"command {c.stream} #{c.seq} at {c.time} on {c.subject}")

@@ -14,7 +14,7 @@ from nats.js.errors import BucketNotFoundError, NotFoundError
 from shared import logging as jlog
 from shared.config import CONTRACT
 
-__all__ = ["Contract", "IncompatibleContract", "load", "ensure", "check"]
+__all__ = ["Contract", "IncompatibleContract", "load", "ensure", "check", "consumer_overrides"]
 
 DAY = 86400.0
 _log = jlog.get("contract")
@@ -118,6 +118,12 @@ async def _ensure_stream(js, name: str, spec: StreamSpec) -> None:
     # An operator who scaled a stream up (R3 in a cluster) keeps it: never shrink replicas.
     want.num_replicas = max(want.num_replicas or 1, info.config.num_replicas or 1)
     await js.update_stream(want)
+
+
+def consumer_overrides(settings) -> dict:
+    """The consumer settings a deployment tunes (RUN_ACK_WAIT_SECONDS), as `ensure` takes
+    them: whoever applies the contract (`jetdbt up`, `jetdbt contract apply`) sets them."""
+    return {"runners": {"ack_wait": settings.run_ack_wait_seconds}}
 
 
 # Settings an operator tunes per deployment; whoever created the consumer chose them.

@@ -22,6 +22,7 @@ __all__ = [
     "untoken",
     "command",
     "command_principal",
+    "command_pattern",
     "ANONYMOUS",
     "deploy_event",
     "run_event",
@@ -116,6 +117,11 @@ def command(verb: str, project: str, principal: str) -> str:
     """`dbt.cmd.<verb>.<project>.<principal>`: the principal is who published, and NATS
     permissions let a system's user publish only its own principal's subjects."""
     return f"dbt.cmd.{verb}.{token(project)}.{token(principal or ANONYMOUS)}"
+
+
+def command_pattern(verb: str, project: str) -> str:
+    """Every principal's `verb` commands of `project`."""
+    return f"dbt.cmd.{verb}.{token(project)}.*"
 
 
 def command_principal(subject: str) -> str:

@@ -65,6 +65,10 @@ _READ = [
     "$JS.API.DIRECT.GET.>",
     # A blob is read, and a bucket watched, through an ordered consumer of its stream.
     *[f"$JS.API.CONSUMER.CREATE.{stream}{tail}" for _, stream in _buckets() for tail in ("", ".>")],
+    # A run's log lines are read (kept, served) through a consumer of their own.
+    f"$JS.API.CONSUMER.CREATE.{LOGS}",
+    f"$JS.API.CONSUMER.CREATE.{LOGS}.>",
+    f"$JS.API.CONSUMER.DELETE.{LOGS}.*",
     "$JS.FC.>",
 ]
 # Reading the event log through consumers of one's own (projector checkpoints, the API's

@@ -1,0 +1,112 @@
+"""Who may do what, from the command line: API tokens, external systems' NATS users, and
+the operator's step that applies streams.yaml. All of it needs the operator's NATS user
+(the admin user `jetdbt up` generated, or NATS_USER/NATS_PASSWORD for a remote stack)."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+from services.cli.common import CliError, open_bus
+from shared import identity
+from shared.config import Settings
+
+__all__ = ["cmd_token", "cmd_access", "cmd_contract", "parse_duration"]
+
+_DURATION = re.compile(r"([1-9][0-9]{0,5})([mhdw])\Z")
+_UNITS = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def parse_duration(text: str) -> timedelta:
+    """`30d`, `12h`, `90m`, `2w`."""
+    found = _DURATION.match(text or "")
+    if not found:
+        raise CliError(f"--expires {text!r} is not a duration: use e.g. 90m, 12h, 30d or 2w")
+    return timedelta(**{_UNITS[found[2]]: int(found[1])})
+
+
+async def cmd_token(args, settings: Settings) -> int:
+    expires = parse_duration(args.expires) if getattr(args, "expires", None) else None
+    bus = await open_bus(settings)
+    try:
+        if args.token_cmd == "create":
+            token, bearer = await identity.create_token(
+                bus,
+                principal=args.principal,
+                team=args.team,
+                role=args.role,
+                project=args.project,
+                expires_in=expires,
+            )
+            print(
+                f"token {token.id} for {token.principal} ({token.team}, {token.role} on"
+                f" {token.project!r}); shown once, keep it:"
+            )
+            print(bearer)
+        elif args.token_cmd == "list":
+            print(f"{'ID':<13} {'PRINCIPAL':<16} {'TEAM':<12} {'ROLE':<9} {'PROJECT':<16} EXPIRES")
+            for t in await identity.list_tokens(bus):
+                expiry = t.expires_at.isoformat(timespec="minutes") if t.expires_at else "never"
+                who = f"{t.principal:<16} {t.team:<12} {t.role:<9} {t.project:<16}"
+                print(f"{t.id:<13} {who} {expiry}")
+        elif not await identity.revoke_token(bus, args.token_id):
+            raise CliError(f"no token {args.token_id!r}: `jetdbt token list` shows them")
+        else:
+            print(f"token {args.token_id} revoked")
+    except identity.IdentityError as exc:
+        raise CliError(str(exc)) from None
+    finally:
+        await bus.close()
+    return 0
+
+
+async def cmd_access(args, settings: Settings) -> int:
+    """`jetdbt access add-system NAME --team T --project P...`: a NATS user for another
+    system of this folder's embedded stack, allowed its own commands and declared writes."""
+    from services.access import nats_users
+
+    try:
+        password = nats_users.add_system(settings.home, args.name, args.project)
+    except nats_users.AccessError as exc:
+        raise CliError(str(exc)) from None
+    bus = await open_bus(settings)
+    try:
+        grants = [identity.Grant(role="runner", project=p) for p in args.project]
+        await identity.put_principal(
+            bus,
+            identity.Principal(
+                name=args.name, team=args.team, kind="system", grants=grants, nats_user=args.name
+            ),
+        )
+    finally:
+        await bus.close()
+    reloaded = nats_users.reload_server(settings.home)
+    print(
+        f"NATS user {args.name} (team {args.team}) may publish dbt.cmd.<verb>.<project>."
+        f"{args.name} for {', '.join(args.project)} and dbt.evt.relation.*.materialized"
+    )
+    print(f"password (shown once): {password}")
+    if not reloaded:
+        print("the embedded nats-server is not running: it reads the user when it starts")
+    return 0
+
+
+async def cmd_contract(args, settings: Settings) -> int:
+    """`jetdbt contract apply`: the operator's step for a remote stack (services only check)."""
+    from services.access.local import cli_nats_login
+    from services.cli.common import endpoints
+    from shared import contract
+    from shared.bus import connect
+
+    nats_url, _ = endpoints(settings)
+    user, password = cli_nats_login(settings)
+    bus = await connect(
+        nats_url,
+        "jetdbt-contract",
+        consumer_overrides=contract.consumer_overrides(settings),
+        user=user,
+        password=password,
+    )
+    await bus.close()
+    print(f"streams.yaml applied to {nats_url}")
+    return 0

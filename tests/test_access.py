@@ -1,0 +1,346 @@
+"""Who may do what, on both doors, against the stack `jetdbt up` runs: a nats-server started
+with the generated users and permissions, real Postgres, real dbt.
+
+One stack for the module. Team analytics owns `analytics_shop` (a project whose `broken`
+model fails), team billing owns `billing_shop`; alice and mallory are runners of
+analytics, vera its viewer, bob a runner of billing, and `ingest` an external system.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import uuid
+from datetime import timedelta
+from pathlib import Path
+
+import aiohttp
+import msgspec
+import nats
+import pytest
+import pytest_asyncio
+from nats.js.api import StreamConfig
+from nats.js.errors import NotFoundError
+
+from services import client
+from services.access.local import access_dir, nats_logins
+from services.stack import Stack
+from shared import contract, identity, subjects
+from shared import events as ev
+from shared.bus import COMMANDS, EVENTS, inbox_prefix
+from shared.config import load
+from tests.helpers import JETDBT, wait_for
+
+pytestmark = [pytest.mark.dbt, pytest.mark.asyncio(loop_scope="module")]
+
+ANALYTICS, BILLING = "analytics_shop", "billing_shop"
+
+
+def _project(folder: Path, name: str) -> Path:
+    (folder / "models").mkdir(parents=True)
+    (folder / "dbt_project.yml").write_text(
+        f'name: {name}\nversion: "1.0.0"\nconfig-version: 2\nprofile: {name}\n'
+    )
+    (folder / "models" / "fine.sql").write_text("select 1 as id\n")
+    (folder / "models" / "broken.sql").write_text("select * from no_such_table\n")
+    return folder
+
+
+class Site(msgspec.Struct, kw_only=True):
+    stack: Stack
+    home: Path
+    tokens: dict[str, str]
+    token_ids: dict[str, str]
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def site(tmp_path_factory, pg_url):
+    root = tmp_path_factory.mktemp("access")
+    settings = load(
+        {
+            "JETDBT_HOME": str(root / "home"),
+            "DATABASE_URL": pg_url,
+            "JETDBT_SCHEMA": f"t_{uuid.uuid4().hex[:12]}",
+            "JETDBT_API_PORT": "0",
+        }
+    )
+    stack = await Stack(settings).start()
+    stack.write_stack_file()
+    tokens, ids = {}, {}
+    for who, team, role, pattern in [
+        ("ann", "analytics", "deployer", "analytics_*"),
+        ("alice", "analytics", "runner", "analytics_*"),
+        ("mallory", "analytics", "runner", "analytics_*"),
+        ("vera", "analytics", "viewer", "*"),
+        ("bob", "billing", "runner", "billing_*"),
+        ("bill", "billing", "deployer", "billing_*"),
+    ]:
+        token, bearer = await identity.create_token(
+            stack.bus, principal=who, team=team, role=role, project=pattern
+        )
+        tokens[who], ids[who] = bearer, token.id
+    for who, name in [("ann", ANALYTICS), ("bill", BILLING)]:
+        _, final = await client.deploy(
+            stack.bus, _project(root / name, name), name, requested_by=who
+        )
+        assert isinstance(final, ev.Deployed), final
+    yield Site(stack=stack, home=settings.home, tokens=tokens, token_ids=ids)
+    await stack.stop()
+
+
+async def _call(site: Site, method: str, path: str, who: str | None = None, **kwargs):
+    headers = {"Authorization": f"Bearer {site.tokens[who]}"} if who else {}
+    headers.update(kwargs.pop("headers", {}))
+    async with (
+        aiohttp.ClientSession() as session,
+        session.request(method, site.stack.api_url + path, headers=headers, **kwargs) as resp,
+    ):
+        return resp.status, await resp.json(content_type=None)
+
+
+async def _finished(site: Site, run_id: str, who: str = "alice") -> dict:
+    async def done():
+        status, body = await _call(site, "GET", f"/v1/runs/{run_id}", who)
+        return body if status == 200 and body["finished_at"] else None
+
+    return await wait_for(done, timeout=180, interval=0.3)
+
+
+async def test_without_a_valid_token_every_v1_route_is_401(site):
+    app = site.stack._site_runner.app
+    checked = 0
+    for route in app.router.routes():
+        path = route.resource.canonical
+        if route.method == "HEAD" or not path.startswith(("/v1/", "/metrics")):
+            continue
+        concrete = path.replace("{key}", "x").replace("{run_id}", "r1")
+        concrete = concrete.replace("{project}", ANALYTICS)
+        status, body = await _call(site, route.method, concrete)
+        assert status == 401, (route.method, path, body)
+        assert "Authorization: Bearer" in body["error"]
+        checked += 1
+    assert checked >= 8
+    status, _ = await _call(site, "GET", "/healthz")
+    assert status == 200
+    bad = {"Authorization": "Bearer jdbt_0123456789ab_nope"}
+    status, body = await _call(site, "GET", f"/v1/projects/{ANALYTICS}/runs", headers=bad)
+    assert status == 401 and "unknown or revoked" in body["error"]
+    wrong_secret = site.tokens["alice"][:-4] + "AAAA"
+    status, body = await _call(
+        site, "GET", "/v1/projections", headers={"Authorization": f"Bearer {wrong_secret}"}
+    )
+    assert status == 401
+
+
+async def test_an_expired_or_revoked_token_is_refused_at_its_next_request(site):
+    bus = site.stack.bus
+    _, expired = await identity.create_token(
+        bus, principal="eve", team="analytics", role="viewer", expires_in=timedelta(seconds=-1)
+    )
+    status, body = await _call(
+        site, "GET", "/v1/projections", headers={"Authorization": f"Bearer {expired}"}
+    )
+    assert status == 401 and "expired" in body["error"]
+    token, bearer = await identity.create_token(
+        bus, principal="eve", team="analytics", role="viewer"
+    )
+    auth = {"Authorization": f"Bearer {bearer}"}
+    assert (await _call(site, "GET", "/v1/projections", headers=auth))[0] == 200
+    assert await identity.revoke_token(bus, token.id)
+    assert (await _call(site, "GET", "/v1/projections", headers=auth))[0] == 401
+
+
+async def test_roles_and_teams_scope_every_route(site):
+    build = {"command": {"label": "build"}}
+    status, body = await _call(site, "POST", f"/v1/projects/{ANALYTICS}/runs", "vera", json=build)
+    assert status == 403 and "needs role 'runner'" in body["error"]
+    assert (await _call(site, "GET", f"/v1/projects/{ANALYTICS}/runs", "vera"))[0] == 200
+    # Team billing can neither read nor run analytics' project, and the other way round.
+    for path in ("runs", "deploys", "retry-state", "environments", "graph"):
+        status, body = await _call(site, "GET", f"/v1/projects/{ANALYTICS}/{path}", "bob")
+        assert status == 403, (path, body)
+    status, body = await _call(site, "POST", f"/v1/projects/{ANALYTICS}/runs", "bob", json=build)
+    assert status == 403 and "billing_*" in body["error"]
+    status, body = await _call(site, "GET", f"/v1/projects/{BILLING}/deploys", "alice")
+    assert status == 403
+    # A viewer whose pattern covers every project still sees only its team's.
+    status, body = await _call(site, "GET", f"/v1/projects/{BILLING}/runs", "vera")
+    assert status == 403 and "team 'analytics'" in body["error"]
+    status, body = await _call(site, "GET", "/v1/dead-letters", "vera")
+    assert status == 403 and "'admin'" in body["error"]
+    status, body = await _call(site, "GET", f"/v1/projects/{BILLING}/deploys", "bob")
+    assert status == 200 and body["deploys"][0]["team"] == "billing"
+
+
+async def test_only_alice_resumes_alices_failed_run(site):
+    build = {"command": {"label": "build"}}
+    status, body = await _call(site, "POST", f"/v1/projects/{ANALYTICS}/runs", "alice", json=build)
+    assert status == 202, body
+    failed = await _finished(site, body["run_id"])
+    assert failed["status"] == "failed"
+    assert failed["requested_by"] == "alice" and failed["team"] == "analytics"
+    assert failed["door"] == f"api token {site.token_ids['alice']}"
+    # Team billing cannot read the run either (its project is analytics').
+    assert (await _call(site, "GET", f"/v1/runs/{failed['run_id']}", "bob"))[0] == 403
+
+    retry = {"command": {"label": "retry", "dbt_retry_job": failed["run_id"]}}
+    claimed = {**retry, "requested_by": "alice"}
+    url = f"/v1/projects/{ANALYTICS}/runs"
+    status, body = await _call(site, "POST", url, "mallory", json=claimed)
+    assert status == 400 and "requested_by" in body["error"]
+    status, body = await _call(site, "POST", url, "mallory", json=retry)
+    assert status == 202
+    refused = await _finished(site, body["run_id"], "mallory")
+    assert refused["status"] == "refused" and refused["requested_by"] == "mallory"
+    assert "'mallory'" in refused["refused_reason"]
+
+    status, body = await _call(site, "POST", url, "alice", json=retry)
+    assert status == 202
+    resumed = await _finished(site, body["run_id"])
+    assert resumed["status"] != "refused", resumed["refused_reason"]
+    assert resumed["requested_by"] == "alice"
+    assert [n["unique_id"] for n in resumed["nodes"]] == [f"model.{ANALYTICS}.broken"]
+
+
+async def _cli(site: Site, *args: str):
+    env = {"PATH": "/usr/bin:/bin", "JETDBT_HOME": str(site.home)}
+    proc = await asyncio.create_subprocess_exec(
+        JETDBT, *args, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    out, err = await proc.communicate()
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def _system(site: Site, name: str, password: str):
+    violations: list[str] = []
+
+    async def on_error(exc):
+        violations.append(str(exc))
+
+    nc = await nats.connect(
+        site.stack.nats_url,
+        user=name,
+        password=password,
+        inbox_prefix=inbox_prefix(name),
+        error_cb=on_error,
+        max_reconnect_attempts=0,
+    )
+    return nc, violations
+
+
+async def _stored(site: Site, subject: str, data: bytes) -> bool:
+    try:
+        return (await site.stack.bus.js.get_last_msg(EVENTS, subject)).data == data
+    except NotFoundError:
+        return False
+
+
+async def test_an_external_system_publishes_only_its_own_commands(site):
+    code, out, err = await _cli(
+        site, "access", "add-system", "ingest", "--team", "analytics", "--project", ANALYTICS
+    )
+    assert code == 0, err
+    password = out.split("password (shown once): ")[1].split()[0]
+    assert (access_dir(site.home) / "nats-users.json").stat().st_mode & 0o777 == 0o600
+    nc, violations = await _system(site, "ingest", password)
+    try:
+        forged = [
+            subjects.run_event(ANALYTICS, "forged1", "finished"),
+            subjects.state_event(ANALYTICS, "main", "published"),
+            subjects.deploy_event(ANALYTICS, "deployed"),
+            subjects.command("run", ANALYTICS, "alice"),  # another principal's subject
+        ]
+        for subject in forged:
+            await nc.publish(subject, b'{"forged": true}')
+        await nc.flush()
+        await wait_for(lambda: asyncio.sleep(0, len(violations) >= len(forged)), timeout=10)
+        for subject in forged:
+            assert any("permissions violation" in v and subject in v for v in violations), subject
+
+        js = nc.jetstream()
+        run_id = f"ing-{uuid.uuid4().hex[:8]}"
+        body = {"command": {"label": "build", "select": ["fine"]}, "run_id": run_id}
+        ack = await js.publish(
+            subjects.command("run", ANALYTICS, "ingest"), json.dumps(body).encode()
+        )
+        assert ack.stream == COMMANDS
+    finally:
+        await nc.close()
+
+    run = await _finished(site, run_id)
+    assert (run["status"], run["requested_by"], run["team"]) == ("passed", "ingest", "analytics")
+    assert run["door"] == "nats user ingest"
+    code, out, err = await _cli(site, "audit", "run", run_id)
+    assert code == 0, err
+    assert "requested by ingest (team analytics, door nats user ingest)" in out
+
+    # Nothing forged reached the log, so nothing was projected.
+    for subject in forged[:3]:
+        assert not await _stored(site, subject, b'{"forged": true}'), subject
+    assert (await _call(site, "GET", "/v1/runs/forged1", "alice"))[0] == 404
+    status, body = await _call(site, "GET", f"/v1/projects/{ANALYTICS}/environments", "alice")
+    assert status == 200 and all(e["run_id"] != "forged1" for e in body["environments"])
+
+
+async def test_no_service_user_changes_the_event_stream_or_the_runners_consumer(site):
+    logins = nats_logins(site.home)
+    for user in ("runner", "projector", "api"):
+        nc, violations = await _system(site, user, logins[user])
+        try:
+            js = nc.jetstream(timeout=1)
+            config = (await js.stream_info(EVENTS)).config
+            for change in ({"max_age": 1.0}, {"subjects": ["dbt.evt.>", "dbt.other.>"]}):
+                with pytest.raises(nats.errors.TimeoutError):  # denied: the server never hears it
+                    await js.update_stream(dataclasses.replace(config, **change))
+            with pytest.raises(nats.errors.TimeoutError):
+                await js.delete_consumer(COMMANDS, "runners")
+            with pytest.raises(nats.errors.TimeoutError):
+                await js.add_stream(StreamConfig(name="EVIL", subjects=["dbt.evil.>"]))
+            denied = [
+                f"$JS.API.STREAM.UPDATE.{EVENTS}",
+                f"$JS.API.CONSUMER.DELETE.{COMMANDS}.runners",
+                "$JS.API.STREAM.CREATE.EVIL",
+            ]
+            if user != "runner":  # only runners publish facts
+                fact = subjects.run_event(ANALYTICS, "x", "finished")
+                await nc.publish(fact, b"{}")
+                denied.append(fact)
+            await nc.flush()
+            for subject in denied:
+                seen = await wait_for(
+                    lambda s=subject, v=violations: asyncio.sleep(
+                        0, any(s.lower() in x.lower() for x in v)
+                    ),
+                    timeout=10,
+                )
+                assert seen, (user, subject, violations)
+        finally:
+            await nc.close()
+    js = site.stack.bus.js
+    live = (await js.stream_info(EVENTS)).config
+    assert live.max_age == 0 and live.subjects == ["dbt.evt.>"]
+    assert (await js.consumer_info(COMMANDS, "runners")).config.durable_name == "runners"
+    await contract.check(js, contract.load())
+
+
+async def test_tokens_from_the_cli_are_shown_once_and_listed_without_secrets(site):
+    code, out, err = await _cli(
+        site, "token", "create", "--principal", "zoe", "--team", "analytics",
+        "--role", "viewer", "--project", "analytics_*", "--expires", "30d",
+    )  # fmt: skip
+    assert code == 0, err
+    bearer = out.strip().splitlines()[-1]
+    assert bearer.startswith("jdbt_")
+    auth = {"Authorization": f"Bearer {bearer}"}
+    assert (await _call(site, "GET", f"/v1/projects/{ANALYTICS}/runs", headers=auth))[0] == 200
+    code, listed, _ = await _cli(site, "token", "list")
+    token_id = bearer.split("_")[1]
+    assert code == 0 and token_id in listed and "zoe" in listed
+    assert bearer.split("_", 2)[2] not in listed
+    assert identity.hash_secret(bearer.split("_", 2)[2]) not in listed
+    code, out, _ = await _cli(site, "token", "revoke", token_id)
+    assert code == 0
+    assert (await _call(site, "GET", f"/v1/projects/{ANALYTICS}/runs", headers=auth))[0] == 401
+    # What `jetdbt up` wrote for the CLI is readable by its owner only.
+    assert (access_dir(site.home) / "admin.token").stat().st_mode & 0o777 == 0o600
