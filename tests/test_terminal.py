@@ -186,29 +186,37 @@ async def test_no_color_prints_no_escape_code_and_pipes_get_the_plain_lines(stac
 
 
 def _assert_plain(output: str, run_id: str) -> None:
-    """Today's piped output, line for line (node lines come in the order dbt finished them)."""
+    """Today's piped output, line for line: each line is read back and must be exactly what
+    the pinned format writes (node lines come in the order dbt finished them)."""
     lines = output.rstrip("\n").split("\n")
     assert re.fullmatch(rf"run {run_id} started \(attempt 1\) on \S+", lines[0]), lines[0]
-    nodes = lines[1:5]
-    for line in nodes:
-        assert re.fullmatch(r"  ( {3}ok| {3}FAIL)  (seed|model|test) {5}\S.{47} +\d+\.\d\ds", line)
-    assert sorted(line.split()[2] for line in nodes) == [
+    head = lines.index(
+        f"{'outcome':<8} {'dbt status':<12} {'type':<9} {'node':<48} {'rows':>6} {'time':>7}"
+    )
+    finished = lines[1:head]
+    for line in finished:
+        mark, kind, name, took = line.split()
+        assert line == f"  {mark:>5}  {kind:<9} {name:<48} {took:>8}", line
+    assert sorted(line.split()[2] for line in finished) == [
+        "accepted_values_stg_orders_status__placed__ship…",
         "not_null_stg_orders_order_id",
         "raw_orders",
         "stg_orders",
         "unique_stg_orders_order_id",
     ]
-    header = f"{'outcome':<8} {'dbt status':<12} {'type':<9} {'node':<48} {'rows':>6} {'time':>7}"
-    assert lines[5] == header
-    for line in lines[6:10]:
-        assert re.fullmatch(
-            r"passed   (success|pass) +(seed|model|test) +\S+ +\d* +\d+\.\d\ds", line
-        ), line
-    assert re.fullmatch(
-        r"PASSED: passed=4 \(dbt-core \S+, warehouse main, target \S*\)", lines[10]
-    ), lines[10]
-    assert lines[11] == f"run id: {run_id}"
-    assert len(lines) == 12, output
+    rows = lines[head + 1 : head + 1 + len(finished)]
+    for line in rows:
+        outcome, status, kind = line[:8].strip(), line[9:21].strip(), line[22:31].strip()
+        name, count, took = line[32:80].strip(), line[81:87].strip(), line[88:].strip()
+        assert outcome == "passed" and status in ("success", "pass"), line
+        assert line == (f"{outcome:<8} {status:<12} {kind:<9} {name:<48} {count:>6} {took:>7}"), (
+            line
+        )
+    tail = lines[head + 1 + len(finished) :]
+    assert len(tail) == 2, output
+    totals = r"PASSED: passed=5 \(dbt-core\S* \S+, warehouse main, target \S*\)"
+    assert re.fullmatch(totals, tail[0]), tail[0]
+    assert tail[1] == f"run id: {run_id}"
 
 
 @pytest.mark.dbt
