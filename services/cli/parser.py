@@ -23,7 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     dep.add_argument("path")
     dep.add_argument("--project", help="project name (default: dbt_project.yml's name)")
     run = sub.add_parser("run", help="build a deployed project")
-    run.add_argument("project")
+    run.add_argument("project").completer = _projects
     run.add_argument("--select", "-s", action="extend", nargs="+", help="dbt's --select")
     run.add_argument("--exclude", action="extend", nargs="+", help="dbt's --exclude")
     run.add_argument("--vars", help="dbt vars as a YAML/JSON mapping")
@@ -50,7 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
     _wait_limit(ps)
     rt = sub.add_parser("retry", help="resume a run with dbt retry, rebuilding what failed")
     rt.add_argument("run_id")
-    rt.add_argument("--project", help="the run's project (default: looked up from the API)")
+    rt.add_argument(
+        "--project", help="the run's project (default: looked up from the API)"
+    ).completer = _projects
     rt.add_argument("--watch", action="store_true", help="show live per-model progress")
     rt.add_argument("--json", action="store_true", help="print the structured result as JSON")
     _wait_limit(rt)
@@ -62,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     lg.add_argument("--after", type=int, default=0, metavar="LINE", help="start after this line")
     st = sub.add_parser("status", help="health, a run, or a project's runs")
     st.add_argument("run_id", nargs="?")
-    st.add_argument("--project")
+    st.add_argument("--project").completer = _projects
     sub.add_parser("demo", help="start, deploy the example, build it, show the API, stop")
     rep = sub.add_parser("replay", help="rebuild projections from the log into a shadow, compare")
     which = rep.add_mutually_exclusive_group()
@@ -88,6 +90,13 @@ def build_parser() -> argparse.ArgumentParser:
     dead_retry = dead_sub.add_parser("retry", help="apply them again, after a fix")
     dead_retry.add_argument("--projection", help="only this projection's")
     return p
+
+
+def _projects(**kwargs) -> list[str]:
+    """Deployed project names for tab completion; imported only when the shell asks."""
+    from services.cli.completion import deployed_projects
+
+    return deployed_projects(**kwargs)
 
 
 def _wait_limit(command) -> None:
