@@ -4,18 +4,32 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast fuzz chaos lint bench clean
+UI_BUILT := ui/dist/app.js
+UI_DEPS := ui/node_modules/.installed
+
+.PHONY: demo test test-fast fuzz chaos lint bench clean ui
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
 	touch $(STAMP)
 
-demo: $(STAMP)
+# The run viewer's static files (esbuild bundles cytoscape and dagre in: nothing is fetched
+# at run time); rebuilt only when its sources or the lockfile change.
+ui: $(UI_BUILT)
+
+$(UI_DEPS): ui/package.json ui/package-lock.json
+	cd ui && npm ci --no-audit --no-fund --loglevel=error
+	touch $(UI_DEPS)
+
+$(UI_BUILT): $(UI_DEPS) $(wildcard ui/src/*)
+	cd ui && npm run --silent build
+
+demo: $(STAMP) ui
 	$(BIN)/jetdbt demo
 
 # The whole suite, on both cores: every test starts its own servers, so they run apart.
-test: $(STAMP)
+test: $(STAMP) ui
 	$(BIN)/python -m pytest -q -n 2 --durations=15
 
 # The inner loop: everything that does not run dbt.
@@ -39,4 +53,4 @@ bench: $(STAMP)
 	for b in bench/bench_*.py; do $(BIN)/python $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) .jetdbt
+	rm -rf $(VENV) .jetdbt ui/node_modules ui/dist

@@ -9,18 +9,28 @@ A graph is served a page of nodes at a time, by unique_id (`?after=` the last on
 read); a page's edges and column edges are those whose child (to_node) sorts into
 the page's range of ids, so every edge is served once. A relation's lists are capped
 and say which were cut; its `runs` are the latest runs whose nodes built it.
+
+A stored graph never changes; what a page adds to it (declared writes, retention)
+changes only when the graph fold applies an event. So a page's ETag is its graph's
+digest, the page and the graph fold's checkpoint: a client that has it gets a 304,
+and a page is encoded and gzip-compressed once, kept in memory and served as is.
 """
 
 from __future__ import annotations
 
+import asyncio
+import gzip
+from collections import OrderedDict
 from typing import NamedTuple
 
 import asyncpg
-from aiohttp import web
+import msgspec
+from aiohttp import hdrs, web
 
 from projections.graph import DEPLOYED
 from services.api import schemas
 from services.api.boundary import error, path, query, respond
+from shared.digests import digest_of
 from shared.graph import SCOPE_VERSION
 
 __all__ = ["add_graph_routes", "NODES_PER_PAGE", "WRITES_SHOWN", "RELATION_ROWS"]
@@ -29,6 +39,9 @@ _PRODUCING = ("model", "seed", "snapshot")
 NODES_PER_PAGE = 10_000  # the default and the most a graph page holds
 WRITES_SHOWN = 50  # a relation's latest writes, and producers declared per relation
 RELATION_ROWS = 1000  # nodes, and readers, of one relation
+# Compressed graph pages kept in memory, the least recently served dropped first.
+CACHED_BYTES = 64 * 1024 * 1024
+_FOLD = "graph"  # the projector whose checkpoint moves whenever a graph page can change
 
 
 class _Nodes(NamedTuple):
@@ -64,22 +77,89 @@ async def _writes(conn, relations: list[str]) -> dict[str, list[dict]]:
     return out
 
 
+class _Pages:
+    """Compressed graph pages by ETag, at most CACHED_BYTES of them (least recent out)."""
+
+    def __init__(self, budget: int = CACHED_BYTES):
+        self._pages: OrderedDict[str, bytes] = OrderedDict()
+        self._size, self._budget = 0, budget
+
+    def get(self, etag: str) -> bytes | None:
+        page = self._pages.get(etag)
+        if page is not None:
+            self._pages.move_to_end(etag)
+        return page
+
+    def put(self, etag: str, page: bytes) -> None:
+        if etag in self._pages or len(page) > self._budget:
+            return
+        self._pages[etag] = page
+        self._size += len(page)
+        while self._size > self._budget:
+            _, dropped = self._pages.popitem(last=False)
+            self._size -= len(dropped)
+
+
+def _etag(graph_digest: str, checkpoint: int, want: _Nodes, served_as: tuple) -> str:
+    """Weak: the same page may go out compressed or not."""
+    tag = msgspec.json.encode([graph_digest, checkpoint, want.after, want.limit, *served_as])
+    return f'W/"{digest_of(tag)[7:]}"'
+
+
+def _not_modified(request: web.Request, etag: str) -> bool:
+    held = request.headers.get(hdrs.IF_NONE_MATCH, "")
+    return held.strip() == "*" or etag in (t.strip() for t in held.split(","))
+
+
+def _page_response(request: web.Request, etag: str, page: bytes) -> web.Response:
+    headers = {hdrs.ETAG: etag, hdrs.VARY: hdrs.ACCEPT_ENCODING}
+    if "gzip" in request.headers.get(hdrs.ACCEPT_ENCODING, ""):
+        headers[hdrs.CONTENT_ENCODING] = "gzip"
+    else:
+        page = gzip.decompress(page)
+    return web.Response(body=page, headers=headers, content_type="application/json")
+
+
 def _without(record, key: str) -> dict:
     row = dict(record)
     row.pop(key)
     return row
 
 
-async def _graph(conn, project: str, version: str, run_id: str, want: _Nodes) -> dict | None:
-    key = (project, version, run_id)
-    where = "WHERE project = $1 AND version = $2 AND run_id = $3"
+_WHERE = "WHERE project = $1 AND version = $2 AND run_id = $3"
+_encoder = msgspec.json.Encoder()
+
+
+async def _page(
+    request: web.Request, conn, pages: _Pages, key: tuple[str, str, str], extra: dict
+) -> web.Response | None:
+    """The requested page of graph `key` (project, version, run_id) with the fields in
+    `extra`: a 304 when the caller holds it, else from `pages` or read once into them.
+    None when there is no such graph. Call it inside one repeatable-read transaction, so
+    the checkpoint in the ETag is the state the page was read in."""
     head = await conn.fetchrow(
         "SELECT project, version, scope, graph_digest, content_digest, relation_root,"
-        f" default_database, principal, ingested_at FROM graph_versions {where}",
+        f" default_database, principal, ingested_at FROM graph_versions {_WHERE}",
         *key,
     )
     if head is None:
         return None
+    want = _nodes_page(request)
+    checkpoint = await conn.fetchval("SELECT last_seq FROM checkpoints WHERE projector = $1", _FOLD)
+    etag = _etag(head["graph_digest"], checkpoint or 0, want, sorted(extra.items()))
+    if _not_modified(request, etag):
+        return web.Response(status=304, headers={hdrs.ETAG: etag})
+    page = pages.get(etag)
+    if page is None:
+        body = {**await _graph(conn, head, key, want), **extra}
+        encoded = _encoder.encode(schemas.shaped(schemas.Graph, body))
+        page = await asyncio.to_thread(gzip.compress, encoded, 5)  # MBs: not on the loop
+        pages.put(etag, page)
+    return _page_response(request, etag, page)
+
+
+async def _graph(conn, head, key: tuple[str, str, str], want: _Nodes) -> dict:
+    where, run_id = _WHERE, key[2]
     fetched = await conn.fetch(
         "SELECT unique_id, resource_type, name, package, relation, owned, materialized,"
         " tags, description, columns, column_schema, test_severity, test_kind,"
@@ -121,10 +201,12 @@ async def _graph(conn, project: str, version: str, run_id: str, want: _Nodes) ->
 
 
 def add_graph_routes(app: web.Application, pool: asyncpg.Pool) -> None:
+    pages = _Pages()
+
     async def project_graph(request: web.Request) -> web.Response:
         project = path(request, "project")
         version = query(request, "version")
-        async with pool.acquire() as conn:
+        async with pool.acquire() as conn, conn.transaction(isolation="repeatable_read"):
             if version is None:
                 version = await conn.fetchval(
                     "SELECT version FROM graph_versions WHERE project = $1 AND scope = $2"
@@ -132,39 +214,40 @@ def add_graph_routes(app: web.Application, pool: asyncpg.Pool) -> None:
                     project,
                     SCOPE_VERSION,
                 )
-            body = None
+            answer = None
             if version:
-                body = await _graph(conn, project, version, DEPLOYED, _nodes_page(request))
-        if body is None:
+                answer = await _page(request, conn, pages, (project, version, DEPLOYED), {})
+        if answer is None:
             which = f"version {version!r}" if version else "any deployed version"
             return error(404, f"project {project!r} has no graph for {which}")
-        return respond(schemas.shaped(schemas.Graph, body))
+        return answer
 
     async def run_graph(request: web.Request) -> web.Response:
         run_id = path(request, "run_id")
-        want = _nodes_page(request)
-        async with pool.acquire() as conn:
+        async with pool.acquire() as conn, conn.transaction(isolation="repeatable_read"):
             own = await conn.fetchrow(
                 "SELECT project, version FROM graph_versions WHERE run_id = $1 AND scope <> $2",
                 run_id,
                 SCOPE_VERSION,
             )
             if own is not None:
-                body = await _graph(conn, own["project"], own["version"], run_id, want)
-                fallback = False
+                key = (own["project"], own["version"], run_id)
+                answer = await _page(
+                    request, conn, pages, key, {"run_id": run_id, "fallback": False}
+                )
             else:
                 run = await conn.fetchrow(
                     "SELECT project, version FROM runs WHERE run_id = $1", run_id
                 )
-                body = None
+                answer = None
                 if run is not None and run["version"]:
-                    body = await _graph(conn, run["project"], run["version"], DEPLOYED, want)
-                fallback = True
-        if body is None:
+                    key = (run["project"], run["version"], DEPLOYED)
+                    answer = await _page(
+                        request, conn, pages, key, {"run_id": run_id, "fallback": True}
+                    )
+        if answer is None:
             return error(404, f"run {run_id!r} has no graph (yet)")
-        body["run_id"] = run_id
-        body["fallback"] = fallback
-        return respond(schemas.shaped(schemas.Graph, body))
+        return answer
 
     async def relation(request: web.Request) -> web.Response:
         """Who produces and who reads one relation, what its producers read (upstream), who
@@ -219,13 +302,14 @@ def add_graph_routes(app: web.Application, pool: asyncpg.Pool) -> None:
                 WRITES_SHOWN,
             )
             declared = (await _writes(conn, [key])).get(key, [])
+            # Run nodes carry dbt's relation name, not the key: the producing nodes say which.
             runs = await conn.fetch(
                 "SELECT n.run_id, r.project, n.unique_id, n.status, n.outcome, n.finished_at"
-                " FROM run_nodes n JOIN runs r USING (run_id) WHERE n.relation = $1"
-                " AND n.resource_type = ANY($2::text[])"
+                " FROM run_nodes n JOIN runs r USING (run_id)"
+                " WHERE (r.project, n.unique_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))"
                 " ORDER BY n.finished_at DESC NULLS FIRST, n.run_id LIMIT $3",
-                key,
-                list(_PRODUCING),
+                [n["project"] for n in producing],
+                [n["unique_id"] for n in producing],
                 WRITES_SHOWN,
             )
         dbt_producers = [

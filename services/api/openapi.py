@@ -81,6 +81,8 @@ OPERATIONS = (
               errors=(400, 401, 403, 404, 409)),
     Operation("GET", "/v1/runs/{run_id}/graph", "the graph a run used, a page of nodes",
               schemas.Graph, params=("run_id", "after", "limit")),
+    Operation("GET", "/v1/projects", "the projects the token may see: version, last run",
+              schemas.Projects, params=_PAGE, errors=(400, 401, 403)),
     Operation("GET", "/v1/projects/{project}/runs", "a project's runs, newest first",
               schemas.Runs, params=("project", *_PAGE)),
     Operation("POST", "/v1/projects/{project}/runs", "publish a run command",

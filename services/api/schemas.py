@@ -38,6 +38,8 @@ __all__ = [
     "Lags",
     "NextAfter",
     "NextOffset",
+    "ProjectSummary",
+    "Projects",
     "Reader",
     "Relation",
     "RelationNode",
@@ -155,6 +157,22 @@ class Run(RunSummary, kw_only=True, forbid_unknown_fields=True):
 
     result: dict[str, Any] | None
     nodes: list[RunNode]
+
+
+class ProjectSummary(_Body):
+    """A project: its deployed version and its latest run."""
+
+    project: str
+    version: str | None
+    deployed_at: datetime | None
+    last_run_id: str | None
+    last_run_status: str | None
+    last_run_finished_at: datetime | None
+
+
+class Projects(_Body):
+    projects: list[ProjectSummary]
+    next: NextOffset | None
 
 
 class Runs(_Body):

@@ -18,7 +18,7 @@ __all__ = ["DIST", "UI_PATHS", "add_ui_routes", "viewer_url"]
 
 DIST = Path(__file__).resolve().parent.parent.parent / "ui" / "dist"
 # The page's own script and style: nothing else is served from DIST.
-_ASSETS = {"app.js": "text/javascript", "app.js.map": "application/json", "style.css": "text/css"}
+_ASSETS = {"app.js": "text/javascript", "style.css": "text/css"}
 # Every route this module serves (the auth middleware lets them through without a token).
 UI_PATHS = ("/ui", "/ui/", *(f"/ui/{name}" for name in _ASSETS))
 _NOT_BUILT = "the run viewer is not built: run `make ui` (node and npm), then reload"
@@ -39,7 +39,7 @@ def add_ui_routes(app: web.Application, dist: Path = DIST) -> None:
         return web.Response(
             body=body,
             content_type=kind,
-            charset="utf-8" if kind != "application/json" else None,
+            charset="utf-8",
             headers={"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"},
         )
 

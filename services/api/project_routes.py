@@ -1,0 +1,49 @@
+"""`GET /v1/projects`: every project a token may see, with its deployed version and last run.
+
+A project is any name a deploy or a run was recorded under. An admin token sees them
+all; any other sees the projects of its team (the team of a project's latest deploy
+that names one, as `auth.project_team` decides) whose names match its pattern, so the
+list never names another team's project.
+"""
+
+from __future__ import annotations
+
+import asyncpg
+from aiohttp import web
+
+from services.api import auth, schemas
+from services.api.boundary import page, respond
+from shared import identity
+
+__all__ = ["add_project_routes", "PROJECTS_PAGE"]
+
+PROJECTS_PAGE = (100, 500)  # rows per page: default, maximum
+
+_SQL = """
+SELECT p.project, d.version, d.at AS deployed_at, r.run_id AS last_run_id,
+       r.status AS last_run_status, r.finished_at AS last_run_finished_at
+FROM (SELECT project FROM deploys UNION SELECT project FROM runs) p
+LEFT JOIN LATERAL (SELECT version, at FROM deploys WHERE project = p.project
+                   AND status IN ('deployed', 'unchanged') ORDER BY at DESC LIMIT 1) d ON true
+LEFT JOIN LATERAL (SELECT run_id, status, finished_at FROM runs WHERE project = p.project
+                   AND NOT hidden ORDER BY requested_at DESC NULLS LAST, run_id LIMIT 1) r ON true
+LEFT JOIN LATERAL (SELECT team FROM deploys WHERE project = p.project AND team <> ''
+                   ORDER BY at DESC LIMIT 1) t ON true
+WHERE $1::text IS NULL OR t.team = $1
+ORDER BY p.project LIMIT $2 OFFSET $3
+"""
+
+
+def add_project_routes(app: web.Application, pool: asyncpg.Pool) -> None:
+    async def list_projects(request: web.Request) -> web.Response:
+        token = auth.token_of(request)
+        team = None if token.role == "admin" else token.team
+        want = page(request, *PROJECTS_PAGE)
+        async with pool.acquire() as conn:
+            fetched = await conn.fetch(_SQL, team, want.limit + 1, want.offset)
+        rows, after = want.rows(fetched)
+        shown = [dict(r) for r in rows if identity.project_matches(token.project, r["project"])]
+        body = {"projects": shown, "next": after}
+        return respond(schemas.shaped(schemas.Projects, body))
+
+    app.router.add_get("/v1/projects", list_projects)

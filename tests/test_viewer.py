@@ -1,0 +1,139 @@
+"""The run viewer in a real browser: Debian's headless Chromium against a real stack and dbt.
+
+The example project gets a gate model (held until the test releases it) and a model
+that fails; the run page is opened while the build runs. Screenshots go to
+tests/artifacts/ (kept by CI as the test's artifacts, ignored by git).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from pathlib import Path
+
+import pytest
+
+from services import client
+from shared import events as ev
+from shared import identity
+from shared.commands import BuildCommand, RunCommand
+from tests.gate import GATE, add_gate, until_gate_runs
+
+pytestmark = pytest.mark.dbt
+
+ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+BROKEN = "model.jaffle_shop.broken"
+PASSED_RGB = "rgb(46,157,79)"
+FAILED_RGB = "rgb(217,54,54)"
+
+
+async def browser(playwright):
+    """Headless Chromium from the system (`.ci/run` installs Debian's package)."""
+    return await playwright.chromium.launch(
+        executable_path=CHROMIUM, args=["--no-sandbox", "--disable-dev-shm-usage"]
+    )
+
+
+async def sign_in(page, api_url: str, bearer: str) -> None:
+    """The viewer asks for a token once and keeps it for the tab."""
+    await page.goto(f"{api_url}/ui/")
+    await page.fill("#token-input", bearer)
+    await page.click("#token-form button[type=submit]")
+
+
+def _colour(value: str) -> str:
+    return value.replace(" ", "")
+
+
+async def test_the_run_page_is_live_and_a_failure_is_red_with_its_message(
+    stack, project_copy, tmp_path
+):
+    from playwright.async_api import async_playwright
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    release = tmp_path / "release"
+    add_gate(project_copy, release)
+    (project_copy / "models" / "marts" / "broken.sql").write_text(
+        "select no_such_column from {{ ref('orders') }}\n"
+    )
+    _, deployed = await client.deploy(stack.bus, project_copy, "jaffle_shop")
+    assert isinstance(deployed, ev.Deployed), deployed
+    _, bearer = await identity.create_token(
+        stack.bus, principal="viewer-test", team="ops", role="admin"
+    )
+    run = asyncio.create_task(
+        client.run(stack.bus, "jaffle_shop", RunCommand(command=BuildCommand(), run_id="view1"))
+    )
+    await until_gate_runs(stack.api_url, "view1")
+
+    async with async_playwright() as pw:
+        chromium = await browser(pw)
+        page = await chromium.new_page(viewport={"width": 1600, "height": 1000})
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        await sign_in(page, stack.api_url, bearer)
+        await page.evaluate("location.hash = '#/runs/view1'")
+        await page.wait_for_function(
+            f"window.viewer && viewer.status({GATE!r}) === 'running'", timeout=30_000
+        )
+        await page.evaluate("window.notReloaded = true")
+        await page.screenshot(path=ARTIFACTS / "run-live.png")
+        assert not run.done()
+
+        release.touch()
+        await page.wait_for_function(f"viewer.status({GATE!r}) === 'passed'", timeout=60_000)
+        assert await page.evaluate("window.notReloaded") is True
+        assert _colour(await page.evaluate(f"viewer.colour({GATE!r})")) == PASSED_RGB
+
+        final = await asyncio.wait_for(run, 120)
+        assert final.result.status == "failed"
+        await page.wait_for_selector("body[data-run-ended='1']", timeout=30_000)
+        assert await page.evaluate(f"viewer.status({BROKEN!r})") == "failed"
+        assert _colour(await page.evaluate(f"viewer.colour({BROKEN!r})")) == FAILED_RGB
+        at = await page.evaluate(f"viewer.position({BROKEN!r})")
+        await page.mouse.click(at["x"], at["y"])  # a person clicks the red node
+        panel = page.locator("#panel")
+        await panel.locator("pre.message").wait_for(timeout=10_000)
+        assert "no_such_column" in await panel.inner_text()
+        assert "failed" in await panel.inner_text()
+        assert "Raw SQL" in await panel.inner_text()
+        await page.screenshot(path=ARTIFACTS / "run-failed.png")
+
+        # The relation page of customers lists the run that built it.
+        key = "dbt://main/main/customers"
+        await page.evaluate(f"location.hash = '#/relations/' + encodeURIComponent({key!r})")
+        try:
+            await page.wait_for_selector("#relation-runs >> text=view1", timeout=30_000)
+        except Exception:
+            await page.screenshot(path=ARTIFACTS / "relation.png")
+            raise AssertionError(await page.inner_html("#view")) from None
+        await page.screenshot(path=ARTIFACTS / "relation.png")
+
+        # The project's page lists the run with its outcome, newest first.
+        await page.evaluate("location.hash = '#/projects/jaffle_shop'")
+        await page.wait_for_selector("text=view1", timeout=10_000)
+        await page.screenshot(path=ARTIFACTS / "project.png")
+        await chromium.close()
+    assert errors == []
+
+
+async def test_the_viewer_asks_for_a_token_and_never_shows_data_without_one(stack):
+    from playwright.async_api import async_playwright
+
+    async with async_playwright() as pw:
+        chromium = await browser(pw)
+        page = await chromium.new_page()
+        await page.goto(f"{stack.api_url}/ui/#/projects")
+        assert await page.is_visible("#token-dialog")
+        await page.fill("#token-input", "jdbt_not_a_token")
+        await page.click("#token-form button[type=submit]")
+        problem = page.locator("#token-problem")
+        await problem.wait_for(timeout=10_000)
+        await page.wait_for_function(
+            "document.getElementById('token-problem').textContent.length > 0"
+        )
+        assert await page.evaluate("sessionStorage.getItem('jetdbt.token')") == "jdbt_not_a_token"
+        assert await page.evaluate("document.cookie") == ""
+        assert "jdbt_not_a_token" not in page.url
+        await chromium.close()

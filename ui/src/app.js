@@ -1,0 +1,482 @@
+// The run viewer: projects, a project's runs, a run's live DAG, a relation. Plain DOM,
+// hash routes, every data call with the bearer token kept in sessionStorage for this tab.
+import cytoscape from "cytoscape";
+import dagre from "cytoscape-dagre";
+
+cytoscape.use(dagre);
+
+const TOKEN_KEY = "jetdbt.token";
+const SHOWN = new Set(["model", "seed", "snapshot"]);
+const TESTS = new Set(["test", "unit_test"]);
+// Past this many nodes a run page asks for a focus (a node and its +n neighbours).
+const FOCUS_ABOVE = 1500;
+const COLOURS = {
+  pending: "#e8edf3", running: "#2f6fde", passed: "#2e9d4f", warned: "#e0a800",
+  failed: "#d93636", skipped: "#9a9a9a", no_op: "#b5c4b1", unknown: "#b0b0b0",
+  not_selected: "#ffffff",
+};
+const view = document.getElementById("view");
+const crumbs = document.getElementById("crumbs");
+let leave = () => {};  // stops what the current page runs (its event stream)
+
+// ---- talking to the API ----------------------------------------------------------------
+
+class Unauthorized extends Error {}
+
+function token() {
+  return sessionStorage.getItem(TOKEN_KEY) || "";
+}
+
+function headers(extra = {}) {
+  return { Authorization: `Bearer ${token()}`, ...extra };
+}
+
+async function api(path, options = {}) {
+  const resp = await fetch(path, { ...options, headers: headers(options.headers) });
+  if (resp.status === 401) throw new Unauthorized((await resp.json()).error);
+  const body = resp.headers.get("content-type")?.includes("json") ? await resp.json() : null;
+  if (!resp.ok) {
+    const err = new Error(body?.error || `${resp.status} ${resp.statusText}`);
+    err.status = resp.status;
+    throw err;
+  }
+  return body;
+}
+
+function askToken(problem = "") {
+  const dialog = document.getElementById("token-dialog");
+  document.getElementById("token-problem").textContent = problem;
+  if (!dialog.open) dialog.showModal();
+}
+
+document.getElementById("token-form").addEventListener("submit", () => {
+  const input = document.getElementById("token-input");
+  sessionStorage.setItem(TOKEN_KEY, input.value.trim());
+  input.value = "";
+  route();
+});
+document.getElementById("forget").addEventListener("click", () => {
+  sessionStorage.removeItem(TOKEN_KEY);
+  askToken();
+});
+
+// Server-sent events over fetch (EventSource cannot send a token): each message's id is
+// its stream sequence; a dropped connection resumes after the last one with Last-Event-ID.
+async function follow(runId, onEvent, signal) {
+  let last = 0;
+  while (!signal.aborted) {
+    try {
+      const extra = last ? { "Last-Event-ID": String(last) } : {};
+      const resp = await fetch(`/v1/runs/${encodeURIComponent(runId)}/events`, {
+        headers: headers(extra), signal,
+      });
+      if (resp.status === 404) { await sleep(1000); continue; }
+      if (resp.status === 401) throw new Unauthorized("token refused");
+      if (!resp.ok) throw new Error(`event stream: ${resp.status}`);
+      const reader = resp.body.pipeThrough(new TextDecoderStream()).getReader();
+      let buffer = "";
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) return;  // the run ended: the server closed the stream
+        buffer += value;
+        let cut;
+        while ((cut = buffer.indexOf("\n\n")) >= 0) {
+          const message = parseMessage(buffer.slice(0, cut));
+          buffer = buffer.slice(cut + 2);
+          if (message) { last = message.id; onEvent(message); }
+        }
+      }
+    } catch (err) {
+      if (signal.aborted || err instanceof Unauthorized) throw err;
+      await sleep(1000);  // a dropped connection: resume after `last`
+    }
+  }
+}
+
+function parseMessage(block) {
+  const fields = {};
+  for (const line of block.split("\n")) {
+    if (!line || line.startsWith(":")) continue;
+    const at = line.indexOf(": ");
+    fields[line.slice(0, at)] = line.slice(at + 2);
+  }
+  if (!fields.id) return null;
+  return { id: Number(fields.id), event: fields.event, data: JSON.parse(fields.data) };
+}
+
+// ---- small DOM helpers -----------------------------------------------------------------
+
+const sleep = (ms) => new Promise((ok) => setTimeout(ok, ms));
+
+function h(tag, attrs = {}, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k === "onclick") el.addEventListener("click", v);
+    else if (v !== undefined && v !== null) el.setAttribute(k, v);
+  }
+  for (const c of children.flat()) {
+    if (c !== null && c !== undefined) el.append(c instanceof Node ? c : String(c));
+  }
+  return el;
+}
+
+const pill = (status) => h("span", { class: `pill ${status}` }, status ?? "");
+const when = (t) => (t ? new Date(t).toLocaleString() : "");
+const link = (href, text) => h("a", { href }, text);
+const runLink = (id) => link(`#/runs/${encodeURIComponent(id)}`, id);
+const relationLink = (key) => link(`#/relations/${encodeURIComponent(key)}`, key);
+
+function seconds(from, to) {
+  if (!from) return "";
+  const end = to ? new Date(to) : new Date();
+  return `${((end - new Date(from)) / 1000).toFixed(1)} s`;
+}
+
+function totals(t) {
+  return Object.entries(t || {}).filter(([, n]) => n).map(([k, n]) => `${k} ${n}`).join(", ");
+}
+
+function table(head, rows) {
+  return h("table", {}, h("tr", {}, head.map((c) => h("th", {}, c))),
+    rows.map((r) => h("tr", {}, r.map((c) => h("td", {}, c)))));
+}
+
+function show(title, path, ...content) {
+  document.title = `${title} · jetdbt`;
+  crumbs.replaceChildren(...path.flatMap((p, i) => (i ? [" / ", p] : [p])));
+  view.replaceChildren(...content);
+}
+
+// ---- pages -----------------------------------------------------------------------------
+
+async function projectsPage() {
+  const { projects } = await api("/v1/projects?limit=500");
+  show("projects", [h("span", {}, "projects")], h("h1", {}, "Projects"),
+    projects.length ? table(
+      ["project", "deployed version", "deployed", "last run", "outcome", "finished"],
+      projects.map((p) => [
+        link(`#/projects/${p.project}`, p.project), h("code", {}, (p.version || "").slice(0, 19)),
+        when(p.deployed_at), p.last_run_id ? runLink(p.last_run_id) : "",
+        p.last_run_status ? pill(p.last_run_status) : "", when(p.last_run_finished_at),
+      ])) : h("p", { class: "muted" }, "no project has been deployed or run yet"));
+}
+
+async function projectPage(project, params) {
+  const offset = Number(params.get("offset") || 0);
+  const [runs, deploys, envs] = await Promise.all([
+    api(`/v1/projects/${project}/runs?limit=25&offset=${offset}`),
+    api(`/v1/projects/${project}/deploys?limit=1`),
+    api(`/v1/projects/${project}/environments`),
+  ]);
+  const latest = deploys.deploys[0];
+  const pager = h("p", {},
+    offset ? link(`#/projects/${project}?offset=${Math.max(0, offset - 25)}`, "← newer") : "",
+    " ", runs.next ? link(`#/projects/${project}?offset=${runs.next.offset}`, "older →") : "");
+  show(project, [link("#/", "projects"), h("span", {}, project)],
+    h("h1", {}, project),
+    h("p", {}, latest
+      ? ["deployed version ", h("code", {}, (latest.version || "").slice(0, 19)), " ",
+         pill(latest.status), ` ${when(latest.at)} by ${latest.requested_by || "?"}`]
+      : "not deployed"),
+    h("h2", {}, "Environments"),
+    envs.environments.length ? table(["warehouse", "target", "schema", "published by", "at"],
+      envs.environments.map((e) => [e.warehouse, e.target, e.schema, runLink(e.run_id),
+        when(e.published_at)])) : h("p", { class: "muted" }, "no published state"),
+    h("h2", {}, "Runs"),
+    table(["run", "status", "outcomes", "duration", "requested by", "requested"],
+      runs.runs.map((r) => [runLink(r.run_id), pill(r.status), totals(r.totals),
+        seconds(r.started_at, r.finished_at), r.requested_by || "", when(r.requested_at)])),
+    pager);
+}
+
+async function relationPage(key) {
+  const rel = await api(`/v1/relations/${encodeURIComponent(key)}`);
+  const owners = rel.producers.map((p) => (p.kind === "dbt"
+    ? [link(`#/projects/${p.project}`, p.project), " ", h("code", {}, p.unique_id)]
+    : [`declared by ${p.producer}`]));
+  const other = (r) => (r.relation ? relationLink(r.relation) : h("code", {}, r.unique_id));
+  show(key, [link("#/", "projects"), h("span", {}, key)],
+    h("h1", {}, key),
+    h("h2", {}, "Owned by"), owners.length ? h("ul", {}, owners.map((o) => h("li", {}, o)))
+      : h("p", { class: "muted" }, "no project owns it"),
+    h("h2", {}, "Upstream"), table(["project", "node", "relation"],
+      rel.upstream.map((u) => [u.project, `${u.resource_type} ${u.name}`, other(u)])),
+    h("h2", {}, "Downstream"), table(["project", "node", "relation"],
+      rel.readers.map((r) => [r.project, `${r.resource_type} ${r.name}`, other(r)])),
+    h("h2", {}, "Runs that built it"), h("table", { id: "relation-runs" },
+      h("tr", {}, ["run", "project", "node", "outcome", "finished"].map((c) => h("th", {}, c))),
+      rel.runs.map((r) => h("tr", {}, [runLink(r.run_id), r.project, r.unique_id,
+        pill(r.outcome || r.status), when(r.finished_at)].map((c) => h("td", {}, c))))),
+    h("h2", {}, "Declared writes"), table(["producer", "status", "rows", "written", "refused"],
+      rel.writes.map((w) => [w.producer, w.status, w.row_count ?? "", when(w.written_at),
+        w.refused_reason || ""])));
+}
+
+// ---- the run page ----------------------------------------------------------------------
+
+async function graphOf(runId) {
+  const nodes = [], edges = [];
+  let after = null;
+  do {
+    const q = after ? `?after=${encodeURIComponent(after)}` : "";
+    const page = await api(`/v1/runs/${runId}/graph${q}`);
+    nodes.push(...page.nodes);
+    edges.push(...page.edges);
+    after = page.next?.after;
+  } while (after);
+  return { nodes, edges };
+}
+
+// The nodes drawn: models, seeds and snapshots; each test folded into the node it tests.
+function fold(graph) {
+  const byId = new Map(graph.nodes.map((n) => [n.unique_id, n]));
+  const drawn = new Map(), testsOf = new Map(), testedBy = new Map();
+  for (const n of graph.nodes) if (SHOWN.has(n.resource_type)) drawn.set(n.unique_id, n);
+  const parents = new Map();
+  for (const e of graph.edges) {
+    if (!parents.has(e.child)) parents.set(e.child, []);
+    parents.get(e.child).push(e.parent);
+  }
+  for (const n of graph.nodes) {
+    if (!TESTS.has(n.resource_type)) continue;
+    const owner = [n.attached_node, ...(parents.get(n.unique_id) || [])].find((p) => drawn.has(p));
+    if (!owner) continue;
+    if (!testsOf.has(owner)) testsOf.set(owner, []);
+    testsOf.get(owner).push(n.unique_id);
+    testedBy.set(n.unique_id, owner);
+  }
+  const edges = graph.edges.filter((e) => drawn.has(e.parent) && drawn.has(e.child));
+  return { byId, drawn, edges, testsOf, testedBy };
+}
+
+// A node and its ancestors and descendants up to `depth` steps.
+function neighbourhood(folded, focus, depth) {
+  const up = new Map(), down = new Map();
+  for (const e of folded.edges) {
+    (up.get(e.child) || up.set(e.child, []).get(e.child)).push(e.parent);
+    (down.get(e.parent) || down.set(e.parent, []).get(e.parent)).push(e.child);
+  }
+  const keep = new Set([focus]);
+  for (const step of [up, down]) {
+    let ring = [focus];
+    for (let d = 0; d < depth && ring.length; d++) {
+      ring = ring.flatMap((id) => step.get(id) || []).filter((id) => !keep.has(id));
+      ring.forEach((id) => keep.add(id));
+    }
+  }
+  return keep;
+}
+
+async function runPage(runId, params) {
+  const stop = new AbortController();
+  leave = () => stop.abort();
+  const run = await api(`/v1/runs/${runId}`);
+  let graph = { nodes: [], edges: [] };
+  try { graph = await graphOf(runId); } catch (err) { if (err.status !== 404) throw err; }
+  const folded = fold(graph);
+  const state = new Map(run.nodes.map((n) => [n.unique_id, n]));
+  const focus = params.get("focus");
+  const depth = Number(params.get("depth") || 2);
+  let ids = [...folded.drawn.keys()];
+  if (focus && folded.drawn.has(focus)) ids = [...neighbourhood(folded, focus, depth)];
+  const tooBig = !focus && ids.length > FOCUS_ABOVE;
+
+  const header = h("div", { id: "run-header" });
+  const panel = h("aside", { id: "panel" }, h("p", { class: "muted" }, "click a node"));
+  const logBox = h("pre", { id: "log" }, "");
+  const graphBox = h("div", { id: "graph" });
+  const focusForm = h("form", { class: "toolbar", id: "focus-form" },
+    "focus on ", h("input", { name: "focus", list: "node-ids", size: 40, value: focus || "" }),
+    " +", h("input", { name: "depth", type: "number", min: 0, max: 50, value: depth }),
+    h("button", { type: "submit" }, "focus"),
+    focus ? link(`#/runs/${runId}`, "whole graph") : "",
+    h("datalist", { id: "node-ids" }, [...folded.drawn.keys()].map((id) => h("option", { value: id }))));
+  focusForm.addEventListener("submit", (e) => {
+    e.preventDefault();
+    const f = new FormData(focusForm);
+    location.hash = `#/runs/${runId}?focus=${encodeURIComponent(f.get("focus"))}&depth=${f.get("depth")}`;
+  });
+  const legend = h("p", { class: "legend" }, Object.entries(COLOURS).map(([k, c]) =>
+    h("span", {}, h("i", { style: `background:${c}` }), " ", k.replace("_", " "))));
+  show(runId, [link("#/", "projects"), link(`#/projects/${run.project}`, run.project),
+    h("span", {}, runId)], header, focusForm, legend,
+    h("div", { class: "run-layout" },
+      tooBig ? h("p", { id: "graph" }, `${ids.length} nodes: pick a node to focus on`) : graphBox,
+      panel),
+    h("h2", {}, "Log"), logBox,
+    h("h2", {}, "Invocation, as submitted"), h("pre", { id: "invocation" },
+      JSON.stringify({ command: run.command, invocation_args: run.result?.invocation_args }, null, 2)));
+
+  const outcome = (id) => {
+    const n = state.get(id);
+    if (!n) return run.finished_at ? "not_selected" : "pending";
+    if (n.status === "running") return "running";
+    return n.outcome || n.status;
+  };
+  const badge = (id) => {
+    const tests = folded.testsOf.get(id) || [];
+    const failed = tests.filter((t) => ["failed", "warned"].includes(state.get(t)?.outcome));
+    return tests.length ? ` ✓${tests.length - failed.length}${failed.length ? ` ✗${failed.length}` : ""}` : "";
+  };
+  const label = (id) => `${folded.drawn.get(id).name}${badge(id)}`;
+
+  let cy = null;
+  if (!tooBig) {
+    cy = cytoscape({
+      container: graphBox,
+      elements: [
+        ...ids.map((id) => ({ data: { id, label: label(id), status: outcome(id) } })),
+        ...folded.edges.filter((e) => ids.includes(e.parent) && ids.includes(e.child))
+          .map((e) => ({ data: { id: `${e.parent}>${e.child}`, source: e.parent, target: e.child } })),
+      ],
+      style: [
+        { selector: "node", style: {
+          shape: "round-rectangle", width: 150, height: 30, label: "data(label)",
+          "text-valign": "center", "font-size": 11, "border-width": 1, "border-color": "#7a8591",
+          "background-color": (n) => COLOURS[n.data("status")] || COLOURS.unknown,
+          color: (n) => (["pending", "not_selected", "warned"].includes(n.data("status")) ? "#1d232a" : "#fff"),
+        } },
+        { selector: "node[status = 'not_selected']", style: { "border-style": "dashed" } },
+        { selector: "node:selected", style: { "border-width": 3, "border-color": "#1d232a" } },
+        { selector: "edge", style: { width: 1, "curve-style": "bezier", "target-arrow-shape": "triangle",
+          "line-color": "#aab2bb", "target-arrow-color": "#aab2bb" } },
+      ],
+      layout: { name: "dagre", rankDir: "LR", nodeSep: 8, rankSep: 60, animate: false },
+      wheelSensitivity: 0.3,
+    });
+    cy.on("tap", "node", (e) => select(e.target.id()));
+  }
+
+  let selected = null;
+  function select(id) {
+    selected = id;
+    const n = state.get(id) || {};
+    const g = folded.byId.get(id) || {};
+    const tests = folded.testsOf.get(id) || [];
+    panel.replaceChildren(...[
+      h("h3", {}, g.name || id), h("p", {}, pill(outcome(id)), " ", h("code", {}, id)),
+      table(["", ""], [
+        ["type", `${g.resource_type || n.resource_type || ""} ${g.materialized || ""}`],
+        ["dbt status", n.status || ""], ["outcome", n.outcome || outcome(id)],
+        ["started", when(n.started_at)], ["finished", when(n.finished_at)],
+        ["time", n.execution_time != null ? `${n.execution_time.toFixed(2)} s` : ""],
+        ["rows affected", n.rows_affected ?? ""],
+        ["relation", g.relation ? relationLink(g.relation) : ""],
+        ["focus", link(`#/runs/${runId}?focus=${encodeURIComponent(id)}&depth=2`, "+2 around it")],
+      ]),
+      n.message ? [h("h4", {}, "Message"), h("pre", { class: "message" }, n.message)] : [],
+      h("h4", {}, `Tests (${tests.length})`),
+      table(["test", "outcome", "message"], tests.map((t) => [folded.byId.get(t).name,
+        pill(outcome(t)), state.get(t)?.message || ""])),
+      h("h4", {}, "Raw SQL"), h("pre", {}, g.raw_code || "(not in the graph)"),
+      h("h4", {}, "Compiled SQL"), h("p", { class: "muted" }, "not recorded by jetdbt"),
+    ].flat());
+  }
+
+  function drawHeader() {
+    const live = ["requested", "queued", "running"].includes(run.status);
+    const actions = [];
+    if (live) {
+      actions.push(h("button", { type: "button", id: "cancel", onclick: async () => {
+        await api(`/v1/runs/${runId}/cancel`, { method: "POST", body: "{}",
+          headers: { "Content-Type": "application/json" } });
+      } }, "cancel"));
+    } else if (["failed", "cancelled", "error"].includes(run.status)) {
+      actions.push(h("button", { type: "button", id: "retry", onclick: async () => {
+        const body = JSON.stringify({ command: { label: "retry", dbt_retry_job: runId } });
+        const { run_id } = await api(`/v1/projects/${run.project}/runs`, { method: "POST", body,
+          headers: { "Content-Type": "application/json" } });
+        location.hash = `#/runs/${run_id}`;
+      } }, "retry what failed"));
+    }
+    header.replaceChildren(h("h1", {}, "run ", runId, " ", pill(run.status)),
+      h("p", {}, `project ${run.project} · requested by ${run.requested_by || "?"} `,
+        `${when(run.requested_at)} · ${seconds(run.started_at, run.finished_at)} · `,
+        totals(run.totals || run.result?.totals), " ", actions));
+  }
+
+  async function drawLog() {
+    try {
+      const page = await api(`/v1/runs/${runId}/logs?limit=5000`);
+      logBox.textContent = page.lines.map((l) => l.text).join("\n");
+    } catch (err) {
+      if (err instanceof Unauthorized) throw err;
+      logBox.textContent = `(no log: ${err.message})`;
+    }
+  }
+
+  function repaint(id) {
+    const owner = folded.testedBy.get(id) || id;
+    const node = cy?.getElementById(owner);
+    if (node && node.nonempty()) node.data({ status: outcome(owner), label: label(owner) });
+    if (selected === owner) select(owner);
+  }
+
+  function onEvent({ data }) {
+    const type = data.type;
+    if (type === "node.started.v1") {
+      state.set(data.unique_id, { ...(state.get(data.unique_id) || {}), unique_id: data.unique_id,
+        status: "running", outcome: null, started_at: data.started_at || data.at });
+      repaint(data.unique_id);
+    } else if (type === "node.finished.v1") {
+      state.set(data.node.unique_id, data.node);
+      repaint(data.node.unique_id);
+    } else if (type.startsWith("run.")) {
+      if (type === "run.started.v1") Object.assign(run, { status: "running", started_at: data.at });
+      if (type === "run.queued.v1") run.status = "queued";
+      if (type === "run.refused.v1") Object.assign(run, { status: "refused", finished_at: data.at });
+      if (type === "run.finished.v1") {
+        Object.assign(run, { status: data.result.status, finished_at: data.at,
+          totals: data.result.totals, result: data.result });
+        for (const n of data.result.nodes) state.set(n.unique_id, n);
+        cy?.nodes().forEach((n) => n.data({ status: outcome(n.id()), label: label(n.id()) }));
+        if (selected) select(selected);
+        drawLog();
+        document.body.dataset.runEnded = "1";
+      }
+      drawHeader();
+    }
+  }
+
+  drawHeader();
+  drawLog();
+  window.viewer = {
+    cy, select,
+    status: (id) => outcome(id),
+    colour: (id) => cy?.getElementById(id).style("background-color"),
+    position: (id) => {
+      const box = graphBox.getBoundingClientRect();
+      const p = cy.getElementById(id).renderedPosition();
+      return { x: box.left + p.x, y: box.top + p.y };
+    },
+  };
+  document.body.dataset.ready = "1";
+  follow(runId, onEvent, stop.signal).catch((err) => {
+    if (err instanceof Unauthorized) askToken(err.message);
+  });
+}
+
+// ---- routing ---------------------------------------------------------------------------
+
+async function route() {
+  leave();
+  leave = () => {};
+  delete document.body.dataset.ready;
+  delete document.body.dataset.runEnded;
+  if (!token()) { askToken(); return; }
+  const [path, query] = location.hash.replace(/^#/, "").split("?");
+  const params = new URLSearchParams(query || "");
+  const parts = path.split("/").filter(Boolean).map(decodeURIComponent);
+  try {
+    if (parts[0] === "projects" && parts[1]) await projectPage(parts[1], params);
+    else if (parts[0] === "runs" && parts[1]) await runPage(parts[1], params);
+    else if (parts[0] === "relations" && parts[1]) await relationPage(parts.slice(1).join("/"));
+    else await projectsPage();
+  } catch (err) {
+    if (err instanceof Unauthorized) { askToken(err.message); return; }
+    view.replaceChildren(h("p", { class: "problem", id: "problem" }, err.message));
+  }
+}
+
+window.addEventListener("hashchange", route);
+route();
