@@ -145,6 +145,10 @@ def _new_run(e: ev.Event, status: str, requested_at) -> dict:
         "log_lines": None,
         "log_bytes": None,
         "files_pruned_at": None,
+        "queue_reason": None,
+        "queue_position": None,
+        "queued_at": None,
+        "queued_seconds": None,
     }
 
 
@@ -165,11 +169,33 @@ def _refused(row: dict | None, e: ev.RunRefused) -> dict:
     return row
 
 
+def _queued(row: dict | None, e: ev.RunQueued) -> dict:
+    """An attempt that has not started waits: queued, with why and where. A queued event
+    of an attempt that started already, or of a finished run, arrives late: it changes
+    nothing."""
+    row = row or _new_run(e, "queued", None)
+    if row["finished_at"] is None and row["attempt"] < e.attempt:
+        if row["status"] != "queued":  # a new wait begins
+            row["queued_at"] = e.at
+        row.update(
+            status="queued",
+            queue_reason=e.reason,
+            queue_position=e.position,
+            team=row.get("team") or e.team or None,
+        )
+    return row
+
+
 def _started(row: dict | None, e: ev.RunStarted) -> dict:
-    """A later attempt takes the row over; an earlier one's start arriving late does not."""
+    """A later attempt takes the row over; an earlier one's start arriving late does not.
+    A run that was queued records how long it waited."""
     row = row or _new_run(e, "running", e.at)
     if row["attempt"] <= e.attempt:
+        if row["status"] == "queued" and row["queued_at"] is not None:
+            # Runners' clocks may differ a little: a wait is never negative.
+            row["queued_seconds"] = max(0.0, (e.at - row["queued_at"]).total_seconds())
         row.update(
+            queue_position=None,
             attempt=e.attempt,
             version=e.version,
             runner=e.runner,
@@ -216,6 +242,7 @@ def _pruned(row: dict | None, e: ev.RunPruned) -> dict | None:
 _RUN_RULES = {
     ev.RunRequested: _requested,
     ev.RunRefused: _refused,
+    ev.RunQueued: _queued,
     ev.RunStarted: _started,
     ev.RunAttemptLost: _lost,
     ev.RunFinished: _finished,

@@ -26,6 +26,10 @@ RUN_COLUMNS = (
     "log_lines",
     "log_bytes",
     "files_pruned_at",
+    "queue_reason",
+    "queue_position",
+    "queued_at",
+    "queued_seconds",
 )
 JSON_COLUMNS = ("command", "totals", "result")
 # Counted from the run's run_nodes rows each time the run row is written, never incremented.

@@ -17,6 +17,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     database_url: str | None
     home: Path
     max_concurrent_runs: int = 4
+    max_runs_per_team: int = 2  # so one team cannot take every run slot
     run_timeout_seconds: int = 3600
     run_ack_wait_seconds: int = 60  # how long a silent runner keeps a run before redelivery
     # Finished runs per project and environment that keep their log object and files.
@@ -77,6 +78,7 @@ def load(env=None) -> Settings:
         database_url=env.get("DATABASE_URL") or None,
         home=Path(env.get("JETDBT_HOME") or ".jetdbt").absolute(),
         max_concurrent_runs=_int(env, "MAX_CONCURRENT_RUNS", 4),
+        max_runs_per_team=_int(env, "MAX_RUNS_PER_TEAM", 2),
         run_timeout_seconds=_int(env, "RUN_TIMEOUT_SECONDS", 3600),
         run_ack_wait_seconds=_int(env, "RUN_ACK_WAIT_SECONDS", 60),
         run_retention=_positive(env, "RUN_RETENTION", 30),

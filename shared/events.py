@@ -8,6 +8,7 @@ what makes it unique, so a runner republishing after a crash is deduplicated.
 
 from __future__ import annotations
 
+import hashlib
 from datetime import UTC, datetime
 from typing import Any, Union
 
@@ -30,6 +31,8 @@ __all__ = [
     "RunRefused",
     "RunStarted",
     "RunAttemptLost",
+    "RunQueued",
+    "RunCancelRequested",
     "RunFinished",
     "RunLogKept",
     "RunPruned",
@@ -85,6 +88,7 @@ class RunResult(msgspec.Struct, frozen=True, kw_only=True):
     target: str = ""
     error: str | None = None
     deferred_to: str | None = None
+    cancelled_by: str | None = None  # the principal whose cancel ended the run
 
 
 class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
@@ -195,6 +199,36 @@ class RunAttemptLost(_RunEvent, frozen=True, kw_only=True, tag="run.attempt_lost
 
     def event_id(self) -> str:
         return f"run:{self.project}:{self.run_id}:{self.attempt}:attempt_lost"
+
+
+class RunQueued(_RunEvent, frozen=True, kw_only=True, tag="run.queued.v1"):
+    """Attempt `attempt` waits to start, holding no slot: why (its environment, its team's
+    slots, the run slots), its place in its queues (1: next) and its team. Published when
+    it starts waiting and whenever the reason or the place changes; `n` counts them."""
+
+    attempt: int
+    reason: str
+    position: int
+    team: str = ""
+    n: int = 0
+    _kind = "queued"
+
+    def event_id(self) -> str:
+        # What it says is in the id: a redelivery's n=0 that says something new is no duplicate.
+        said = hashlib.sha256(f"{self.position}:{self.reason}".encode()).hexdigest()[:12]
+        return f"run:{self.project}:{self.run_id}:{self.attempt}:queued:{self.n}:{said}"
+
+
+class RunCancelRequested(_RunEvent, frozen=True, kw_only=True, tag="run.cancel_requested.v1"):
+    """A cancel command for the run, recorded by the durable consumer so it wins even when
+    it came before the run was delivered: admission reads it before the run starts."""
+
+    requested_by: str = ""
+    command_seq: int = 0
+    _kind = "cancel_requested"
+
+    def event_id(self) -> str:
+        return f"run:{self.project}:{self.run_id}:cancel_requested:{self.command_seq}"
 
 
 class RunFinished(_RunEvent, frozen=True, kw_only=True, tag="run.finished.v1"):
@@ -380,6 +414,8 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     RunRefused,
     RunStarted,
     RunAttemptLost,
+    RunQueued,
+    RunCancelRequested,
     RunFinished,
     RunLogKept,
     RunPruned,

@@ -100,6 +100,23 @@ EXPECTED = {
         lambda e: (e.attempt, e.event_id()),
         (1, f"run:jaffle_shop:{RUN}:1:attempt_lost"),
     ),
+    "run.queued.v1": (
+        ev.RunQueued,
+        lambda e: (e.attempt, e.reason, e.position, e.team, e.n, e.subject()),
+        (
+            1,
+            "team analytics has 2 of 2 runs",
+            3,
+            "analytics",
+            1,
+            f"dbt.evt.run.jaffle_shop.{RUN}.queued",
+        ),
+    ),
+    "run.cancel_requested.v1": (
+        ev.RunCancelRequested,
+        lambda e: (e.requested_by, e.command_seq, e.event_id()),
+        ("analyst@example.com", 44, f"run:jaffle_shop:{RUN}:cancel_requested:44"),
+    ),
     "run.log_kept.v1": (
         ev.RunLogKept,
         lambda e: (e.attempt, e.object, e.lines, e.bytes, e.subject(), e.event_id()),

@@ -17,6 +17,7 @@ from aiohttp import web
 
 from projections.progress_tables import COUNT_COLUMNS, NODE_COLUMNS, RUN_COLUMNS, without_nodes
 from services.api.boundary import check_routes, error, guard, page, path, respond
+from services.api.cancel_routes import add_cancel_routes
 from services.api.event_stream import add_event_stream_routes
 from services.api.graph_routes import add_graph_routes
 from services.api.log_routes import add_log_routes
@@ -169,6 +170,7 @@ def create_app(
     app.router.add_get("/v1/projects/{project}/deploys", list_deploys)
     add_graph_routes(app, pool)
     add_ops_routes(app, pool, bus)
+    add_cancel_routes(app, pool, bus)
     add_log_routes(app, bus)
     add_event_stream_routes(app, bus)
     check_routes(app)

@@ -13,6 +13,7 @@ from aiohttp import web
 from projections import lag
 from services.api import schemas
 from services.api.boundary import page, query, respond
+from services.api.queue_metrics import queue_metrics
 from shared import contract
 from shared.bus import Bus
 
@@ -57,8 +58,10 @@ def add_ops_routes(app: web.Application, pool: asyncpg.Pool, bus: Bus) -> None:
             return await lag.lags(conn, bus.js, projections)
 
     async def metrics(request: web.Request) -> web.Response:
+        async with pool.acquire() as conn:
+            queue = await queue_metrics(conn)
         return web.Response(
-            body=prometheus(await current()).encode(),
+            body=(prometheus(await current()) + queue).encode(),
             headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"},
         )
 

@@ -22,6 +22,7 @@ COMMANDS = {
     "parse": "run_commands:cmd_parse",
     "status": "read_commands:cmd_status",
     "logs": "logs_command:cmd_logs",
+    "cancel": "cancel_command:cmd_cancel",
     "replay": "ops_commands:cmd_replay",
     "audit": "ops_commands:cmd_audit",
     "dead-letters": "ops_commands:cmd_dead_letters",

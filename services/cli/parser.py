@@ -56,6 +56,15 @@ def build_parser() -> argparse.ArgumentParser:
     rt.add_argument("--watch", action="store_true", help="show live per-model progress")
     rt.add_argument("--json", action="store_true", help="print the structured result as JSON")
     _wait_limit(rt)
+    cn = sub.add_parser("cancel", help="cancel a run: a queued one never starts, dbt is killed")
+    cn.add_argument("run_id")
+    cn.add_argument(
+        "--timeout",
+        type=float,
+        default=120.0,
+        metavar="SECONDS",
+        help="stop waiting for the run to end after this long (default 120)",
+    )
     lg = sub.add_parser("logs", help="a run's log lines (kept after it ends)")
     lg.add_argument("run_id")
     lg.add_argument(

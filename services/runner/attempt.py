@@ -18,6 +18,7 @@ from typing import Any
 import msgspec
 
 from services.runner import results, run_log
+from services.runner.admission import Admission, Blocked
 from services.runner.context import RunnerContext
 from services.runner.dbt_process import DbtInvocation, RunTimedOut
 from services.runner.job_setup import Prepared, Refused, prepare
@@ -27,10 +28,24 @@ from shared import events as ev
 from shared import logging as jlog
 from shared import subjects
 from shared.commands import BuildCommand, RunCommand
+from shared.identity import team_of
 from shared.outcomes import totals
 from shared.quote import quote
 
-__all__ = ["Attempt", "Failed", "Source", "refuse"]
+__all__ = ["Attempt", "Cancel", "Failed", "Source", "refuse"]
+
+# Seconds between a waiting run's reads of the log for a cancel recorded there.
+CANCEL_RECORD_EVERY = 2.0
+
+
+class Cancel(asyncio.Event):
+    """Set when the run is cancelled; `by` is the principal who asked."""
+
+    by = ""
+
+    def request(self, by: str) -> None:
+        self.by = self.by or by
+        self.set()
 
 
 class Failed(Exception):
@@ -78,7 +93,7 @@ class Attempt:
         body: RunCommand,
         run_id: str,
         number: int,
-        cancelled: asyncio.Event,
+        cancelled: Cancel,
         source: Source,
     ):
         self.ctx, self.project, self.body = ctx, project, body
@@ -130,16 +145,18 @@ class Attempt:
             )
         except Refused as exc:
             return await refuse(self.ctx, self.project, self.run_id, str(exc))
-        lease = None
-        keeper = None
+        leases: list[Lease] = []
+        keepers: list[asyncio.Task] = []
         try:
             reason = await self.check()
             if reason:
                 return await refuse(self.ctx, self.project, self.run_id, reason)
             if self.writes:
-                lease = Lease(self.ctx.bus, self.prepared.plan.lease_scope, self._holder())
-                await lease.take()  # LeaseBusy: the command waits for the environment
-                keeper = asyncio.create_task(lease.keep(self._fenced))
+                leases = await self._admit()
+                if leases is None:  # cancelled before it started: dbt never runs for it
+                    self.number -= 1  # the last attempt that started, 0 when none did
+                    return await self._finish(-1, "cancelled")
+                keepers = [asyncio.create_task(x.keep(self._fenced)) for x in leases]
                 # While it waited, the run may have ended (a duplicate command) or
                 # another attempt of it started: the log says, after the lease.
                 final = await settled(self.ctx.bus, self.project, self.run_id)
@@ -169,11 +186,72 @@ class Attempt:
             log.info("run_finished", status=finished.result.status, exit_code=code)
             return finished
         finally:
-            if keeper is not None:
+            for keeper in keepers:
                 keeper.cancel()
-            if lease is not None:
+            for lease in leases or ():
                 await lease.release()
             self.prepared.cleanup()
+
+    async def _admit(self) -> list[Lease] | None:
+        """Wait, holding no slot, until the run holds its environment, a team slot and a run
+        slot (services/runner/admission.py); None when it was cancelled before that, here
+        or by a cancel recorded in the log (one sent before the run was delivered)."""
+        bus, settings = self.ctx.bus, self.ctx.settings
+        requested = await bus.last_event(subjects.run_event(self.project, self.run_id, "requested"))
+        seq = requested.command_seq if isinstance(requested, ev.RunRequested) else 0
+        team = (requested.team if isinstance(requested, ev.RunRequested) else "") or (
+            await team_of(bus, self.body.requested_by)
+        )
+        admission = Admission(
+            bus,
+            environment=self.prepared.plan.lease_scope,
+            team=team,
+            seq=seq,
+            holder=self._holder(),
+            runs=settings.max_concurrent_runs,
+            per_team=settings.max_runs_per_team,
+        )
+        said = 0
+
+        async def queued(blocked: Blocked) -> None:
+            nonlocal said
+            await bus.publish(
+                ev.RunQueued(
+                    project=self.project,
+                    run_id=self.run_id,
+                    attempt=self.number,
+                    reason=blocked.reason,
+                    position=blocked.position,
+                    team=team,
+                    n=said,
+                )
+            )
+            said += 1
+
+        watch = asyncio.create_task(self._watch_cancel_record())
+        try:
+            leases = await admission.enter(self.cancelled, queued)
+        finally:
+            watch.cancel()
+        if leases is not None and await self._cancel_recorded():
+            for lease in leases:
+                await lease.release()
+            return None
+        return leases
+
+    async def _cancel_recorded(self) -> bool:
+        """Whether the log holds a cancel of this run; if so the run is cancelled by it."""
+        if not self.cancelled.is_set():
+            found = await self.ctx.bus.last_event(
+                subjects.run_event(self.project, self.run_id, "cancel_requested")
+            )
+            if isinstance(found, ev.RunCancelRequested):
+                self.cancelled.request(found.requested_by)
+        return self.cancelled.is_set()
+
+    async def _watch_cancel_record(self) -> None:
+        while not await self._cancel_recorded():
+            await asyncio.sleep(CANCEL_RECORD_EVERY)
 
     async def _renumber(self) -> None:
         """One past the last attempt that started: another may have started meanwhile."""
@@ -316,6 +394,7 @@ class Attempt:
             target=plan.target,
             error=error,
             deferred_to=self.deferred_to(),
+            cancelled_by=(self.cancelled.by or None) if status == "cancelled" else None,
         )
         merged = self.results.merged
         if merged is not None and not self.body.hidden:

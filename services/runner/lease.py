@@ -30,10 +30,10 @@ FENCE = 0.6
 
 
 class LeaseBusy(Exception):
-    """Another run holds the environment: this one waits, holding no slot."""
+    """Another run holds the key: this one waits, holding no slot."""
 
-    def __init__(self, holder: dict, environment: str):
-        super().__init__(f"waiting for run {holder.get('run_id')!r} on {environment}")
+    def __init__(self, holder: dict, what: str):
+        super().__init__(f"{what} is held by run {holder.get('run_id')!r}")
         self.holder = holder
 
 
@@ -47,13 +47,15 @@ def lease_key(environment: str) -> str:
 
 
 class Lease:
-    def __init__(self, bus: Bus, environment: str, holder: dict):
-        self.bus, self.environment = bus, environment
-        self.key = lease_key(environment)
-        self.value = msgspec.json.encode({**holder, "environment": environment})
+    """One key of DBT_LEASES held by one attempt: an environment, a team slot, a run slot.
+    `what` names it in errors and logs."""
+
+    def __init__(self, bus: Bus, key: str, what: str, holder: dict):
+        self.bus, self.key, self.what = bus, key, what
+        self.value = msgspec.json.encode({**holder, "what": what})
         self.revision: int | None = None
         self.ttl = 0.0
-        self.log = jlog.get("lease", environment=environment, **holder)
+        self.log = jlog.get("lease", lease=what, **holder)
 
     async def _bucket(self):
         return await self.bus.js.key_value(LEASES)
@@ -69,7 +71,7 @@ class Lease:
                 holder = msgspec.json.decode((await kv.get(self.key)).value or b"{}")
             except Exception:  # noqa: BLE001 - gone meanwhile, or unreadable: busy all the same
                 holder = {}
-            raise LeaseBusy(holder, self.environment) from None
+            raise LeaseBusy(holder, self.what) from None
 
     async def keep(self, lost: asyncio.Event) -> None:
         """Renew on a beat until cancelled. A watchdog, not the outcome of a request, fences:

@@ -1,7 +1,9 @@
 """The runner's command loop: a pull consumer shared by every runner replica.
 
-The durable consumer's max_ack_pending is the global cap on concurrent runs; a
-message is acked only once its run or deploy has published its final event.
+A message is acked only once its run or deploy has published its final event. How
+many runs build at once is admission's (services/runner/admission.py): a run waits
+for its slots in its handler, holding its command with in_progress(), so the
+consumer's max_ack_pending caps only the commands held, not the runs.
 Long runs heartbeat with in_progress(); a runner that dies is noticed by
 redelivery, and the next attempt says the previous one was lost. Cancels reach
 every runner on a plain subscription, and the one holding the run kills it.
@@ -15,15 +17,16 @@ import functools
 
 import msgspec
 
-from services.runner.attempt import settled
+from services.runner import admission
+from services.runner.attempt import Cancel, settled
 from services.runner.build import build
 from services.runner.context import RunnerContext
 from services.runner.dbt_retry import retry
 from services.runner.deploy import deploy
-from services.runner.lease import LeaseBusy, LeaseLost
+from services.runner.lease import LeaseLost
 from services.runner.parse import parse
 from services.runner.spawn import ForkServerLost
-from shared import commands, subjects, supervise
+from shared import commands, identity, subjects, supervise
 from shared import events as ev
 from shared import logging as jlog
 from shared.bus import COMMANDS, TRANSIENT
@@ -33,24 +36,24 @@ __all__ = ["Runner", "CONSUMER"]
 
 CONSUMER = "runners"
 RETRY_DELAY = 5.0  # seconds before a command that met a NATS outage is tried again
-LEASE_WAIT = 2.0  # seconds before a run waiting for its environment asks again
+LEASE_WAIT = 2.0  # seconds before a fenced attempt's command comes back
 
 
 class Runner:
     def __init__(self, ctx: RunnerContext):
         self.ctx = ctx
         self.log = jlog.get("runner", runner=ctx.name)
-        self.active: dict[tuple[str, str], asyncio.Event] = {}
+        self.active: dict[tuple[str, str], Cancel] = {}
         self.ack_wait = float(ctx.settings.run_ack_wait_seconds)
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
         """Serve commands until `stop`; a failed loop (NATS away) starts again a second
         later, and the runs already going are kept, not cancelled."""
         stop = stop or asyncio.Event()
-        self._slots = asyncio.Semaphore(self.ctx.settings.max_concurrent_runs)
         self._tasks: set[asyncio.Task] = set()
         try:
-            await supervise.forever(self._serve, stop, self.log, "runner_loop_failed")
+            async with admission.mirrored(self.ctx.bus, self.log):
+                await supervise.forever(self._serve, stop, self.log, "runner_loop_failed")
         finally:
             for task in self._tasks:
                 task.cancel()
@@ -65,18 +68,13 @@ class Runner:
         self.log.info("runner_started")
         try:
             while not stop.is_set():
-                await self._slots.acquire()
                 try:
                     msgs = await sub.fetch(1, timeout=0.5)
                 except TimeoutError:
-                    self._slots.release()
-                    continue  # nothing waiting
-                except BaseException:
-                    self._slots.release()
-                    raise
+                    continue  # nothing waiting, or max_ack_pending commands held already
                 task = asyncio.create_task(self._handle(msgs[0]))
                 self._tasks.add(task)
-                task.add_done_callback(lambda t: (self._tasks.discard(t), self._slots.release()))
+                task.add_done_callback(self._tasks.discard)
         finally:
             with contextlib.suppress(Exception):
                 await cancels.unsubscribe()
@@ -84,11 +82,12 @@ class Runner:
     async def _on_cancel(self, msg) -> None:
         """A cancel reaches only the run of the project it names (a malformed one is refused
         from the durable consumer, once)."""
-        with contextlib.suppress(commands.CommandRejected):
-            run_id = commands.decode_cancel(msg.data).run_id
-            event = self.active.get((subjects.subject_key(msg.subject), run_id))
-            if event is not None:
-                event.set()
+        with contextlib.suppress(commands.CommandRejected, subjects.InvalidName):
+            body = commands.decode_cancel(msg.data)
+            by = subjects.command_principal(msg.subject)
+            cancel = self.active.get((subjects.subject_key(msg.subject), body.run_id))
+            if cancel is not None and identity.claim_problem(body.requested_by, by) is None:
+                cancel.request(by)
 
     async def _heartbeat(self, msg) -> None:
         while True:
@@ -105,10 +104,6 @@ class Runner:
             settle = msg.ack
         except asyncio.CancelledError:
             raise
-        except LeaseBusy as exc:
-            # Waiting for the environment holds no slot: the command comes back later.
-            self.log.info("run_waiting", subject=msg.subject, reason=str(exc))
-            settle = functools.partial(msg.nak, delay=LEASE_WAIT)
         except LeaseLost as exc:
             # Fenced: dbt was stopped and nothing final was said; a later attempt runs it.
             self.log.warning("attempt_fenced", subject=msg.subject, reason=str(exc))
@@ -232,7 +227,7 @@ class Runner:
             return
         attempt = await self._attempt(project, run_id)
         key = (project, run_id)
-        cancelled = self.active.setdefault(key, asyncio.Event())
+        cancelled = self.active.setdefault(key, Cancel())
         try:
             if isinstance(command, commands.RetryCommand):
                 await retry(self.ctx, project, body, run_id, attempt, cancelled)

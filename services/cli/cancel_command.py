@@ -1,0 +1,65 @@
+"""`jetdbt cancel RUN_ID`: publish a cancel of the run and wait for the run to end.
+
+A queued run never starts; a running run's dbt is killed; either ends `cancelled`,
+naming who cancelled it. Exits 0 once the run ended cancelled, EXIT_FAILED when it
+ended otherwise first, and 2 (naming the run) when it was not found or had ended.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+from services import client
+from services.cli.common import EXIT_FAILED, CliError, open_bus
+from shared import commands, subjects
+from shared import events as ev
+from shared.config import Settings
+
+__all__ = ["cmd_cancel"]
+
+
+async def cmd_cancel(args, settings: Settings) -> int:
+    subjects.check_run_id(args.run_id)
+    bus = await open_bus(settings)
+    try:
+        return await _cancel(bus, args.run_id, args.timeout)
+    finally:
+        await bus.close()
+
+
+async def _cancel(bus, run_id: str, timeout: float) -> int:
+    asked = await bus.last_event(subjects.run_event_of_any_project(run_id, "requested"))
+    if asked is None:
+        raise CliError(f"run {run_id!r} not found: the event log has no request for it")
+    project = asked.project
+    ended: asyncio.Queue = asyncio.Queue()
+
+    async def collect(msg) -> None:
+        event = ev.decode(msg.data)
+        if isinstance(event, client.RUN_FINAL):
+            ended.put_nowait(event)
+
+    # Subscribed before the check: a run ending in between is seen either way.
+    sub = await bus.nc.subscribe(subjects.run_pattern(project, run_id), cb=collect)
+    try:
+        for kind in ("finished", "refused"):
+            if await bus.last_event(subjects.run_event(project, run_id, kind)) is not None:
+                raise CliError(f"run {run_id!r} has ended ({kind}): nothing to cancel")
+        by = client.principal()
+        cmd = commands.CancelCommand(run_id=run_id, requested_by=by)
+        await bus.publish_command("cancel", project, cmd, run_id, principal=by)
+        try:
+            final = await asyncio.wait_for(ended.get(), timeout)
+        except TimeoutError:
+            raise CliError(
+                f"cancel of run {run_id!r} published; it had not ended after {timeout:.0f}s"
+            ) from None
+    finally:
+        await sub.unsubscribe()
+    if isinstance(final, ev.RunFinished) and final.result.status == "cancelled":
+        print(f"run {run_id} cancelled by {final.result.cancelled_by or 'unknown'}")
+        return 0
+    status = final.result.status if isinstance(final, ev.RunFinished) else "refused"
+    print(f"run {run_id} ended {status} before the cancel reached it", file=sys.stderr)
+    return EXIT_FAILED
