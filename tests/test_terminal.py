@@ -160,7 +160,8 @@ async def test_live_display_redraws_in_place_and_ends_in_the_result(stack, gated
     assert lines[table + 3].lstrip().startswith("└"), screen
     assert any(line.startswith("FAILED: ") and "failed=1" in line for line in lines), screen
     assert f"run id: live{cols}" in screen
-    assert f"{stack.api_url}/v1/runs/live{cols}" in screen
+    assert f"viewer: {stack.api_url}/ui/#/runs/live{cols}" in screen
+    assert f"api:    {stack.api_url}/v1/runs/live{cols}" in screen
     assert term.colour_of("FAIL ") == "red"
     assert term.colour_of("  ok ") in (None, "green") and term.colour_of("ok ") == "green"
 
@@ -309,6 +310,40 @@ async def test_closing_the_terminal_of_up_leaves_nothing_it_started(tmp_path):
     finally:
         if _alive(pid):
             os.kill(pid, signal.SIGKILL)
+
+
+def _completions(env: dict, line: str, out: Path) -> list[str]:
+    """What the shell's tab offers after `line`, asked as argcomplete's shell hook asks."""
+    asked = {
+        **env,
+        "_ARGCOMPLETE": "1",
+        "_ARGCOMPLETE_IFS": "\n",
+        "COMP_LINE": line,
+        "COMP_POINT": str(len(line)),
+        "_ARGCOMPLETE_STDOUT_FILENAME": str(out),
+    }
+    subprocess.run([JETDBT], env=asked, capture_output=True, timeout=60)
+    return sorted(word.strip() for word in out.read_text().split("\n") if word.strip())
+
+
+@pytest.mark.dbt
+async def test_tab_completes_commands_options_and_deployed_projects(stack, tmp_path):
+    from tests.conftest import EXAMPLE
+
+    env, out = cli_env(stack), tmp_path / "completions"
+    assert await asyncio.to_thread(_completions, env, "jetdbt ru", out) == ["run"]
+    assert await asyncio.to_thread(_completions, env, "jetdbt run x --wa", out) == ["--watch"]
+
+    async def projects(line: str) -> list[str]:
+        offered = await asyncio.to_thread(_completions, env, line, out)
+        return [word for word in offered if not word.startswith("-")]
+
+    assert await projects("jetdbt run ") == []
+    assert (await jetdbt(stack, "deploy", str(EXAMPLE))).returncode == 0
+    assert await projects("jetdbt run ") == ["jaffle_shop"]
+    assert await projects("jetdbt run jaf") == ["jaffle_shop"]
+    assert await projects("jetdbt status --project j") == ["jaffle_shop"]
+    assert await projects("jetdbt run x") == []
 
 
 def test_status_imports_no_event_loop_bus_or_http_client(tmp_path):

@@ -19,6 +19,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from services.api.ui_routes import viewer_url
 from services.watch import (
     MARK,
     Tally,
@@ -210,7 +211,8 @@ def result_renderable(result: ev.RunResult, run_id: str, api_url: str, width: in
     if result.error:
         parts.append(Text("error: " + result.error.splitlines()[-1][:200], "red"))
     parts.append(Text(f"run id: {run_id}"))
-    parts.append(Text(f"open:   {api_url}/v1/runs/{run_id}", "cyan"))
+    parts.append(Text(f"viewer: {viewer_url(api_url, run_id)}", "cyan"))
+    parts.append(Text(f"api:    {api_url}/v1/runs/{run_id}", "cyan"))
     return Group(*parts)
 
 
