@@ -1,4 +1,5 @@
-"""Commands other systems publish on `dbt.cmd.<verb>.<project>`, and their strict decoding.
+"""Commands other systems publish on `dbt.cmd.<verb>.<project>.<principal>`, and their
+strict decoding. `requested_by`, when given, must be the subject's principal.
 
 A run's arguments are one command block whose variant IS the command, so each
 variant carries exactly the overrides it takes. Unknown keys are errors: a typo
@@ -30,12 +31,14 @@ __all__ = [
     "CancelCommand",
     "check_selection",
     "MAX_COMMAND_BYTES",
+    "MAX_PRINCIPAL_CHARS",
 ]
 
 # A command is a request, not a payload: anything larger is refused unread.
 MAX_COMMAND_BYTES = 64 * 1024
 # A principal travels in subjects (retry state is per project and principal).
-Principal = Annotated[str, msgspec.Meta(max_length=128)]
+MAX_PRINCIPAL_CHARS = 128
+Principal = Annotated[str, msgspec.Meta(max_length=MAX_PRINCIPAL_CHARS)]
 
 
 def check_selection(field: str, items: list[str]) -> None:

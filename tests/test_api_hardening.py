@@ -25,7 +25,7 @@ from shared import graph as gm
 from shared import logging as jlog
 from shared.environments import Environment
 from shared.graph import SCOPE_VERSION
-from tests.helpers import get_json, wait_for
+from tests.helpers import auth_headers, get_json, wait_for
 
 P = "shop"
 DIGEST = "sha256:" + "0" * 64
@@ -34,7 +34,11 @@ T0 = datetime(2025, 6, 2, 9, 30, tzinfo=UTC)
 
 async def answer(method: str, url: str, **kwargs) -> tuple[int, str, dict]:
     """Status, content type and JSON body of one request (a URL's %-escapes sent as written)."""
-    async with aiohttp.ClientSession() as session, session.request(method, url, **kwargs) as r:
+    headers = auth_headers(str(url))
+    async with (
+        aiohttp.ClientSession(headers=headers) as session,
+        session.request(method, url, **kwargs) as r,
+    ):
         return r.status, r.content_type, await r.json()
 
 
@@ -115,7 +119,7 @@ async def test_an_unexpected_failure_is_a_generic_500_and_a_log_line(no_database
     log = io.StringIO()
     jlog.configure("info", stream=log)
     try:
-        resp = await no_database.get("/v1/projects/shop/runs")
+        resp = await no_database.get("/healthz")  # needs no token: the pool fails first
         body = await resp.json()
     finally:
         jlog.configure("warning")  # as tests/conftest.py left it
@@ -123,7 +127,7 @@ async def test_an_unexpected_failure_is_a_generic_500_and_a_log_line(no_database
     assert body == {"error": "internal error: the request failed; the API's log says why"}
     [logged] = [json.loads(line) for line in log.getvalue().splitlines()]
     assert logged["event"] == "request_failed" and logged["level"] == "error"
-    assert logged["method"] == "GET" and logged["path"] == "'/v1/projects/shop/runs'"
+    assert logged["method"] == "GET" and logged["path"] == "'/healthz'"
     assert "hunter2" in logged["exception"]  # the operator reads it; the caller does not
 
 
@@ -134,12 +138,16 @@ async def test_http_errors_are_json_too(no_database):
     resp = await no_database.delete("/v1/projects/shop/runs")
     assert (resp.status, resp.content_type) == (405, "application/json")
     assert set(resp.headers["Allow"].split(",")) == {"GET", "HEAD", "POST"}
-    resp = await no_database.post("/v1/projects/shop/runs", data=b"x" * (2 * 1024 * 1024))
-    assert (resp.status, resp.content_type) == (413, "application/json")
-    assert "Maximum request body size" in (await resp.json())["error"]
+
+
+async def test_a_body_too_large_and_a_bad_parameter_are_json_refusals(stack):
+    url = f"{stack.api_url}/v1/projects/shop/runs"
+    status, kind, body = await answer("POST", url, data=b"x" * (2 * 1024 * 1024))
+    assert (status, kind) == (413, "application/json")
+    assert "Maximum request body size" in body["error"]
     # A malformed parameter is refused before the route touches the database.
-    resp = await no_database.get("/v1/projects/shop/runs?limit=0")
-    assert resp.status == 400
+    status, _, _ = await answer("GET", f"{url}?limit=0")
+    assert status == 400
 
 
 async def _nothing(request: web.Request) -> web.Response:

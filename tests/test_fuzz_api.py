@@ -24,6 +24,7 @@ from yarl import URL
 
 from services.api.app import create_app
 from services.api.boundary import MAX_ERROR_CHARS
+from tests.helpers import auth_headers
 from tests.test_fuzz_bus import DIGEST, FUZZ, RUN_BASES, OnLoop, drive, hostile_text, mutated
 
 # Below aiohttp's 8,190-byte request line, with room for the method and the version.
@@ -98,7 +99,7 @@ async def test_no_request_gets_a_5xx_and_every_answer_is_json(stack):
     routes = _routes(create_app(stack.pool, stack.bus))
     assert ("POST", "/v1/projects/{project}/runs") in routes and len(routes) > 10
 
-    async with aiohttp.ClientSession() as session:
+    async with aiohttp.ClientSession(headers=auth_headers(stack.api_url + "/")) as session:
 
         async def send(method: str, target: str, body: bytes | None):
             url = URL(stack.api_url + target, encoded=True)

@@ -13,11 +13,12 @@ import pyarrow.parquet as pq
 from projections.migrate import quote_ident
 from shared import events as ev
 from tests import synthetic
-from tests.helpers import get_json, jetdbt, wait_for
+from tests.helpers import auth_headers, get_json, jetdbt, wait_for
 
 
 async def metrics(stack) -> tuple[str, dict[str, float]]:
-    async with aiohttp.ClientSession() as session, session.get(f"{stack.api_url}/metrics") as r:
+    url = f"{stack.api_url}/metrics"
+    async with aiohttp.ClientSession(headers=auth_headers(url)) as session, session.get(url) as r:
         assert r.status == 200
         text = await r.text()
         kind = r.headers["Content-Type"]

@@ -11,6 +11,7 @@ import asyncio
 import aiohttp
 
 from shared import events as ev
+from tests.helpers import auth_headers
 
 RUN = "sse1"
 PROJECT = "ssep"
@@ -68,7 +69,7 @@ async def test_stream_is_live_ends_with_the_run_and_resumes_exactly(stack):
         await bus.publish(event)
     # Another run's events and this run's log lines are not this stream's.
     await bus.publish(ev.RunRequested(project=PROJECT, run_id="other", command={}))
-    async with aiohttp.ClientSession() as session:
+    async with aiohttp.ClientSession(headers=auth_headers(url)) as session:
         live = asyncio.create_task(_read(session, url))
         await asyncio.sleep(0.5)
         assert not live.done(), "the stream ended before the run did"
@@ -95,8 +96,8 @@ async def test_stream_is_live_ends_with_the_run_and_resumes_exactly(stack):
 
 async def test_refusals(stack):
     await stack.bus.publish(ev.RunRequested(project=PROJECT, run_id=RUN, command={}))
-    async with aiohttp.ClientSession() as session:
-        url = f"{stack.api_url}/v1/runs/{RUN}/events"
+    url = f"{stack.api_url}/v1/runs/{RUN}/events"
+    async with aiohttp.ClientSession(headers=auth_headers(url)) as session:
         for bad in ("-1", "12abc", "9" * 40, "１２"):
             async with session.get(url, headers={"Last-Event-ID": bad}) as resp:
                 assert resp.status == 400

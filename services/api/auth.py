@@ -20,7 +20,7 @@ from aiohttp import hdrs, web
 
 from services.api.boundary import error, path
 from services.api.ui_routes import UI_PATHS
-from shared import identity
+from shared import commands, identity
 
 __all__ = [
     "METHOD_ROLES",
@@ -71,8 +71,8 @@ def _unauthorized(message: str) -> web.Response:
 
 @web.middleware
 async def authenticate(request: web.Request, handler) -> web.StreamResponse:
-    if _route(request) in PUBLIC:
-        return await handler(request)
+    if _route(request) in PUBLIC or request.match_info.http_exception is not None:
+        return await handler(request)  # public, or no such route (guard's 404 or 405)
     header = request.headers.get(hdrs.AUTHORIZATION, "")
     scheme, _, bearer = header.partition(" ")
     if not header:
@@ -133,7 +133,9 @@ async def _claim_problem(token: identity.Token, request: web.Request) -> web.Res
     except msgspec.DecodeError:
         return None  # the route says what is wrong with it
     claimed = body.get("requested_by") if isinstance(body, dict) else None
-    if isinstance(claimed, str) and identity.claim_problem(claimed, token.principal):
+    if not isinstance(claimed, str) or len(claimed) > commands.MAX_PRINCIPAL_CHARS:
+        return None  # not a principal at all: the route's decoder names what is wrong
+    if identity.claim_problem(claimed, token.principal):
         return error(400, identity.claim_problem(claimed, token.principal))
     return None
 

@@ -1,0 +1,130 @@
+"""The rules of identity without dbt: command subjects and their principal, token strings,
+a payload's claim, the permissions a system's NATS user gets, the contract a service
+checks, and the runner's refusal of a command that claims another principal."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+
+import pytest
+
+from services.access.nats_users import AccessError, add_system, ensure_users, permissions
+from services.cli.access_commands import parse_duration
+from services.cli.common import CliError
+from shared import contract, identity, subjects
+from shared import events as ev
+from shared.bus import EVENTS, connect
+from tests.helpers import wait_for
+
+
+def test_a_command_subject_names_its_principal_and_only_one():
+    subject = subjects.command("run", "shop", "Ann Lee")
+    assert subject.startswith("dbt.cmd.run.shop._")
+    assert subjects.command_principal(subject) == "Ann Lee"
+    assert subjects.command_principal("dbt.cmd.run.shop") == subjects.ANONYMOUS
+    for bad in ("dbt.cmd.run.shop.alice.extra", "dbt.cmd.run.shop._!!", "dbt.cmd.run.shop._"):
+        with pytest.raises(subjects.InvalidName):
+            subjects.command_principal(bad)
+    # One spelling per principal: "alice" written as base32 is not alice's subject.
+    with pytest.raises(subjects.InvalidName):
+        subjects.command_principal("dbt.cmd.run.shop._mfwgsy3f")
+
+
+def test_a_payload_may_repeat_its_principal_never_name_another():
+    assert identity.claim_problem("", "alice") is None
+    assert identity.claim_problem("alice", "alice") is None
+    problem = identity.claim_problem("alice", "mallory")
+    assert "'requested_by'" in problem and "'mallory'" in problem
+
+
+def test_roles_are_ordered_and_patterns_are_globs():
+    assert identity.role_allows("deployer", "runner") and not identity.role_allows(
+        "viewer", "runner"
+    )
+    assert identity.project_matches("analytics_*", "analytics_shop")
+    assert not identity.project_matches("analytics_*", "billing_shop")
+
+
+def test_a_system_user_may_publish_only_its_own_commands_and_declared_writes(tmp_path):
+    ensure_users(tmp_path)
+    add_system(tmp_path, "ingest", ["shop", "depot"])
+    users = json.loads((tmp_path / "access" / "nats-users.json").read_text())
+    granted = permissions("ingest", users["users"]["ingest"])
+    assert granted["publish"]["allow"] == [
+        "dbt.cmd.*.depot.ingest",
+        "dbt.cmd.*.shop.ingest",
+        "dbt.evt.relation.*.materialized",
+    ]
+    assert granted["subscribe"]["allow"] == ["_INBOX_ingest.>"]
+    for bad in (("runner", ["shop"]), ("Bad Name", ["shop"]), ("ok", ["a.b"]), ("ok", [])):
+        with pytest.raises(AccessError):
+            add_system(tmp_path, *bad)
+    projector = permissions("projector", users["users"]["projector"])
+    assert not any(s.startswith("dbt.") for s in projector["publish"]["allow"])
+    assert "$JS.API.STREAM.UPDATE.>" in projector["publish"]["deny"]
+    assert "$JS.API.CONSUMER.DELETE.DBT_COMMANDS.runners" in projector["publish"]["deny"]
+    assert (tmp_path / "access" / "nats-auth.conf").stat().st_mode & 0o777 == 0o600
+
+
+def test_expiry_durations():
+    assert parse_duration("30d").days == 30 and parse_duration("90m").seconds == 5400
+    for bad in ("30", "0d", "-1d", "1y", ""):
+        with pytest.raises(CliError):
+            parse_duration(bad)
+
+
+async def test_a_service_refuses_a_drifted_contract_naming_the_field(nats_url):
+    bus = await connect(nats_url, "operator")  # applies streams.yaml
+    try:
+        await contract.check(bus.js, contract.load())
+        config = (await bus.js.stream_info(EVENTS)).config
+        await bus.js.update_stream(dataclasses.replace(config, max_age=86400.0))
+        with pytest.raises(contract.IncompatibleContract, match="field 'max_age'"):
+            await connect(nats_url, "service", apply=False)
+        await bus.js.delete_consumer("DBT_COMMANDS", "runners")
+        await bus.js.update_stream(config)
+        with pytest.raises(contract.IncompatibleContract, match="consumer runners does not exist"):
+            await contract.check(bus.js, contract.load())
+    finally:
+        await bus.close()
+
+
+async def test_tokens_authenticate_by_hash_and_never_by_a_guess(nats_url):
+    bus = await connect(nats_url, "operator")
+    try:
+        token, bearer = await identity.create_token(
+            bus, principal="alice", team="analytics", role="runner"
+        )
+        assert bearer.startswith(f"jdbt_{token.id}_") and bearer.split("_", 2)[2] not in str(token)
+        assert (await identity.authenticate(bus, bearer)).principal == "alice"
+        for guess in ("jdbt_", "Bearer x", f"jdbt_{token.id}_", f"jdbt_{token.id}_x" * 3):
+            with pytest.raises(identity.BadToken):
+                await identity.authenticate(bus, guess)
+        with pytest.raises(identity.IdentityError, match="cannot move a principal"):
+            await identity.create_token(bus, principal="alice", team="billing", role="viewer")
+        assert await identity.team_of(bus, "alice") == "analytics"
+        assert await identity.team_of(bus, "nobody") == identity.DEFAULT_TEAM
+    finally:
+        await bus.close()
+
+
+async def test_a_command_claiming_another_principal_is_refused_naming_the_field(stack):
+    seen: list[ev.Event] = []
+
+    async def on(msg):
+        seen.append(ev.decode(msg.data))
+
+    sub = await stack.bus.nc.subscribe("dbt.evt.run.>", cb=on)
+    try:
+        body = b'{"command": {"label": "build"}, "run_id": "alices-1", "requested_by": "alice"}'
+        ack = await stack.bus.js.publish(subjects.command("run", "shop", "mallory"), body)
+        refused = await wait_for(
+            lambda: asyncio.sleep(0, next((e for e in seen if isinstance(e, ev.RunRefused)), None))
+        )
+    finally:
+        await sub.unsubscribe()
+    # Filed under the command's own id: a refused body's run id names nobody's run.
+    assert refused.run_id == f"c{ack.seq}" and "'requested_by'" in refused.reason
+    assert not any(isinstance(e, ev.RunRequested) for e in seen)
