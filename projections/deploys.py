@@ -26,8 +26,8 @@ class DeploysFold:
             return
         await conn.execute(
             "INSERT INTO deploys (project, deploy_id, status, version, manifest_digest, engine,"
-            " engine_version, adapter, adapter_version, files, skipped, reason, requested_by, at)"
-            " VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14)"
+            " engine_version, adapter, adapter_version, files, skipped, reason, requested_by, at,"
+            " team, door) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16)"
             " ON CONFLICT (project, deploy_id) DO UPDATE SET"
             " status = CASE WHEN EXCLUDED.status = 'requested' THEN deploys.status"
             " ELSE EXCLUDED.status END,"
@@ -41,6 +41,8 @@ class DeploysFold:
             " skipped = COALESCE(EXCLUDED.skipped, deploys.skipped),"
             " reason = COALESCE(EXCLUDED.reason, deploys.reason),"
             " requested_by = COALESCE(NULLIF(EXCLUDED.requested_by, ''), deploys.requested_by),"
+            " team = COALESCE(NULLIF(EXCLUDED.team, ''), deploys.team),"
+            " door = COALESCE(NULLIF(EXCLUDED.door, ''), deploys.door),"
             " at = EXCLUDED.at",
             event.project,
             event.deploy_id,
@@ -56,4 +58,6 @@ class DeploysFold:
             getattr(event, "reason", None),
             getattr(event, "requested_by", ""),
             event.at,
+            getattr(event, "team", ""),
+            getattr(event, "door", ""),
         )

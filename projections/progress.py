@@ -130,6 +130,8 @@ def _new_run(e: ev.Event, status: str, requested_at) -> dict:
         "status": status,
         "command": None,
         "requested_by": None,
+        "team": None,
+        "door": None,
         "requested_at": requested_at,
         "hidden": False,
         "attempt": 0,
@@ -157,6 +159,8 @@ def _requested(row: dict | None, e: ev.RunRequested) -> dict:
     row.update(
         command=_json(e.command),
         requested_by=e.requested_by,
+        team=e.team or None,
+        door=e.door or None,
         requested_at=e.requested_at or e.at,
         hidden=e.hidden,
     )

@@ -11,6 +11,8 @@ RUN_COLUMNS = (
     "status",
     "command",
     "requested_by",
+    "team",
+    "door",
     "requested_at",
     "hidden",
     "attempt",

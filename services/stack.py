@@ -16,6 +16,9 @@ from aiohttp import web
 from projections.loop import Projector
 from projections.migrate import connect_pool
 from projections.registry import FOLDS
+from services.access import nats_users
+from services.access.local import ADMIN, nats_logins
+from services.access.tokens import admin_token
 from services.api.app import create_app
 from services.embedded import InUse, NatsServer, start_postgres
 from services.runner.context import RunnerContext
@@ -43,8 +46,10 @@ class Stack:
     nats_url: str = ""
     database_url: str = ""
     api_url: str = ""
-    bus: Bus | None = None
+    bus: Bus | None = None  # the operator's (admin) connection when this stack runs NATS
     pool: object = None
+    admin_token: str | None = None  # when this stack could bootstrap one (`jetdbt up`)
+    _buses: dict = field(default_factory=dict)  # each service's own NATS connection
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
     _tasks: list = field(default_factory=list)
     _nats: NatsServer | None = None
@@ -78,34 +83,29 @@ class Stack:
         log = jlog.get("stack")
         self.nats_url = s.nats_url or ""
         if not self.nats_url:
-            self._nats = NatsServer(s.home / "nats").start()
+            config = nats_users.ensure_users(s.home)
+            self._nats = NatsServer(s.home / "nats", config=config).start()
             self.nats_url = self._nats.url
         self.database_url = s.database_url or ""
         needs_db = self.projectors or self.api
         if needs_db and not self.database_url:
             self._pg, self.database_url = await asyncio.to_thread(start_postgres, s.home / "pg")
-        overrides = {
-            "runners": {
-                "max_ack_pending": s.max_concurrent_runs,
-                "ack_wait": s.run_ack_wait_seconds,
-            }
-        }
-        self.bus = await connect(
-            self.nats_url, "jetdbt-stack", forever=True, consumer_overrides=overrides
-        )
+        await self._connect(contract.consumer_overrides(s))
         if needs_db:  # runners never touch Postgres
             self.pool = await connect_pool(self.database_url, s.schema, min_size=1, max_size=8)
         if self.projectors:
             subjects = contract.load().projections
             for name, fold in FOLDS.items():
-                projector = Projector(self.bus, self.pool, fold(self.bus), subjects[name])
+                bus = self._buses["projector"]
+                projector = Projector(bus, self.pool, fold(bus), subjects[name])
                 self._serve(f"projector {name}", projector.run(self._stop))
         if self.runner:
-            runner = Runner(RunnerContext(bus=self.bus, settings=s))
+            runner = Runner(RunnerContext(bus=self._buses["runner"], settings=s))
             self._serve("runner", runner.run(self._stop))
             self._serve("relation watch", RelationWatch(runner.ctx).run(self._stop))
         if self.api:
-            self._site_runner = web.AppRunner(create_app(self.pool, self.bus, self.dead_tasks))
+            api = create_app(self.pool, self._buses["api"], self.dead_tasks)
+            self._site_runner = web.AppRunner(api)
             await self._site_runner.setup()
             site = web.TCPSite(self._site_runner, s.api_host, s.api_port)
             try:
@@ -119,6 +119,37 @@ class Stack:
             self.api_url = f"http://{s.api_host}:{port}"
         log.info("stack_started", nats=self.nats_url, api=self.api_url, schema=s.schema)
         return self
+
+    async def _connect(self, overrides: dict) -> None:
+        """The operator's connection applies the contract; each service then connects as
+        its own NATS user, which may only check it. A server this stack did not start is
+        reached as NATS_USER for every service (one role per process in a deployment), and
+        only checked when that user is set (without one, it is a developer's own server)."""
+        s = self.settings
+        logins = nats_logins(s.home) if self._nats else {}
+        admin = (ADMIN, logins[ADMIN]) if self._nats else (s.nats_user, s.nats_password)
+        self.bus = await connect(
+            self.nats_url,
+            "jetdbt-stack",
+            forever=True,
+            consumer_overrides=overrides,
+            apply=self._nats is not None or not s.nats_user,
+            user=admin[0],
+            password=admin[1],
+        )
+        for role in nats_users.SERVICE_USERS:
+            self._buses[role] = self.bus
+            if self._nats:
+                self._buses[role] = await connect(
+                    self.nats_url,
+                    f"jetdbt-{role}",
+                    forever=True,
+                    apply=False,
+                    user=role,
+                    password=logins[role],
+                )
+        if self.api and (self._nats is not None or not s.nats_user):
+            self.admin_token = await admin_token(self.bus, s.home)
 
     def describe(self) -> dict:
         """What a CLI in another process needs to reach this stack (no secrets in URLs here:
@@ -145,8 +176,8 @@ class Stack:
             await self._site_runner.cleanup()
         if self.pool:
             await self.pool.close()
-        if self.bus:
-            await self.bus.close()
+        for bus in {id(b): b for b in [*self._buses.values(), self.bus] if b}.values():
+            await bus.close()
         if self._nats:
             self._nats.stop()
         if self._pg is not None:

@@ -7,9 +7,16 @@ from pathlib import Path
 
 import msgspec
 
-__all__ = ["Settings", "load", "CONTRACT"]
+__all__ = ["Settings", "Secret", "load", "CONTRACT"]
 
 CONTRACT = Path(__file__).resolve().parent.parent / "streams.yaml"
+
+
+class Secret(str):
+    """A credential: its repr never shows it, so a logged Settings cannot leak it."""
+
+    def __repr__(self) -> str:
+        return "Secret('***')"
 
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True):
@@ -31,6 +38,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     runner_name: str | None = None
     # Environment names a project's descriptor may reference ($env:NAME); `X_*` is a prefix.
     env_references: tuple[str, ...] = ()
+    # Who this process is on NATS (NATS_USER, NATS_PASSWORD) and on the API (JETDBT_TOKEN);
+    # unset, the CLI uses what `jetdbt up` generated under JETDBT_HOME/access.
+    nats_user: str | None = None
+    nats_password: Secret | None = None
+    token: Secret | None = None
 
     @property
     def warehouse_dir(self) -> Path:
@@ -89,6 +101,9 @@ def load(env=None) -> Settings:
         variables_file=_path(env, "JETDBT_VARIABLES"),
         engines_dir=_path(env, "JETDBT_ENGINES_DIR"),
         runner_name=env.get("JETDBT_RUNNER_NAME") or None,
+        nats_user=env.get("NATS_USER") or None,
+        nats_password=Secret(env["NATS_PASSWORD"]) if env.get("NATS_PASSWORD") else None,
+        token=Secret(env["JETDBT_TOKEN"]) if env.get("JETDBT_TOKEN") else None,
         env_references=tuple(
             n.strip() for n in (env.get("JETDBT_ENV_REFERENCES") or "").split(",") if n.strip()
         ),

@@ -117,6 +117,10 @@ class DeployRequested(_DeployEvent, frozen=True, kw_only=True, tag="deploy.reque
     bundle_digest: str
     bundle_size: int
     requested_by: str = ""
+    # The authenticated principal's team (a project's team is its deployers') and the
+    # door the command came in by: "api token <id>", "nats user <name>", "nats operator".
+    team: str = ""
+    door: str = ""
     _kind = "requested"
 
 
@@ -173,6 +177,8 @@ class RunRequested(_RunEvent, frozen=True, kw_only=True, tag="run.requested.v1")
     requested_at: datetime | None = None
     hidden: bool = False
     command_seq: int = 0
+    team: str = ""  # the principal's team, and the door its command came in by
+    door: str = ""
     _kind = "requested"
 
 

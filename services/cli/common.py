@@ -46,15 +46,21 @@ def endpoints(settings: Settings) -> tuple[str, str]:
 
 
 async def open_bus(settings: Settings) -> Bus:
+    from services.access.local import cli_nats_login
     from shared.bus import connect
 
     nats_url, _ = endpoints(settings)
-    return await connect(nats_url, "jetdbt-cli", ensure=False)
+    user, password = cli_nats_login(settings)
+    return await connect(nats_url, "jetdbt-cli", ensure=False, user=user, password=password)
 
 
 def _api_headers(settings: Settings) -> dict[str, str]:
-    """What every API request carries (a credential, once the API asks for one)."""
-    return {"Accept": "application/json"}
+    """What every API request carries: JETDBT_TOKEN, else the admin token `jetdbt up` made."""
+    from services.access.local import cli_token
+
+    token = cli_token(settings)
+    auth = {"Authorization": f"Bearer {token}"} if token else {}
+    return {"Accept": "application/json", **auth}
 
 
 def api_get(settings: Settings, path: str, timeout: float = 30.0) -> tuple[int, bytes]:

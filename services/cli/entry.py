@@ -26,6 +26,9 @@ COMMANDS = {
     "replay": "ops_commands:cmd_replay",
     "audit": "ops_commands:cmd_audit",
     "dead-letters": "ops_commands:cmd_dead_letters",
+    "token": "access_commands:cmd_token",
+    "access": "access_commands:cmd_access",
+    "contract": "access_commands:cmd_contract",
 }
 
 # Errors a user can act on, printed as one line: (module, class). An error whose module was
