@@ -144,12 +144,12 @@ class RunLog:
     async def lines(self, after: int = 0) -> AsyncIterator[Line]:
         """Every line after `after` there is now, a page at a time."""
         while True:
-            lines, _ = await self.page(after, _CHUNK)
-            for line in lines[:_CHUNK]:
+            found, _ = await self.page(after, _CHUNK)
+            for line in found[:_CHUNK]:
                 yield line
-            if len(lines) <= _CHUNK:
+            if len(found) <= _CHUNK:
                 return
-            after = lines[_CHUNK - 1].line
+            after = found[_CHUNK - 1].line
 
     async def follow(self, after: int = 0, tick: float = 15.0) -> AsyncIterator[Line | None]:
         """Every line after `after` as it is written, until the run has ended and its last
@@ -159,14 +159,16 @@ class RunLog:
             async for line in self.lines(after):
                 yield line
             return
-        queue: asyncio.Queue = asyncio.Queue()
+        # Bounded: a callback that waits holds its consumer back (JetStream flow control),
+        # so a slow reader of a long log never holds the log in memory.
+        queue: asyncio.Queue = asyncio.Queue(_CHUNK)
 
         async def on_line(msg) -> None:
-            queue.put_nowait(("line", msg.data))
+            await queue.put(("line", msg.data))
 
         async def on_event(msg) -> None:
             with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError):
-                queue.put_nowait(("event", ev.decode(msg.data)))
+                await queue.put(("event", ev.decode(msg.data)))
 
         subs = [
             await self.bus.js.subscribe(
