@@ -19,16 +19,17 @@ import pytest
 import yaml
 
 from services import client
+from services.runner import admission
+from services.runner.attempt import Cancel
 from services.stack import Stack
 from shared import commands, identity
 from shared import events as ev
-from shared.bus import LEASES
+from shared import logging as jlog
+from shared.bus import LEASES, connect
 from shared.commands import BuildCommand, RunCommand
 from tests.gate import add_gate
 from tests.helpers import auth_headers, get_json, jetdbt, wait_for
 from tests.test_runner_lost import ACK_WAIT, _runner_process
-
-pytestmark = pytest.mark.dbt
 
 SLOW_MODEL = """
 import time
@@ -116,6 +117,71 @@ def assert_no_overlap(spans: list[tuple]) -> None:
         assert end <= start, spans
 
 
+async def test_admission_keeps_order_slots_and_cancel(nats_url):
+    """Without dbt: the lowest waiting command goes first on its environment, a team never
+    holds more than its slots, the run slots cap all, and a cancelled waiter leaves."""
+    bus = await connect(nats_url, "admission-test")
+    said: dict[str, list[admission.Blocked]] = {}
+
+    def entrant(run_id: str, seq: int, environment: str, team: str = "t") -> admission.Admission:
+        return admission.Admission(
+            bus,
+            environment=environment,
+            team=team,
+            seq=seq,
+            holder={"run_id": run_id},
+            runs=3,
+            per_team=2,
+        )
+
+    async def enter(run_id: str, seq: int, environment: str, team: str = "t", cancel=None):
+        async def heard(blocked):
+            said.setdefault(run_id, []).append(blocked)
+
+        return await entrant(run_id, seq, environment, team).enter(cancel or Cancel(), heard)
+
+    async def release(leases) -> None:
+        for lease in leases:
+            await lease.release()
+
+    try:
+        async with admission.mirrored(bus, jlog.get("test")):
+            first = await enter("a", 1, "e1")
+            later = asyncio.create_task(enter("c", 3, "e1"))
+            earlier = asyncio.create_task(enter("b", 2, "e1"))
+            await wait_for(lambda: _said(said, "b", "c"))
+            assert said["b"][-1] == admission.Blocked("waiting for run 'a' on environment e1", 1)
+            assert said["c"][-1].position == 2
+            await release(first)
+            second = await asyncio.wait_for(earlier, 10)  # b before c, whoever asked first
+            assert not later.done()
+            await release(second)
+            third = await asyncio.wait_for(later, 10)
+            # Team t holds c's slot; one more of t fits, the next waits for the team.
+            other = await enter("d", 4, "e2")
+            capped = asyncio.create_task(enter("e", 5, "e3"))
+            await wait_for(lambda: _said(said, "e"))
+            assert said["e"][-1].reason == "team t has 2 of 2 runs"
+            # Another team takes the third and last run slot; a fourth run waits for a slot.
+            u = await enter("f", 6, "e4", team="u")
+            cancel = Cancel()
+            full = asyncio.create_task(enter("g", 7, "e5", team="u", cancel=cancel))
+            await wait_for(lambda: _said(said, "g"))
+            assert said["g"][-1].reason == "all 3 run slots are taken"
+            cancel.request("ana")
+            assert await asyncio.wait_for(full, 10) is None  # cancelled while it waited
+            leases = await bus.js.key_value(LEASES)
+            assert not [k for k in await leases.keys() if k.startswith("wait.") and "0007" in k]
+            await release(third + other + u)
+            await release(await asyncio.wait_for(capped, 10))
+    finally:
+        await bus.close()
+
+
+async def _said(said: dict, *run_ids: str) -> bool:
+    return all(said.get(r) for r in run_ids)
+
+
 def most_at_once(intervals: list[tuple]) -> int:
     """The most intervals open at one moment (an end before a start at the same instant)."""
     points = sorted([(a, 1) for a, _ in intervals] + [(b, -1) for _, b in intervals])
@@ -126,6 +192,7 @@ def most_at_once(intervals: list[tuple]) -> int:
     return peak
 
 
+@pytest.mark.dbt
 async def test_runs_of_one_environment_queue_visibly_and_never_overlap(stack, tmp_path):
     project = tiny_project(tmp_path / "capa", seconds=1.0)
     _, deployed = await client.deploy(stack.bus, project, "capa")
@@ -178,6 +245,7 @@ async def test_runs_of_one_environment_queue_visibly_and_never_overlap(stack, tm
     assert body["queued_seconds"] > 0 and body["queue_position"] is None
 
 
+@pytest.mark.dbt
 async def test_two_teams_share_the_run_slots(settings, tmp_path):
     """4 environments, 2 teams of 4 runs: never more than MAX_RUNS_PER_TEAM (2) of a team
     or MAX_CONCURRENT_RUNS (4) in all, and both teams progress (the defaults, not lowered)."""
@@ -227,6 +295,7 @@ async def test_two_teams_share_the_run_slots(settings, tmp_path):
     assert {e.team for e in rec.of(ev.RunQueued)} <= {"alpha", "beta"}
 
 
+@pytest.mark.dbt
 async def test_a_killed_runner_s_lease_expires_and_the_waiting_runs_go_on(settings, tmp_path):
     release = tmp_path / "release"
     project = tiny_project(tmp_path / "capa", seconds=0.5, release=release)
@@ -294,6 +363,7 @@ async def _post(url: str) -> tuple[int, dict]:
         return resp.status, await resp.json()
 
 
+@pytest.mark.dbt
 async def test_cancel_a_queued_run_a_running_run_and_one_not_delivered_yet(stack, tmp_path):
     release = tmp_path / "release"  # never touched: the gated run builds until cancelled
     project = tiny_project(tmp_path / "capa", seconds=0.1, release=release)

@@ -32,7 +32,7 @@ import nats.errors
 from services.runner.lease import Lease, LeaseBusy, lease_key
 from shared import logging as jlog
 from shared import supervise
-from shared.bus import LEASES, Bus
+from shared.bus import LEASES, TRANSIENT, Bus
 
 __all__ = ["Admission", "Blocked", "Mirror", "mirrored", "team_key"]
 
@@ -182,11 +182,14 @@ class Admission:
         try:
             while not cancelled.is_set():
                 blocked = self.blocked()
-                if blocked is None and (taken := await self._take()) is not None:
-                    return taken
-                if renew_at is None or loop.time() >= renew_at:
-                    await self._write_waiting()
-                    renew_at = loop.time() + (self.mirror.ttl or 60) / 4
+                try:
+                    if blocked is None and (taken := await self._take()) is not None:
+                        return taken
+                    if renew_at is None or loop.time() >= renew_at:
+                        await self._write_waiting()
+                        renew_at = loop.time() + (self.mirror.ttl or 60) / 4
+                except TRANSIENT as exc:  # NATS away a moment: the run goes on waiting
+                    self.log.warning("admission_retried", error=repr(exc))
                 if blocked is not None and blocked != said:
                     self.log.info("run_queued", reason=blocked.reason, position=blocked.position)
                     await on_blocked(blocked)
@@ -253,6 +256,10 @@ class Admission:
             for lease in taken:
                 await lease.release()
             return None
+        except BaseException:
+            for lease in taken:
+                await lease.release()
+            raise
         return taken
 
     async def _one_of(self, keys: list[str], what: str) -> Lease:

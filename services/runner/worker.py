@@ -134,12 +134,17 @@ class Runner:
             problem = str(exc)
         project = subjects.filed_under(raw_project)
         seq = msg.metadata.sequence.stream
+        try:
+            caller = await identity.caller_of(self.ctx.bus, msg.subject, msg.headers)
+        except subjects.InvalidName as exc:
+            caller = identity.Caller(principal=subjects.ANONYMOUS, team="", door="")
+            problem = problem or str(exc)
         if verb == "run":
-            await self._run(msg, project, problem, seq)
+            await self._run(msg, project, problem, seq, caller)
         elif verb == "deploy":
-            await self._deploy(msg, project, problem, seq)
+            await self._deploy(msg, project, problem, seq, caller)
         elif verb == "cancel":
-            await self._check_cancel(msg, project, problem, seq)
+            await self._check_cancel(msg, project, problem, seq, caller)
         else:
             await self.ctx.bus.publish(
                 ev.RunRefused(
@@ -150,16 +155,32 @@ class Runner:
                 )
             )
 
-    async def _check_cancel(self, msg, project: str, problem: str | None, seq: int) -> None:
+    async def _check_cancel(
+        self, msg, project: str, problem: str | None, seq: int, caller: identity.Caller
+    ) -> None:
         """Cancels act on the plain subscription; the stream keeps them for audits, and a
         malformed one is refused here, naming why."""
         try:
-            commands.decode_cancel(msg.data)
+            body = commands.decode_cancel(msg.data)
+            problem = problem or identity.claim_problem(body.requested_by, caller.principal)
         except commands.CommandRejected as exc:
             problem = problem or str(exc)
         if problem is not None:
             await self.ctx.bus.publish(
                 ev.RunRefused(project=project, run_id=f"c{seq}", reason=problem)
+            )
+            return
+        await self._record_cancel(project, body.run_id, caller.principal, seq)
+
+    async def _record_cancel(self, project: str, run_id: str, by: str, seq: int) -> None:
+        """A cancel of a run of `project` (or of one not asked for yet) goes into the log, so
+        it wins even before the run is delivered: admission reads it before the run starts."""
+        owner = await self._owner(run_id)
+        if owner is None or owner == project:
+            await self.ctx.bus.publish(
+                ev.RunCancelRequested(
+                    project=project, run_id=run_id, requested_by=by, command_seq=seq
+                )
             )
 
     async def _owner(self, run_id: str) -> str | None:
@@ -176,13 +197,21 @@ class Runner:
         started = await self.ctx.bus.last_event(subjects.run_event(project, run_id, "started"))
         return started.attempt + 1 if isinstance(started, ev.RunStarted) else 1
 
-    async def _run(self, msg, project: str, problem: str | None, seq: int) -> None:
+    async def _run(
+        self, msg, project: str, problem: str | None, seq: int, caller: identity.Caller
+    ) -> None:
         bus = self.ctx.bus
         try:
             body = commands.decode_run(msg.data)
+            claimed = identity.claim_problem(body.requested_by, caller.principal)
         except commands.CommandRejected as exc:
-            await bus.publish(ev.RunRefused(project=project, run_id=f"c{seq}", reason=str(exc)))
+            claimed = str(exc)
+        if claimed is not None:
+            # Under the command's own id: a run id in a refused body names nobody's run.
+            await bus.publish(ev.RunRefused(project=project, run_id=f"c{seq}", reason=claimed))
             return
+        # From here on the principal is the authenticated one (retry state is keyed by it).
+        body = msgspec.structs.replace(body, requested_by=caller.principal)
         run_id = body.run_id or f"c{seq}"
         owner = await self._owner(run_id)
         if owner is not None and owner != project:
@@ -207,6 +236,8 @@ class Runner:
                 requested_at=msg.metadata.timestamp,
                 hidden=body.hidden,
                 command_seq=seq,
+                team=caller.team,
+                door=caller.door,
             )
         )
         reason = problem
@@ -238,10 +269,13 @@ class Runner:
         finally:
             self.active.pop(key, None)
 
-    async def _deploy(self, msg, project: str, problem: str | None, seq: int) -> None:
+    async def _deploy(
+        self, msg, project: str, problem: str | None, seq: int, caller: identity.Caller
+    ) -> None:
         bus = self.ctx.bus
         try:
             body = commands.decode_deploy(msg.data)
+            problem = problem or identity.claim_problem(body.requested_by, caller.principal)
         except commands.CommandRejected as exc:
             problem = str(exc)
         if problem is not None:
@@ -250,4 +284,5 @@ class Runner:
             )
             return
         deploy_id = body.deploy_id or f"c{seq}"
-        await deploy(self.ctx, project, body, deploy_id)
+        body = msgspec.structs.replace(body, requested_by=caller.principal)
+        await deploy(self.ctx, project, body, deploy_id, team=caller.team, door=caller.door)
