@@ -27,7 +27,7 @@ from services.runner.worker import Runner
 from services.stack_file import STACK_FILE, read_stack_file
 from shared import contract
 from shared import logging as jlog
-from shared.bus import Bus, connect
+from shared.bus import Bus, connect, url_user
 from shared.config import Settings
 
 __all__ = ["Stack", "StackFailed", "STACK_FILE", "read_stack_file"]
@@ -123,9 +123,12 @@ class Stack:
     async def _connect(self, overrides: dict) -> None:
         """The operator's connection applies the contract; each service then connects as
         its own NATS user, which may only check it. A server this stack did not start is
-        reached as NATS_USER for every service (one role per process in a deployment), and
-        only checked when that user is set (without one, it is a developer's own server)."""
+        reached as NATS_USER (or the user its URL names) for every service, one role per
+        process in a deployment, and only checked then: `jetdbt contract apply` is the
+        operator's step."""
         s = self.settings
+        # An operator's step here: this stack's own server, or a developer's without users.
+        operator = self._nats is not None or not (s.nats_user or url_user(self.nats_url))
         logins = nats_logins(s.home) if self._nats else {}
         admin = (ADMIN, logins[ADMIN]) if self._nats else (s.nats_user, s.nats_password)
         self.bus = await connect(
@@ -133,7 +136,7 @@ class Stack:
             "jetdbt-stack",
             forever=True,
             consumer_overrides=overrides,
-            apply=self._nats is not None or not s.nats_user,
+            apply=operator,
             user=admin[0],
             password=admin[1],
         )
@@ -148,7 +151,7 @@ class Stack:
                     user=role,
                     password=logins[role],
                 )
-        if self.api and (self._nats is not None or not s.nats_user):
+        if self.api and operator:
             self.admin_token = await admin_token(self.bus, s.home)
 
     def describe(self) -> dict:

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Callable
+from urllib.parse import urlsplit
 
 import msgspec
 import nats
@@ -35,6 +36,7 @@ __all__ = [
     "BLOBS",
     "LEASES",
     "inbox_prefix",
+    "url_user",
 ]
 
 REQUIRED = (2, 10)
@@ -55,6 +57,12 @@ TRANSIENT = (
     NoStreamResponseError,
     ServiceUnavailableError,
 )
+
+
+def url_user(url: str) -> str | None:
+    """The NATS user a server URL logs in as (`nats://runner:secret@host`), if it names one."""
+    first = url.split(",")[0].strip()
+    return urlsplit(first).username if "://" in first else None
 
 
 def inbox_prefix(user: str | None) -> str:
@@ -279,7 +287,7 @@ async def connect(
             allow_reconnect=True,
             user=user,
             password=password,
-            inbox_prefix=inbox_prefix(user),
+            inbox_prefix=inbox_prefix(user or url_user(url)),
         )
 
     nc = await reopen()

@@ -7,12 +7,21 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import subprocess
+from pathlib import Path
 
 import pytest
 
-from services.access.nats_users import AccessError, add_system, ensure_users, permissions
+from services.access.nats_users import (
+    AccessError,
+    add_system,
+    ensure_users,
+    permissions,
+    render_deploy_users,
+)
 from services.cli.access_commands import parse_duration
 from services.cli.common import CliError
+from services.embedded import nats_binary
 from shared import contract, identity, subjects
 from shared import events as ev
 from shared.bus import EVENTS, connect
@@ -128,3 +137,22 @@ async def test_a_command_claiming_another_principal_is_refused_naming_the_field(
     # Filed under the command's own id: a refused body's run id names nobody's run.
     assert refused.run_id == f"c{ack.seq}" and "'requested_by'" in refused.reason
     assert not any(isinstance(e, ev.RunRequested) for e in seen)
+
+
+def test_the_deployment_nats_users_are_the_generated_rules():
+    """deploy/nats/users.conf is rendered from the rules the embedded stack runs with, and
+    nats-server accepts the deployment's configuration."""
+    deploy = Path(__file__).resolve().parent.parent / "deploy" / "nats"
+    assert (deploy / "users.conf").read_text() == render_deploy_users(), (
+        "regenerate: python -m services.access.nats_users > deploy/nats/users.conf"
+    )
+    env = {"NATS_SERVER_NAME": "n1"}
+    env |= {f"{u.upper()}_PASSWORD": f"pw{u}" for u in ("runner", "projector", "api", "admin")}
+    checked = subprocess.run(
+        [nats_binary(), "-c", str(deploy / "nats-server.conf"), "-t"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert checked.returncode == 0, checked.stderr
