@@ -162,7 +162,7 @@ async def _scenario(stack: Stack) -> dict:
     refused = await client.run(bus, "never_deployed", build)
     assert isinstance(refused, ev.RunRefused), refused
     bad = await js.publish(
-        subjects.command("run", PROJECT), b'{"command": {"label": "build", "selct": []}}'
+        subjects.command("run", PROJECT, "ann"), b'{"command": {"label": "build", "selct": []}}'
     )
     malformed = f"c{bad.seq}"
     await _until(lambda: last_matching(js, EVENTS, subjects.run_pattern(PROJECT, malformed)))

@@ -119,7 +119,7 @@ def _node(status: str, outcome: str, round_: int) -> ev.NodeResult:
 
 async def test_audit_shows_attempts_retry_rounds_cancels_and_published_state(bus):
     async def command(verb: str, body: dict) -> int:
-        ack = await bus.js.publish(subjects.command(verb, "p"), msgspec.json.encode(body))
+        ack = await bus.js.publish(subjects.command(verb, "p", "bob"), msgspec.json.encode(body))
         return ack.seq
 
     cmd_seq = await command("run", {"command": {"label": "build"}, "run_id": "r1"})

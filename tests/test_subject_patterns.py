@@ -23,6 +23,6 @@ def test_the_key_of_a_subject_is_its_project_or_relation_decoded():
     relation = "dbt://main/db.schema.Orders"
     assert subjects.subject_key(subjects.relation_event(relation, "materialized")) == relation
     assert subjects.subject_key(subjects.run_event("p", "r1", "started")) == "p"
-    assert subjects.subject_key(subjects.command("run", "p")) == "p"
+    assert subjects.subject_key(subjects.command("run", "p", "ann")) == "p"
     assert subjects.subject_key("dbt.cmd.run._!!") == "_!!"  # not token(): as written
     assert subjects.subject_key("dbt.cmd.run") == ""
