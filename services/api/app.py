@@ -16,12 +16,16 @@ import msgspec
 from aiohttp import web
 
 from projections.progress_tables import COUNT_COLUMNS, NODE_COLUMNS, RUN_COLUMNS, without_nodes
+from services.api import auth, schemas
 from services.api.boundary import check_routes, error, guard, page, path, respond
 from services.api.cancel_routes import add_cancel_routes
 from services.api.event_stream import add_event_stream_routes
 from services.api.graph_routes import add_graph_routes
 from services.api.log_routes import add_log_routes
+from services.api.openapi import add_openapi_routes
 from services.api.ops_routes import add_ops_routes
+from services.api.project_routes import add_project_routes
+from services.api.ui_routes import add_ui_routes
 from shared import commands
 from shared.bus import Bus
 
@@ -56,7 +60,7 @@ async def healthz(request: web.Request) -> web.Response:
     if away > NATS_GRACE_SECONDS:
         problems.append(f"NATS away for {away:.0f}s")
     body = {"ok": not problems, "nats": away == 0, "problems": problems}
-    return respond(body, 503 if problems else 200)
+    return respond(schemas.shaped(schemas.Health, body), 503 if problems else 200)
 
 
 async def get_run(request: web.Request) -> web.Response:
@@ -76,11 +80,11 @@ async def get_run(request: web.Request) -> web.Response:
     result = body.pop("result") or {}
     body["result"] = without_nodes(result) or None
     body["nodes"] = [dict(n) for n in nodes]
-    return respond(body)
+    return respond(schemas.shaped(schemas.Run, body))
 
 
 async def _project_page(
-    request: web.Request, key: str, sizes: tuple[int, int], sql: str
+    request: web.Request, key: str, sizes: tuple[int, int], sql: str, schema: type
 ) -> web.Response:
     """One page of a project's rows of a projection, under `key`, and the next page's query.
 
@@ -92,7 +96,8 @@ async def _project_page(
     async with request.app[POOL].acquire() as conn:
         fetched = await conn.fetch(sql, project, want.limit + 1, want.offset)
     rows, after = want.rows(fetched)
-    return respond({"project": project, key: [dict(r) for r in rows], "next": after})
+    body = {"project": project, key: [dict(r) for r in rows], "next": after}
+    return respond(schemas.shaped(schema, body))
 
 
 async def list_runs(request: web.Request) -> web.Response:
@@ -102,6 +107,7 @@ async def list_runs(request: web.Request) -> web.Response:
         RUNS_PAGE,
         f"SELECT {_RUN} FROM runs WHERE project = $1"
         " ORDER BY requested_at DESC NULLS LAST, run_id LIMIT $2 OFFSET $3",
+        schemas.Runs,
     )
 
 
@@ -111,8 +117,9 @@ async def list_deploys(request: web.Request) -> web.Response:
         "deploys",
         DEPLOYS_PAGE,
         "SELECT deploy_id, status, version, manifest_digest, engine, engine_version, adapter,"
-        " adapter_version, skipped, reason, requested_by, at FROM deploys"
+        " adapter_version, skipped, reason, requested_by, team, door, at FROM deploys"
         " WHERE project = $1 ORDER BY at DESC, deploy_id LIMIT $2 OFFSET $3",
+        schemas.Deploys,
     )
 
 
@@ -124,6 +131,7 @@ async def retry_state(request: web.Request) -> web.Response:
         RETRY_STATE_PAGE,
         "SELECT principal, run_id, attempt, version, command, args, saved_at"
         " FROM retry_state WHERE project = $1 ORDER BY principal LIMIT $2 OFFSET $3",
+        schemas.RetryStates,
     )
 
 
@@ -137,27 +145,32 @@ async def environments(request: web.Request) -> web.Response:
         " version, manifest_digest, run_results_digest IS NOT NULL AS has_run_results,"
         " published_at FROM environments WHERE project = $1"
         " ORDER BY warehouse, target, environment_key LIMIT $2 OFFSET $3",
+        schemas.Environments,
     )
 
 
 async def post_run(request: web.Request) -> web.Response:
-    """Publish a run command; 202 with the run id to follow."""
+    """Publish a run command as the token's principal; 202 with the run id to follow."""
     project = path(request, "project")
     try:
         body = commands.decode_run(await request.read())
     except commands.CommandRejected as exc:
         return error(400, str(exc))
+    token = auth.token_of(request)
     run_id = body.run_id or uuid.uuid4().hex
-    cmd = msgspec.structs.replace(body, run_id=run_id)
-    await request.app[BUS].publish_command("run", project, cmd, run_id)
-    return respond({"run_id": run_id, "project": project}, status=202)
+    cmd = msgspec.structs.replace(body, run_id=run_id, requested_by=token.principal)
+    await request.app[BUS].publish_command(
+        "run", project, cmd, run_id, principal=token.principal, token_id=token.id
+    )
+    return respond(schemas.RunAccepted(run_id=run_id, project=project), status=202)
 
 
 def create_app(
     pool: asyncpg.Pool, bus: Bus, dead_tasks: Callable[[], list[str]] = list
 ) -> web.Application:
     """`dead_tasks` names the service tasks of this process that stopped on their own."""
-    app = web.Application(middlewares=[guard])
+    app = web.Application(middlewares=[auth.authenticate, guard, auth.authorize])
+    auth.install(app, pool, bus)
     app[POOL] = pool
     app[BUS] = bus
     app[DEAD_TASKS] = dead_tasks
@@ -173,5 +186,8 @@ def create_app(
     add_cancel_routes(app, pool, bus)
     add_log_routes(app, bus)
     add_event_stream_routes(app, bus)
+    add_project_routes(app, pool)
+    add_ui_routes(app)
+    add_openapi_routes(app)
     check_routes(app)
     return app
