@@ -27,7 +27,7 @@ from services.runner.worker import Runner
 from services.stack_file import STACK_FILE, read_stack_file
 from shared import contract
 from shared import logging as jlog
-from shared.bus import Bus, connect, url_user
+from shared.bus import Bus, connect, shown, url_user
 from shared.config import Settings
 
 __all__ = ["Stack", "StackFailed", "STACK_FILE", "read_stack_file"]
@@ -117,7 +117,7 @@ class Stack:
                 ) from None
             port = self._site_runner.addresses[0][1]
             self.api_url = f"http://{s.api_host}:{port}"
-        log.info("stack_started", nats=self.nats_url, api=self.api_url, schema=s.schema)
+        log.info("stack_started", nats=shown(self.nats_url), api=self.api_url, schema=s.schema)
         return self
 
     async def _connect(self, overrides: dict) -> None:

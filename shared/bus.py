@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import time
 from collections.abc import Awaitable, Callable
 from urllib.parse import urlsplit
@@ -37,6 +38,7 @@ __all__ = [
     "LEASES",
     "inbox_prefix",
     "url_user",
+    "shown",
 ]
 
 REQUIRED = (2, 10)
@@ -63,6 +65,11 @@ def url_user(url: str) -> str | None:
     """The NATS user a server URL logs in as (`nats://runner:secret@host`), if it names one."""
     first = url.split(",")[0].strip()
     return urlsplit(first).username if "://" in first else None
+
+
+def shown(url: str) -> str:
+    """`url` as a log line or an error may show it: a password in it becomes `***`."""
+    return re.sub(r"(://[^:/@,]*):[^@/,]*@", r"\1:***@", url)
 
 
 def inbox_prefix(user: str | None) -> str:
@@ -255,7 +262,7 @@ async def connect(
     Services reconnect forever (`forever=True`); the CLI fails fast instead.
     """
     servers = [u.strip() for u in url.split(",") if u.strip()]  # a cluster: a,b,c
-    log = jlog.get("nats", url=url)
+    log = jlog.get("nats", url=shown(url))
 
     async def on_error(exc: Exception) -> None:
         log.warning("nats_error", error=f"{exc.__class__.__name__}: {exc}")
@@ -292,13 +299,14 @@ async def connect(
 
     nc = await reopen()
     try:
-        check_server(nc.connected_server_version._server_version, url)
+        check_server(nc.connected_server_version._server_version, shown(url))
         js = nc.jetstream()
         try:
             await js.account_info()
         except Exception as exc:
             raise ServerRefused(
-                f"NATS server at {url} (version {nc.connected_server_version._server_version})"
+                f"NATS server at {shown(url)} (version"
+                f" {nc.connected_server_version._server_version})"
                 f" has no JetStream: start it with -js ({exc.__class__.__name__})"
             ) from None
         if ensure and apply:
@@ -308,7 +316,7 @@ async def connect(
     except BaseException:
         await nc.close()
         raise
-    bus.append(Bus(nc, url))
+    bus.append(Bus(nc, shown(url)))
     if forever:
         bus[0]._reopen = reopen
     return bus[0]

@@ -13,13 +13,13 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from services.access.local import nats_logins
+from services.access.local import admin_token_file, nats_logins
 from services.embedded import free_port
 from services.stack import read_stack_file
 from shared.bus import connect
 from shared.commands import BuildCommand, RunCommand
 from tests.gate import add_gate, until_gate_runs
-from tests.helpers import get_json, wait_for
+from tests.helpers import get_json, use_token, wait_for
 from tests.test_health import _processes_mentioning
 from tests.test_runner_lost import _working_in
 
@@ -61,6 +61,7 @@ async def test_a_killed_up_leaves_no_build_and_a_restart_completes_the_run(tmp_p
     second = None
     try:
         found = await _stack_file(home)
+        use_token(found["api_url"], admin_token_file(home).read_text().strip())
         deploy = await asyncio.to_thread(
             subprocess.run,
             [str(BIN), "deploy", str(project_copy), "--project", "crash"],
