@@ -16,7 +16,7 @@ import pexpect
 import pyte
 import pytest
 
-from tests.gate import add_gate
+from tests.gate import GATE_MODEL, add_gate
 from tests.helpers import JETDBT, cli_env, get_json, jetdbt, wait_for
 
 ROWS = 200  # tall enough that nothing scrolls off: the whole session stays on the screen
@@ -121,6 +121,9 @@ async def gated(stack, project_copy, tmp_path):
     """The example project with a model that holds the build open until `release` exists."""
     release = tmp_path / "release"
     add_gate(project_copy, release)
+    # Held on a seed, so the data test a run makes fail (on orders) does not skip it.
+    gate = project_copy / "models" / "marts" / "gate.py"
+    gate.write_text(GATE_MODEL.replace('dbt.ref("orders")', 'dbt.ref("raw_customers")'))
     deployed = await jetdbt(stack, "deploy", str(project_copy))
     assert deployed.returncode == 0, deployed.stderr
     return release
@@ -235,7 +238,7 @@ async def test_ctrl_c_stops_following_and_the_run_goes_on(stack, gated):
     assert code == 130, screen
     assert "stopped following run detach; the run goes on" in screen
     assert "jetdbt status detach" in screen and "jetdbt cancel detach" in screen
-    assert term.progress_lines() == 0, screen
+    assert term.progress_lines() == 0, (screen, bytes(term.raw[-3000:]))
     assert "?" not in screen.split("stopped following")[1]  # it asks nothing
 
     async def passed():
@@ -362,3 +365,25 @@ def test_status_imports_no_event_loop_bus_or_http_client(tmp_path):
         if line.startswith("import time:")
     }
     assert not imported & {"aiohttp", "rich", "dbt", "nats", "asyncio", "structlog"}
+
+
+def test_a_queued_run_shows_why_in_the_live_area():
+    """RunQueued's reason and place take the live area's status line until the run starts."""
+    from rich.console import Console
+
+    from services.cli.display import LiveArea
+    from services.watch import Tally
+    from shared import events as ev
+
+    tally = Tally(total=24)
+    reason = "environment main is building run r0"
+    queued = ev.RunQueued(project="p", run_id="r1", attempt=1, reason=reason, position=2)
+    tally.apply(queued)
+    console = Console(width=80, record=True, force_terminal=True, color_system="standard")
+    console.print(LiveArea(tally))
+    shown = console.export_text().splitlines()
+    assert shown[1] == f"queued: {reason} (position 2)"
+    assert "0/24" in shown[0] and len(shown) == 2
+    tally.apply(ev.RunStarted(project="p", run_id="r1", attempt=1, version="v"))
+    console.print(LiveArea(tally))
+    assert "queued" not in console.export_text()
