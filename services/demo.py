@@ -11,8 +11,10 @@ import aiohttp
 import msgspec
 
 from services import client
+from services.access.local import admin_token_file
+from services.api.ui_routes import viewer_url
 from services.stack import Stack
-from services.watch import Progress, planned_nodes, result_table
+from services.watch import Progress, Tally, planned_nodes, result_table
 from shared import events as ev
 from shared.commands import BuildCommand, RunCommand
 from shared.config import Settings
@@ -35,10 +37,12 @@ def _trim(body, limit: int = 12) -> str:
 async def _show(session: aiohttp.ClientSession, api: str, path: str) -> None:
     async with session.get(api + path) as resp:
         body = await resp.json()
-    print(f'$ curl -H "Authorization: Bearer $JETDBT_TOKEN" {api}{path}\n{_trim(body)}')
+    auth = "" if path == "/healthz" else '-H "Authorization: Bearer $JETDBT_TOKEN" '
+    print(f"$ curl {auth}{api}{path}\n{_trim(body)}")
 
 
 async def demo(settings: Settings) -> int:
+    up_api = f"http://{settings.api_host}:{settings.api_port}"  # where `jetdbt up` serves
     settings = msgspec.structs.replace(settings, api_port=0)
     where = "the configured servers" if settings.nats_url else f"{settings.home} (embedded)"
     _step(f"starting the stack on {where}")
@@ -60,11 +64,11 @@ async def demo(settings: Settings) -> int:
         latest = await stack.bus.last_event(deployed.subject().rsplit(".", 1)[0] + ".deployed")
         manifest = msgspec.json.decode(await stack.bus.get_blob(latest.manifest_digest))
         _step("building with live per-model progress (one dbt build, events as they happen)")
-        progress = Progress(planned_nodes(manifest))
+        progress = Progress(Tally(planned_nodes(manifest)))
         final = await client.run(
             stack.bus, "jaffle_shop", RunCommand(command=BuildCommand()), on_event=progress.on_event
         )
-        progress.done()
+        progress.stop()
         if not isinstance(final, ev.RunFinished):
             print(f"run refused: {final.reason}")
             return 1
@@ -73,6 +77,7 @@ async def demo(settings: Settings) -> int:
         _step("the query API, as projected from the event log")
         await _wait_projected(stack, final.run_id)
         auth = {"Authorization": f"Bearer {stack.admin_token}"} if stack.admin_token else {}
+        print(f"(JETDBT_TOKEN: the admin token in {admin_token_file(settings.home)})")
         async with aiohttp.ClientSession(headers=auth) as session:
             await _show(session, stack.api_url, "/healthz")
             await _show(session, stack.api_url, "/v1/projects/jaffle_shop/runs?limit=2")
@@ -84,6 +89,8 @@ async def demo(settings: Settings) -> int:
             "  .venv/bin/jetdbt run jaffle_shop --watch\n"
             "  .venv/bin/jetdbt status --project jaffle_shop"
         )
+        # The home keeps the run, so the viewer shows it once `jetdbt up` serves this home.
+        print(f"run viewer (with `jetdbt up`): {viewer_url(up_api, final.run_id)}")
         return 0 if final.result.status == "passed" else 1
     finally:
         await stack.stop()
