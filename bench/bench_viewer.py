@@ -1,0 +1,153 @@
+"""Viewer benchmark: the run page of a 500-model run in headless Chromium, and how soon a
+node event reaches the browser after dbt logged it.
+
+Starts the embedded stack in a temporary home, deploys a generated project and builds
+it with the run page open. Each node event the page receives is a user-timing mark;
+its delay is the mark's wall-clock time minus dbt's own time for the node (its
+`node_started_at` for a start, its `completed_at` for a finish), counted only for
+nodes dbt logged after the page's stream opened. Then the page of the finished run
+is opened afresh a few times: the time from navigation to the graph painted.
+
+    python bench/bench_viewer.py [--models N] [--loads L] [--screenshot PNG]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import statistics
+import tempfile
+from datetime import datetime
+from pathlib import Path
+
+import aiohttp
+from gen_project import generate
+from playwright.async_api import async_playwright
+
+from services import client
+from services.api.ui_routes import viewer_url
+from services.stack import Stack
+from shared import events as ev
+from shared import identity
+from shared import logging as jlog
+from shared.commands import BuildCommand, RunCommand
+from shared.config import load
+
+RENDER_GOAL_S = 1.0
+EVENT_GOAL_MS = 50.0
+RUN_ID = "viewerbench"
+
+
+def _epoch_ms(value: str | None) -> float | None:
+    return datetime.fromisoformat(value).timestamp() * 1000 if value else None
+
+
+def _pct(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def _page(browser, bearer: str):
+    page = await browser.new_page(viewport={"width": 1600, "height": 1000})
+    await page.add_init_script(f"sessionStorage.setItem('jetdbt.token', {bearer!r})")
+    return page
+
+
+async def _marks(page, name: str) -> list[dict]:
+    return await page.evaluate(
+        f"""performance.getEntriesByName({name!r}).map(m => ({{
+            at: performance.timeOrigin + m.startTime, since: m.startTime, detail: m.detail }}))"""
+    )
+
+
+async def bench(models: int, loads: int, screenshot: str | None) -> None:
+    jlog.configure("warning")
+    chromium = shutil.which("chromium") or "/usr/bin/chromium"
+    with tempfile.TemporaryDirectory(prefix="jetdbt-bench-") as tmp:
+        work = Path(tmp)
+        project = generate(work / "project", models)
+        settings = load({"JETDBT_HOME": str(work / "home"), "JETDBT_API_PORT": "0"})
+        stack = await Stack(settings).start()
+        try:
+            _, deployed = await client.deploy(stack.bus, project, "bench")
+            assert isinstance(deployed, ev.Deployed), deployed
+            _, bearer = await identity.create_token(
+                stack.bus, principal="bench", team="bench", role="admin"
+            )
+            url = viewer_url(stack.api_url, RUN_ID)
+            async with async_playwright() as pw:
+                browser = await pw.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+                run = asyncio.create_task(
+                    client.run(
+                        stack.bus, "bench", RunCommand(command=BuildCommand(), run_id=RUN_ID)
+                    )
+                )
+                live = await _page(browser, bearer)
+                await live.goto(url)
+                await live.wait_for_selector("body[data-run-ended='1']", timeout=600_000)
+                final = await run
+                opened = (await _marks(live, "jetdbt:stream-open"))[0]["at"]
+                arrivals = await _marks(live, "jetdbt:event")
+                await live.close()
+                headers = {"Authorization": f"Bearer {bearer}"}
+                async with (
+                    aiohttp.ClientSession(headers=headers) as session,
+                    session.get(f"{stack.api_url}/v1/runs/{RUN_ID}") as resp,
+                ):
+                    nodes = {n["unique_id"]: n for n in (await resp.json())["nodes"]}
+                renders = []
+                for _ in range(loads):
+                    page = await _page(browser, bearer)
+                    await page.goto(url)
+                    try:
+                        await page.wait_for_selector(
+                            "body[data-ready='1']", state="attached", timeout=60_000
+                        )
+                    except Exception:
+                        raise RuntimeError(await page.inner_text("body")) from None
+                    drawn = await _marks(page, "jetdbt:run-page-drawn")
+                    renders.append(drawn[0]["since"] / 1000)
+                    drawn_nodes = await page.evaluate("viewer.cy.nodes().length")
+                    if screenshot:
+                        await page.screenshot(path=screenshot)
+                    await page.close()
+                await browser.close()
+        finally:
+            await stack.stop()
+    delays = []
+    for mark in arrivals:
+        node = nodes.get(mark["detail"].get("unique_id") or "")
+        kind = mark["detail"]["type"]
+        if node is None or kind not in ("node.started.v1", "node.finished.v1"):
+            continue
+        logged = _epoch_ms(node["started_at"] if kind == "node.started.v1" else node["finished_at"])
+        if logged is not None and logged > opened:
+            delays.append(mark["at"] - logged)
+    render_met = "met" if max(renders) < RENDER_GOAL_S else "MISSED"
+    event_met = "met" if _pct(delays, 0.99) < EVENT_GOAL_MS else "MISSED"
+    rows = [
+        ("run", f"{RUN_ID}: {final.result.status}, {len(nodes)} nodes, {drawn_nodes} drawn"),
+        (f"run page drawn, navigation to paint (n={loads})",
+         f"p50 {statistics.median(renders):.2f} s, max {max(renders):.2f} s"
+         f"  (goal < {RENDER_GOAL_S:.0f} s: {render_met})"),
+        (f"node event, dbt's time to the browser (n={len(delays)})",
+         f"p50 {_pct(delays, 0.5):.1f} ms, p99 {_pct(delays, 0.99):.1f} ms,"
+         f" max {max(delays):.1f} ms  (goal p99 < {EVENT_GOAL_MS:.0f} ms: {event_met})"),
+    ]  # fmt: skip
+    width = max(len(k) for k, _ in rows)
+    for key, value in rows:
+        print(f"{key:<{width}}  {value}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", type=int, default=500)
+    parser.add_argument("--loads", type=int, default=5)
+    parser.add_argument("--screenshot", help="save the run page, as drawn, to this PNG")
+    args = parser.parse_args()
+    asyncio.run(bench(args.models, args.loads, args.screenshot))
+
+
+if __name__ == "__main__":
+    main()
