@@ -94,6 +94,7 @@ def _report(events: list[ev.Event], team_of_run: dict[str, str], wall: float) ->
     print(
         f"\n{len(finished)} runs in {wall:.1f}s, {statuses.count('passed')} passed;"
         f" {len(queued)} queued at least once"
+        f" ({sum(isinstance(e, ev.RunQueued) for e in events)} run.queued events)"
     )
     print(
         f"peak running: {peak['all']} in all; per team "

@@ -243,6 +243,15 @@ async def test_runs_of_one_environment_queue_visibly_and_never_overlap(stack, tm
 
     body = await wait_for(projected)
     assert body["queued_seconds"] > 0 and body["queue_position"] is None
+    # /metrics counts the waits of started runs, and nothing is queued any more.
+    url = f"{stack.api_url}/metrics"
+    async with aiohttp.ClientSession() as session, session.get(url, headers=auth_headers(url)) as r:
+        metrics = dict(
+            line.split(" ", 1) for line in (await r.text()).splitlines() if line[:1] != "#"
+        )
+    assert metrics["jetdbt_runs_queued"] == "0"
+    assert int(metrics["jetdbt_run_queue_wait_seconds_count"]) >= len(queued)
+    assert float(metrics["jetdbt_run_queue_wait_seconds_sum"]) > 0
 
 
 @pytest.mark.dbt
