@@ -287,28 +287,52 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-async def test_closing_the_terminal_of_up_leaves_nothing_it_started(tmp_path):
-    """The terminal window closes: the pty's master goes, the kernel hangs up its session."""
+def _hang_up(term: Terminal) -> None:
+    """The terminal window closes: the pty's master goes, the kernel hangs up the session."""
+    os.close(term.child.child_fd)
+    term.child.closed = True
+
+
+STOPS = {
+    "window closed": _hang_up,
+    "ctrl-c": lambda term: term.child.sendintr(),
+    "sigterm": lambda term: os.kill(term.child.pid, signal.SIGTERM),
+}
+
+
+@pytest.mark.parametrize(
+    "how, when", [*((how, "up") for how in STOPS), ("window closed", "starting")]
+)
+async def test_up_stops_everything_it_started(tmp_path, how, when):
+    """However `jetdbt up` is stopped, even while it is still starting, nothing it started
+    (nats-server, Postgres, the warm dbt) outlives it."""
     home = tmp_path / "home"
     env = {k: v for k, v in os.environ.items() if k not in ("NATS_URL", "DATABASE_URL")}
     env.update({"JETDBT_HOME": str(home), "JETDBT_API_PORT": "0"})
     term = Terminal([JETDBT, "up"], _terminal_env(env), 80, rows=24)
     pid = term.child.pid
+    seen: set[int] = set()
     try:
-        await term.until(lambda: "jetdbt is up" in term.text(), timeout=120)
-        started = _descendants(pid) | _mentioning(str(home))
-        assert len(started) >= 2, "no nats-server or Postgres found"  # both run
-        os.close(term.child.child_fd)  # the window closes
-        term.child.closed = True
-        deadline = time.monotonic() + 60
+        if when == "up":
+            await term.until(lambda: "jetdbt is up" in term.text(), timeout=120)
+            assert len(_mentioning(str(home))) >= 2, "no nats-server or Postgres found"
+        else:
+            await term.until(lambda: bool(_descendants(pid)), timeout=120)
+        seen |= _descendants(pid)
+        STOPS[how](term)
+        deadline = time.monotonic() + 90
         while True:
+            seen |= _descendants(pid) | _mentioning(str(home))
             done, status = os.waitpid(pid, os.WNOHANG)
             if done:
                 break
-            assert time.monotonic() < deadline, "jetdbt up outlived its terminal"
-            await asyncio.sleep(0.1)
+            assert time.monotonic() < deadline, f"jetdbt up outlived {how}"
+            if not term.child.closed:
+                await term.pump()
+            else:
+                await asyncio.sleep(0.1)
         assert os.waitstatus_to_exitcode(status) == 0
-        left = {p for p in started if _alive(p)} | {p for p in _mentioning(str(home)) if _alive(p)}
+        left = {p for p in seen | _mentioning(str(home)) if _alive(p)}
         assert not left, f"still running: {left}"
     finally:
         if _alive(pid):
