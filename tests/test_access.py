@@ -344,3 +344,11 @@ async def test_tokens_from_the_cli_are_shown_once_and_listed_without_secrets(sit
     assert (await _call(site, "GET", f"/v1/projects/{ANALYTICS}/runs", headers=auth))[0] == 401
     # What `jetdbt up` wrote for the CLI is readable by its owner only.
     assert (access_dir(site.home) / "admin.token").stat().st_mode & 0o777 == 0o600
+
+
+async def test_the_services_themselves_met_no_permission_violation(site):
+    """Everything above ran through the generated permissions: the stack's own connections
+    (named jetdbt-runner, jetdbt-projector, jetdbt-api) were never refused anything."""
+    log = (site.home / "nats" / "nats-server.log").read_text()
+    refused = [line for line in log.splitlines() if "Violation" in line and ":jetdbt-" in line]
+    assert not refused, "\n".join(refused[:10])
