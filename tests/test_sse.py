@@ -107,3 +107,19 @@ async def test_refusals(stack):
             assert "nosuch" in (await resp.json())["error"]
         async with session.get(f"{stack.api_url}/v1/runs/Bad.Id/events") as resp:
             assert resp.status == 400
+
+
+async def test_another_teams_token_cannot_read_a_runs_events(stack):
+    """Scoped by the project the log files the run under, whether or not it is projected."""
+    from shared import identity
+
+    await stack.bus.publish(ev.RunRequested(project=PROJECT, run_id=RUN, command={}))
+    _, bearer = await identity.create_token(
+        stack.bus, principal="stranger", team="elsewhere", role="viewer"
+    )
+    url = f"{stack.api_url}/v1/runs/{RUN}/events"
+    async with aiohttp.ClientSession() as session:
+        async with session.get(url, headers={"Authorization": f"Bearer {bearer}"}) as resp:
+            assert resp.status == 403, await resp.text()
+        async with session.get(url) as resp:
+            assert resp.status == 401

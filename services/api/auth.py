@@ -28,6 +28,7 @@ __all__ = [
     "ROUTE_ROLES",
     "authenticate",
     "authorize",
+    "project_problem",
     "project_team",
     "token_of",
 ]
@@ -110,6 +111,19 @@ async def _scope_problem(token: identity.Token, request: web.Request) -> web.Res
     project = await _project_of(request)
     if project is None:
         return None  # not about one project, or an unknown run: the route answers 404
+    return await _project_scope(token, request, project)
+
+
+async def project_problem(request: web.Request, project: str) -> web.Response | None:
+    """A 403 when the request's token may not read `project`, else None: for a route that
+    learns a run's project from the log, before the projection (and `authorize`) knows it."""
+    token = token_of(request)
+    return None if token.role == "admin" else await _project_scope(token, request, project)
+
+
+async def _project_scope(
+    token: identity.Token, request: web.Request, project: str
+) -> web.Response | None:
     if not identity.project_matches(token.project, project):
         return error(
             403,

@@ -18,6 +18,7 @@ from aiohttp import web
 from nats.js import api
 from nats.js.errors import NotFoundError
 
+from services.api import auth
 from services.api.boundary import error, path
 from services.client import RUN_FINAL
 from shared import events as ev
@@ -96,6 +97,10 @@ def add_event_stream_routes(app: web.Application, bus: Bus) -> None:
             newest = await bus.js.get_last_msg(STREAM, pattern)
         except NotFoundError:
             return error(404, f"run {run_id!r} has no events (yet)")
+        # The log may hold a run the projection has yet to fold: scope it by its subject.
+        refused = await auth.project_problem(request, subjects.subject_key(newest.subject))
+        if refused is not None:
+            return refused
         resp = web.StreamResponse(
             headers={
                 "Content-Type": "text/event-stream",
