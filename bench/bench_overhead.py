@@ -59,12 +59,14 @@ def _env_int(name: str, default: int) -> int:
 
 
 async def _timed(argv: list[str], env: dict[str, str], cwd: Path) -> float:
+    print(f"  {Path(argv[0]).name} {' '.join(argv[1:3])} ...", end="", flush=True, file=sys.stderr)
     started = time.perf_counter()
     proc = await asyncio.create_subprocess_exec(
         *argv, cwd=cwd, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
     )
     out, err = await proc.communicate()
     elapsed = time.perf_counter() - started
+    print(f" {elapsed:.2f} s", file=sys.stderr)
     if proc.returncode != 0:
         raise RuntimeError(f"{argv[:3]} exited {proc.returncode}: {(out + err)[-2000:].decode()}")
     return elapsed
@@ -117,7 +119,9 @@ class Jetdbt:
         seen: dict[str, float] = {}
         finished: dict[str, float] = {}
         url = f"{self.stack.api_url}/v1/runs/{run_id}"
-        async with aiohttp.ClientSession() as session:
+        token = self.stack.admin_token
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        async with aiohttp.ClientSession(headers=headers) as session:
             while not done.done():
                 async with session.get(url) as resp:
                     body = await resp.read() if resp.status == 200 else None

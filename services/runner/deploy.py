@@ -7,6 +7,8 @@ refuses the deploy with the reason, before any dbt runs.
 
 from __future__ import annotations
 
+import asyncio
+
 from services.runner import engine, graph, workspace
 from services.runner.context import RunnerContext
 from services.runner.job_setup import Prepared, Refused, prepare
@@ -86,10 +88,11 @@ async def _parse(
     parse = prepared.dbt("parse", plan.common_args())
     if await parse.run(timeout=ctx.settings.run_timeout_seconds) != 0:
         return await fail("dbt parse failed:\n" + parse.error_tail(LOG_TAIL))
-    manifest = parse.artifact_path("manifest.json").read_bytes()
-    manifest_digest = await ctx.bus.put_blob(manifest)
-    reason = await graph.ingest_version_graph(
-        ctx, prepared, project, version, manifest, cmd.requested_by
+    manifest = await asyncio.to_thread(parse.artifact_path("manifest.json").read_bytes)
+    # Storing the manifest and ingesting the graph from it need nothing of each other.
+    manifest_digest, reason = await asyncio.gather(
+        ctx.bus.put_blob(manifest),
+        graph.ingest_version_graph(ctx, prepared, project, version, manifest, cmd.requested_by),
     )
     if reason:
         return await fail(reason)

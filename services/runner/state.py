@@ -8,6 +8,7 @@ absolute path would name a job directory that is gone by the time anyone reads i
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import msgspec
@@ -94,18 +95,20 @@ async def publish(
         return
     if manifest is None or not manifest.exists():
         return
-    data = manifest.read_bytes()
-    results_digest = None
+    data = await asyncio.to_thread(manifest.read_bytes)
+    # The two blobs are stored together: after the last node, every store is waited for.
+    stored = [bus.put_blob(data)]
     if not recovered and run_results is not None:
-        results_digest = await bus.put_blob(msgspec.json.encode(run_results))
+        stored.append(bus.put_blob(msgspec.json.encode(run_results)))
+    manifest_digest, *results_digest = await asyncio.gather(*stored)
     await bus.publish(
         ev.StatePublished(
             project=project,
             environment=plan.environment,
             run_id=run_id,
             version=version,
-            manifest_digest=await bus.put_blob(data),
+            manifest_digest=manifest_digest,
             manifest_size=len(data),
-            run_results_digest=results_digest,
+            run_results_digest=results_digest[0] if results_digest else None,
         )
     )
