@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import shutil
 import statistics
 import tempfile
@@ -26,6 +27,7 @@ from gen_project import generate
 from playwright.async_api import async_playwright
 
 from services import client
+from services.api.event_stream import STREAM
 from services.api.ui_routes import viewer_url
 from services.stack import Stack
 from shared import events as ev
@@ -46,6 +48,30 @@ def _epoch_ms(value: str | None) -> float | None:
 def _pct(samples: list[float], q: float) -> float:
     ordered = sorted(samples)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def _spread(samples: list[float]) -> str:
+    return (
+        f"p50 {_pct(samples, 0.5):.1f} ms, p99 {_pct(samples, 0.99):.1f} ms,"
+        f" max {max(samples):.1f} ms"
+    )
+
+
+async def _delays(js, arrivals: list[dict], nodes: dict, opened: float) -> list[tuple]:
+    """(dbt's time, stored in JetStream, arrived in the browser), epoch ms, per node event
+    dbt logged after the page's stream opened."""
+    out = []
+    for mark in arrivals:
+        node = nodes.get(mark["detail"].get("unique_id") or "")
+        kind = mark["detail"]["type"]
+        if node is None or kind not in ("node.started.v1", "node.finished.v1"):
+            continue
+        logged = _epoch_ms(node["started_at"] if kind == "node.started.v1" else node["finished_at"])
+        if logged is None or logged <= opened:
+            continue
+        stored = (await js.get_msg(STREAM, seq=mark["detail"]["seq"])).time.timestamp() * 1000
+        out.append((logged, stored, mark["at"]))
+    return out
 
 
 async def _page(browser, bearer: str):
@@ -87,6 +113,7 @@ async def bench(models: int, loads: int, screenshot: str | None) -> None:
                 await live.goto(url)
                 await live.wait_for_selector("body[data-run-ended='1']", timeout=600_000)
                 final = await run
+                load_seen = os.getloadavg()[0]
                 opened = (await _marks(live, "jetdbt:stream-open"))[0]["at"]
                 arrivals = await _marks(live, "jetdbt:event")
                 await live.close()
@@ -96,7 +123,8 @@ async def bench(models: int, loads: int, screenshot: str | None) -> None:
                     session.get(f"{stack.api_url}/v1/runs/{RUN_ID}") as resp,
                 ):
                     nodes = {n["unique_id"]: n for n in (await resp.json())["nodes"]}
-                renders = []
+                delays = await _delays(stack.bus.js, arrivals, nodes, opened)
+                renders, fetched = [], []
                 for _ in range(loads):
                     page = await _page(browser, bearer)
                     await page.goto(url)
@@ -108,6 +136,8 @@ async def bench(models: int, loads: int, screenshot: str | None) -> None:
                         raise RuntimeError(await page.inner_text("body")) from None
                     drawn = await _marks(page, "jetdbt:run-page-drawn")
                     renders.append(drawn[0]["since"] / 1000)
+                    loaded = await _marks(page, "jetdbt:run-data-loaded")
+                    fetched.append(loaded[0]["since"] / 1000)
                     drawn_nodes = await page.evaluate("viewer.cy.nodes().length")
                     if screenshot:
                         await page.screenshot(path=screenshot)
@@ -115,25 +145,22 @@ async def bench(models: int, loads: int, screenshot: str | None) -> None:
                 await browser.close()
         finally:
             await stack.stop()
-    delays = []
-    for mark in arrivals:
-        node = nodes.get(mark["detail"].get("unique_id") or "")
-        kind = mark["detail"]["type"]
-        if node is None or kind not in ("node.started.v1", "node.finished.v1"):
-            continue
-        logged = _epoch_ms(node["started_at"] if kind == "node.started.v1" else node["finished_at"])
-        if logged is not None and logged > opened:
-            delays.append(mark["at"] - logged)
+    total = [browser - logged for logged, _, browser in delays]
     render_met = "met" if max(renders) < RENDER_GOAL_S else "MISSED"
-    event_met = "met" if _pct(delays, 0.99) < EVENT_GOAL_MS else "MISSED"
+    event_met = "met" if _pct(total, 0.99) < EVENT_GOAL_MS else "MISSED"
+    stored = [s - logged for logged, s, _ in delays]
+    served = [browser - s for _, s, browser in delays]
     rows = [
         ("run", f"{RUN_ID}: {final.result.status}, {len(nodes)} nodes, {drawn_nodes} drawn"),
         (f"run page drawn, navigation to paint (n={loads})",
          f"p50 {statistics.median(renders):.2f} s, max {max(renders):.2f} s"
          f"  (goal < {RENDER_GOAL_S:.0f} s: {render_met})"),
-        (f"node event, dbt's time to the browser (n={len(delays)})",
-         f"p50 {_pct(delays, 0.5):.1f} ms, p99 {_pct(delays, 0.99):.1f} ms,"
-         f" max {max(delays):.1f} ms  (goal p99 < {EVENT_GOAL_MS:.0f} ms: {event_met})"),
+        ("  of which reading the run and its graph", f"p50 {statistics.median(fetched):.2f} s"),
+        (f"node event, dbt's time to the browser (n={len(total)})",
+         f"{_spread(total)}  (goal p99 < {EVENT_GOAL_MS:.0f} ms: {event_met})"),
+        ("  dbt's time to stored in JetStream", _spread(stored)),
+        ("  stored to the browser (the event stream)", _spread(served)),
+        ("load average during the run (2 cores)", f"{load_seen:.1f}"),
     ]  # fmt: skip
     width = max(len(k) for k, _ in rows)
     for key, value in rows:

@@ -291,6 +291,7 @@ async function runPage(runId, params) {
   const run = await runOnceKnown(runId, stop.signal);
   let graph = { nodes: [], edges: [] };
   try { graph = await graphOf(runId); } catch (err) { if (err.status !== 404) throw err; }
+  performance.mark("jetdbt:run-data-loaded");
   const folded = fold(graph);
   const state = new Map(run.nodes.map((n) => [n.unique_id, n]));
   const focus = params.get("focus");
@@ -437,10 +438,11 @@ async function runPage(runId, params) {
     if (selected === owner) select(owner);
   }
 
-  function onEvent({ data }) {
+  function onEvent({ id, data }) {
     const type = data.type;
     // A user-timing mark per event as it arrives: bench/bench_viewer.py reads the delay.
-    performance.mark("jetdbt:event", { detail: { type, unique_id: data.unique_id || data.node?.unique_id } });
+    const uid = data.unique_id || data.node?.unique_id;
+    performance.mark("jetdbt:event", { detail: { type, unique_id: uid, seq: id } });
     if (type === "node.started.v1") {
       state.set(data.unique_id, { ...(state.get(data.unique_id) || {}), unique_id: data.unique_id,
         status: "running", outcome: null, started_at: data.started_at || data.at });
