@@ -10,7 +10,7 @@ gets the plain lines of services.watch, which scripts read.
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import io
 
 from rich import box
 from rich.console import Console, Group
@@ -31,6 +31,7 @@ from services.watch import (
     totals_line,
 )
 from shared import events as ev
+from shared import logging as jlog
 
 __all__ = ["LiveProgress", "print_result", "console_for"]
 
@@ -127,23 +128,32 @@ class LiveArea:
         return line
 
 
+class _AboveLive(io.TextIOBase):
+    """Where log lines go while the live area is up: printed above it, as any line is. A
+    line written past rich straight to the terminal would leave a stale live area behind."""
+
+    def __init__(self, console: Console):
+        self.console = console
+
+    def write(self, text: str) -> int:
+        if text.strip("\n"):
+            self.console.print(Text(text.rstrip("\n"), "bright_black"))
+        return len(text)
+
+
 class LiveProgress:
     """Finished nodes printed above a live area redrawn in place; `stop` takes the area
     down (the result or the interrupt message takes its place)."""
 
-    def __init__(self, tally: Tally, console: Console):
+    def __init__(self, tally: Tally, console: Console, log_level: str):
         self.tally = tally
         self.console = console
+        self.log_level = log_level
         # No refresh thread: every redraw happens on the event loop, where the tally changes.
-        self.live = Live(
-            LiveArea(tally),
-            console=console,
-            auto_refresh=False,
-            transient=True,
-            redirect_stdout=False,
-            redirect_stderr=False,
-        )
+        # What is printed meanwhile (sys.stdout, sys.stderr, logs) goes above the area.
+        self.live = Live(LiveArea(tally), console=console, auto_refresh=False, transient=True)
         self.live.start()
+        jlog.configure(log_level, stream=_AboveLive(console))
         self._ticker = asyncio.get_running_loop().create_task(self._tick())
 
     async def _tick(self) -> None:
@@ -165,8 +175,9 @@ class LiveProgress:
 
     def stop(self) -> None:
         self._ticker.cancel()
-        with contextlib.suppress(Exception):
+        if self.live.is_started:
             self.live.stop()
+            jlog.configure(self.log_level)
 
 
 def result_renderable(result: ev.RunResult, run_id: str, api_url: str, width: int) -> Group:

@@ -148,15 +148,15 @@ async def _waited(waiting, seconds: float, what: str):
         ) from None
 
 
-def _follower(tally: Tally, watch: bool, out):
+def _follower(args, tally: Tally, out):
     """What shows the run's events: nothing, plain lines, or the live display."""
-    if not watch:
+    if not args.watch:
         return None
     if not styled(out):
         return Progress(tally, out)
     from services.cli.display import LiveProgress, console_for
 
-    return LiveProgress(tally, console_for(out))
+    return LiveProgress(tally, console_for(out), args.log_level)
 
 
 def _detached(run_id: str, tally: Tally) -> None:
@@ -193,7 +193,7 @@ async def _follow(args, settings: Settings, project: str, command: RunCommand) -
     try:
         if args.watch and isinstance(command.command, BuildCommand):
             tally.total = await _planned(bus, project, command.command)
-        follower = _follower(tally, args.watch, sys.stderr if args.json else sys.stdout)
+        follower = _follower(args, tally, sys.stderr if args.json else sys.stdout)
         final = await _waited(
             client.run(bus, project, command, on_event=on_event),
             args.timeout,
