@@ -15,7 +15,22 @@ import time
 
 from shared import events as ev
 
-__all__ = ["Tally", "Progress", "result_table", "planned_nodes", "styled", "MARK", "ORDER"]
+__all__ = [
+    "Tally",
+    "Progress",
+    "result_table",
+    "planned_nodes",
+    "styled",
+    "MARK",
+    "ORDER",
+    "short",
+    "seconds",
+    "sorted_nodes",
+    "started_line",
+    "lost_line",
+    "queued_line",
+    "totals_line",
+]
 
 _EXECUTED = {"model", "seed", "snapshot", "test", "unit_test"}
 

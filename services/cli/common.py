@@ -15,7 +15,6 @@ if TYPE_CHECKING:
 __all__ = [
     "EXIT_FAILED",
     "EXIT_REFUSED",
-    "EXIT_INTERRUPTED",
     "CliError",
     "endpoints",
     "open_bus",
@@ -25,7 +24,6 @@ __all__ = [
 
 EXIT_FAILED = 1
 EXIT_REFUSED = 3
-EXIT_INTERRUPTED = 130  # a shell's code for a command Ctrl-C stopped
 
 
 class CliError(Exception):

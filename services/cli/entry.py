@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _run(command, args, load())
     except KeyboardInterrupt:
-        return 130
+        return 130  # a shell's code for a command Ctrl-C stopped
     except Exception as exc:
         if not _is_user_error(exc):
             raise
