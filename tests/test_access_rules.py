@@ -7,7 +7,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import shutil
 import subprocess
+import uuid
 from pathlib import Path
 
 import pytest
@@ -21,11 +23,15 @@ from services.access.nats_users import (
 )
 from services.cli.access_commands import parse_duration
 from services.cli.common import CliError
-from services.embedded import nats_binary
+from services.embedded import NatsServer, nats_binary
+from services.stack import Stack
 from shared import contract, identity, subjects
 from shared import events as ev
 from shared.bus import EVENTS, connect
-from tests.helpers import wait_for
+from shared.config import load
+from tests.helpers import get_json, wait_for
+
+DEPLOY = Path(__file__).resolve().parent.parent / "deploy" / "nats"
 
 
 def test_a_command_subject_names_its_principal_and_only_one():
@@ -142,7 +148,7 @@ async def test_a_command_claiming_another_principal_is_refused_naming_the_field(
 def test_the_deployment_nats_users_are_the_generated_rules():
     """deploy/nats/users.conf is rendered from the rules the embedded stack runs with, and
     nats-server accepts the deployment's configuration."""
-    deploy = Path(__file__).resolve().parent.parent / "deploy" / "nats"
+    deploy = DEPLOY
     assert (deploy / "users.conf").read_text() == render_deploy_users(), (
         "regenerate: python -m services.access.nats_users > deploy/nats/users.conf"
     )
@@ -156,3 +162,58 @@ def test_the_deployment_nats_users_are_the_generated_rules():
         timeout=30,
     )
     assert checked.returncode == 0, checked.stderr
+
+
+async def test_a_deployment_runs_on_its_users_once_the_operator_applied_the_contract(
+    tmp_path, monkeypatch, pg_url
+):
+    """deploy/nats/users.conf in a real nats-server: services reached as `user:password@`
+    in NATS_URL only check the contract (refusing to start before `admin` applied it),
+    read replies under their own inbox prefix, and the API answers with a token."""
+    passwords = {u: f"pw-{u}-{uuid.uuid4().hex}" for u in ("runner", "projector", "api", "admin")}
+    for user, password in passwords.items():
+        monkeypatch.setenv(f"{user.upper()}_PASSWORD", password)
+    conf = tmp_path / "nats.conf"
+    shutil.copy(DEPLOY / "users.conf", tmp_path / "users.conf")
+    conf.write_text('accounts { JETDBT { jetstream: enabled\n include "users.conf" } }\n')
+    server = NatsServer(tmp_path / "nats", config=conf).start()
+    try:
+        url = server.url.replace("://", "://{user}:{password}@")
+
+        def settings(user: str):
+            return load(
+                {
+                    "JETDBT_HOME": str(tmp_path / user),
+                    "NATS_URL": url.format(user=user, password=passwords[user]),
+                    "DATABASE_URL": pg_url,
+                    "JETDBT_SCHEMA": f"t_{uuid.uuid4().hex[:12]}",
+                    "JETDBT_API_PORT": "0",
+                }
+            )
+
+        api_only = Stack(settings("api"), runner=False, projectors=False)
+        with pytest.raises(contract.IncompatibleContract, match="jetdbt contract apply"):
+            await api_only.start()
+        admin = await connect(url.format(user="admin", password=passwords["admin"]), "operator")
+        try:
+            _, bearer = await identity.create_token(
+                admin, principal="ops", team="platform", role="viewer"
+            )
+        finally:
+            await admin.close()
+        projectors = await Stack(settings("projector"), runner=False, api=False).start()
+        api = await Stack(settings("api"), runner=False, projectors=False).start()
+        try:
+            assert api.admin_token is None  # a service never bootstraps tokens
+            assert api.bus.nc._inbox_prefix == bytearray(b"_INBOX_api")
+            status, body = await get_json(f"{api.api_url}/v1/projections", token=bearer)
+            assert status == 200, body
+            status, _ = await get_json(f"{api.api_url}/v1/projections", token="jdbt_x")
+            assert status == 401
+        finally:
+            await api.stop()
+            await projectors.stop()
+    finally:
+        server.stop()
+    log = (tmp_path / "nats" / "nats-server.log").read_text()
+    assert "Violation" not in log, [line for line in log.splitlines() if "Violation" in line]
