@@ -229,25 +229,20 @@ def _comparable(field: str, value):
     return value
 
 
-async def _missing(kind: str, name: str, lookup) -> None:
+async def _live(kind: str, name: str, lookup):
+    """The server's config of a declared stream, consumer or bucket; refused when missing."""
     try:
-        await lookup
+        return (await lookup).config
     except (NotFoundError, BucketNotFoundError):
-        raise IncompatibleContract(
-            f"{kind} {name} does not exist on the server; {_APPLY}"
-        ) from None
+        missing = f"{kind} {name} does not exist on the server; {_APPLY}"
+        raise IncompatibleContract(missing) from None
 
 
 async def check(js, contract: Contract) -> None:
     """Refuse a server whose streams, consumers and buckets are not the contract's, naming
     the first field that differs; changes nothing (a service's NATS user may not)."""
     for name, spec in contract.streams.items():
-        try:
-            have = (await js.stream_info(name)).config
-        except NotFoundError:
-            raise IncompatibleContract(
-                f"stream {name} does not exist on the server; {_APPLY}"
-            ) from None
+        have = await _live("stream", name, js.stream_info(name))
         want = _stream_config(name, spec)
         for field in _CHECKED:
             server = _comparable(field, getattr(have, field))
@@ -258,12 +253,7 @@ async def check(js, contract: Contract) -> None:
                     f" {declared!r} in streams.yaml; {_APPLY}"
                 )
     for name, spec in contract.consumers.items():
-        try:
-            live = (await js.consumer_info(spec.stream, name)).config
-        except NotFoundError:
-            raise IncompatibleContract(
-                f"consumer {name} does not exist on the server; {_APPLY}"
-            ) from None
+        live = await _live("consumer", name, js.consumer_info(spec.stream, name))
         filters = live.filter_subjects or ([live.filter_subject] if live.filter_subject else [])
         if sorted(filters) != sorted(spec.filter_subjects):
             raise IncompatibleContract(
@@ -271,14 +261,9 @@ async def check(js, contract: Contract) -> None:
                 f" {spec.filter_subjects!r} in streams.yaml; {_APPLY}"
             )
     for name in contract.object_stores:
-        await _missing("object store", name, js.stream_info(f"OBJ_{name}"))
+        await _live("object store", name, js.stream_info(f"OBJ_{name}"))
     for name, spec in contract.key_value.items():
-        try:
-            config = (await js.stream_info(f"KV_{name}")).config
-        except NotFoundError:
-            raise IncompatibleContract(
-                f"bucket {name} does not exist on the server; {_APPLY}"
-            ) from None
+        config = await _live("bucket", name, js.stream_info(f"KV_{name}"))
         if (config.max_age or 0) != spec.ttl_seconds:
             raise IncompatibleContract(
                 f"bucket {name}: field 'ttl_seconds' is {config.max_age or 0} on the server and"
