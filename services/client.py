@@ -16,7 +16,7 @@ from pathlib import Path
 import msgspec
 import yaml
 
-from shared import bundle, commands, subjects
+from shared import bundle, commands, config, subjects
 from shared import events as ev
 from shared.bus import Bus
 
@@ -27,6 +27,10 @@ RUN_FINAL = (ev.RunFinished, ev.RunRefused)
 
 
 def principal() -> str:
+    """Who this process's commands speak for: JETDBT_PRINCIPAL, else the login name."""
+    chosen = config.load().principal
+    if chosen:
+        return chosen
     try:
         return getpass.getuser()
     except (KeyError, OSError):

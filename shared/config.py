@@ -43,6 +43,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     nats_user: str | None = None
     nats_password: Secret | None = None
     token: Secret | None = None
+    # Who the CLI's commands speak for (JETDBT_PRINCIPAL; default: the login name). Only
+    # an operator's NATS user may name any principal; a system's user only its own.
+    principal: str | None = None
 
     @property
     def warehouse_dir(self) -> Path:
@@ -104,6 +107,7 @@ def load(env=None) -> Settings:
         nats_user=env.get("NATS_USER") or None,
         nats_password=Secret(env["NATS_PASSWORD"]) if env.get("NATS_PASSWORD") else None,
         token=Secret(env["JETDBT_TOKEN"]) if env.get("JETDBT_TOKEN") else None,
+        principal=env.get("JETDBT_PRINCIPAL") or None,
         env_references=tuple(
             n.strip() for n in (env.get("JETDBT_ENV_REFERENCES") or "").split(",") if n.strip()
         ),
