@@ -110,6 +110,7 @@ class Bus:
         self.js = nc.jetstream()
         self.url = url
         self._blobs = None
+        self._buckets: dict[str, object] = {}
         # A runner sets its masking function: no secret leaves in an event or a log line.
         self.mask: Callable[[bytes], bytes] | None = None
         self._reopen: Callable[[], Awaitable] | None = None
@@ -142,7 +143,7 @@ class Bus:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
                 continue
-            self.nc, self.js, self._blobs = nc, nc.jetstream(), None
+            self.nc, self.js, self._blobs, self._buckets = nc, nc.jetstream(), None, {}
             self._away_since = None
             jlog.get("nats", url=self.url).warning("nats_connection_reopened")
             return
@@ -191,6 +192,13 @@ class Bus:
             msgspec.json.encode(command),
             headers=headers,
         )
+
+    async def bucket(self, name: str):
+        """The key-value bucket `name`, looked up once per connection (a lookup is a
+        round trip; the API reads the identity bucket on every request)."""
+        if name not in self._buckets:
+            self._buckets[name] = await self.js.key_value(name)
+        return self._buckets[name]
 
     async def _store(self):
         if self._blobs is None:

@@ -35,7 +35,6 @@ __all__ = [
     "IdentityError",
     "authenticate",
     "create_token",
-    "door_of",
     "list_tokens",
     "load_principal",
     "project_matches",
@@ -129,7 +128,7 @@ def now() -> datetime:
 
 async def _bucket(bus):
     try:
-        return await bus.js.key_value(BUCKET)
+        return await bus.bucket(BUCKET)
     except (BucketNotFoundError, NotFoundError):
         return None
 
@@ -272,14 +271,13 @@ async def authenticate(bus, bearer: str) -> Token:
     return token
 
 
-async def door_of(bus, principal: str, token_id: str | None) -> str:
+async def _door(bus, principal: str, known: Principal | None, token_id: str | None) -> str:
     """How a command for `principal` came in: the API token it names when that token is
     the principal's, else NATS, as the system's user when the principal is one."""
     if token_id and len(token_id) == _ID_CHARS and token_id.isalnum():
         token = await _get(await _bucket(bus), token_key(token_id), Token)
         if token is not None and token.principal == principal:
             return f"api token {token_id}"
-    known = await load_principal(bus, principal)
     if known is not None and known.nats_user:
         return f"nats user {known.nats_user}"
     return "nats operator"
@@ -298,12 +296,9 @@ async def caller_of(bus, subject: str, headers: dict | None) -> Caller:
     """The authenticated caller of a command on `subject` (NATS permissions tie the
     principal token to its publisher). Raises subjects.InvalidName for a bad token."""
     principal = subjects.command_principal(subject)
-    token_id = (headers or {}).get(TOKEN_HEADER)
-    return Caller(
-        principal=principal,
-        team=await team_of(bus, principal),
-        door=await door_of(bus, principal, token_id),
-    )
+    known = await load_principal(bus, principal)
+    door = await _door(bus, principal, known, (headers or {}).get(TOKEN_HEADER))
+    return Caller(principal=principal, team=known.team if known else DEFAULT_TEAM, door=door)
 
 
 def claim_problem(requested_by: str, principal: str) -> str | None:
