@@ -2,9 +2,9 @@
 
 Starts a stack of its own (embedded nats-server and Postgres, or DATABASE_URL) so that
 `status` does its real work (one API call and the lag table), then times each command
-TRIALS times as a user runs it, by wall clock, and reads `python -X importtime` for what
+TRIALS times as a user runs it, by wall clock and CPU time, and reads `python -X importtime` for what
 `status` imports and what the biggest imports cost. Not a test: it prints, and exits 1
-when a best time is over the target.
+when a best CPU time is over the target (a busy machine stretches the wall clock).
 
     .venv/bin/python bench/bench_cli_start.py [TRIALS]   (default 10)
 """
@@ -117,7 +117,7 @@ async def main(trials: int) -> int:
                 walls = [took for took, _ in times]
                 best, median = min(walls), statistics.median(walls)
                 cpu = min(used for _, used in times)
-                over += best > TARGET
+                over += cpu > TARGET  # the wall clock of a busy machine is no verdict
                 print(
                     f"jetdbt {argv[1]:<7} wall clock: best {best:.3f} s, median {median:.3f} s;"
                     f" CPU best {cpu:.3f} s (target {TARGET} s, {trials} trials)"
