@@ -10,6 +10,7 @@ same Tally; `styled` decides which one a stream gets.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 
@@ -30,6 +31,7 @@ __all__ = [
     "lost_line",
     "queued_line",
     "totals_line",
+    "printable",
 ]
 
 _EXECUTED = {"model", "seed", "snapshot", "test", "unit_test"}
@@ -38,6 +40,16 @@ _EXECUTED = {"model", "seed", "snapshot", "test", "unit_test"}
 MARK = {"passed": "ok", "failed": "FAIL", "warned": "WARN", "skipped": "skip", "no_op": "no-op"}
 # The result's order: what needs a look first.
 ORDER = {"failed": 0, "warned": 1, "skipped": 2, "unknown": 3, "no_op": 4, "passed": 5}
+
+
+# C0 and C1 control characters but tab and newline: the start of every escape sequence.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """What a run reports (a node's name, dbt's message), safe to print: a control character
+    is shown as its code, so a name cannot move the cursor, clear the screen or set a link."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def styled(stream) -> bool:
@@ -144,7 +156,7 @@ class Progress:
             )
         else:
             return
-        print(line, file=self.out, flush=True)
+        print(printable(line), file=self.out, flush=True)
 
     def stop(self) -> None:
         """Nothing to take down: plain lines stay as they were printed."""
@@ -180,4 +192,4 @@ def result_table(result: ev.RunResult) -> str:
         lines.append(f"deferred to the state published by run {result.deferred_to}")
     if result.error:
         lines.append("error: " + result.error.splitlines()[-1][:200])
-    return "\n".join(lines)
+    return "\n".join(map(printable, lines))

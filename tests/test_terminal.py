@@ -412,3 +412,43 @@ def test_a_queued_run_shows_why_in_the_live_area():
     tally.apply(ev.RunStarted(project="p", run_id="r1", attempt=1, version="v"))
     console.print(LiveArea(tally))
     assert "queued" not in console.export_text()
+
+
+def test_a_hostile_node_name_or_message_is_shown_as_written():
+    """Markup and escape codes in what dbt reports are text on the screen, never commands
+    (a model's file name can hold ESC); the plain lines show them the same way."""
+    from rich.console import Console
+
+    from services.cli.display import node_line, result_renderable
+    from services.watch import result_table
+    from shared import events as ev
+
+    name, message = "[bold red]evil[/]\x1b[2J", "[/] boom [link=x]\x1b]8;;x\x07"
+    node = ev.NodeResult(
+        unique_id="model.p.evil",
+        status="error",
+        outcome="failed",
+        resource_type="model",
+        name=name,
+        message=message,
+        execution_time=1.0,
+    )
+    result = ev.RunResult(
+        status="failed",
+        engine="dbt-core-1x",
+        engine_version="1",
+        command="build",
+        totals={"failed": 1},
+        nodes=[node],
+        exit_code=1,
+    )
+    console = Console(width=120, record=True, force_terminal=True, color_system="standard")
+    console.print(node_line(node, 120))
+    console.print(result_renderable(result, "r1", "http://127.0.0.1:1", 120))
+    raw = console.export_text(styles=True, clear=False)
+    assert "\x1b[2J" not in raw and "\x1b]8" not in raw
+    shown = console.export_text()
+    assert shown.count("[bold red]evil[/]\\x1b[2J") == 2, shown
+    assert "└ [/] boom [link=x]\\x1b]8;;x\\x07" in shown, shown
+    plain = result_table(result)
+    assert "\x1b" not in plain and "[bold red]evil[/]\\x1b[2J" in plain

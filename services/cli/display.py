@@ -19,11 +19,11 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from services.api.ui_routes import viewer_url
 from services.watch import (
     MARK,
     Tally,
     lost_line,
+    printable,
     queued_line,
     seconds,
     sorted_nodes,
@@ -67,11 +67,12 @@ def _rows(value: int | None) -> str:
 
 def node_line(node: ev.NodeResult, width: int) -> Text:
     """One finished node in fixed columns: outcome, type, name (cut to fit), time, rows."""
+    # What is left beside the indent (2), the mark (6), the type (10), time (9), rows (12).
     name_width = min(NAME_WIDTH, max(8, width - 2 - 6 - 10 - 9 - 12))
     line = Text("  ")
     line.append(f"{MARK.get(node.outcome, node.outcome):>5} ", STYLE.get(node.outcome, ""))
-    line.append(f"{node.resource_type:<9} ")
-    name = Text(node.name, overflow="ellipsis")
+    line.append(f"{printable(node.resource_type):<9} ")
+    name = Text(printable(node.name), overflow="ellipsis")
     name.truncate(name_width, overflow="ellipsis", pad=True)
     line.append_text(name)
     line.append(f" {seconds(node.execution_time):>8}")
@@ -115,10 +116,10 @@ class LiveArea:
         tally = self.tally
         if tally.queued is not None:
             line = Text("queued: ", "yellow")
-            line.append(f"{tally.queued.reason} (position {tally.queued.position})")
+            line.append(printable(f"{tally.queued.reason} (position {tally.queued.position})"))
         elif tally.running:
             line = Text("running: ", "cyan")
-            line.append(", ".join(node.name for node in tally.running.values()))
+            line.append(printable(", ".join(node.name for node in tally.running.values())))
         elif not tally.heard:
             line = Text("waiting for a runner to take the run", "bright_black")
         else:
@@ -137,7 +138,7 @@ class _AboveLive(io.TextIOBase):
 
     def write(self, text: str) -> int:
         if text.strip("\n"):
-            self.console.print(Text(text.rstrip("\n"), "bright_black"))
+            self.console.print(Text(printable(text.rstrip("\n")), "bright_black"))
         return len(text)
 
 
@@ -164,11 +165,11 @@ class LiveProgress:
     async def on_event(self, event: ev.Event) -> None:
         self.tally.apply(event)
         if isinstance(event, ev.RunStarted):
-            self.console.print(Text(started_line(event), "bright_black"))
+            self.console.print(Text(printable(started_line(event)), "bright_black"))
         elif isinstance(event, ev.RunAttemptLost):
             self.console.print(Text(lost_line(event), "yellow"))
         elif isinstance(event, ev.RunQueued) and event.n == 0:
-            self.console.print(Text(queued_line(event), "yellow"))
+            self.console.print(Text(printable(queued_line(event)), "yellow"))
         elif isinstance(event, ev.NodeFinished):
             self.console.print(node_line(event.node, self.console.width))
         self.live.refresh()
@@ -187,8 +188,8 @@ def result_renderable(result: ev.RunResult, run_id: str, api_url: str, width: in
     cells = [
         [
             n.outcome,
-            n.status,
-            n.resource_type,
+            printable(n.status),
+            printable(n.resource_type),
             "" if n.rows_affected is None else str(n.rows_affected),
             seconds(n.execution_time),
         ]
@@ -208,19 +209,24 @@ def result_renderable(result: ev.RunResult, run_id: str, api_url: str, width: in
     table.add_column("time", justify="right", no_wrap=True, min_width=short[4])
     for n, (outcome, status, kind, rows, took) in zip(nodes, cells, strict=True):
         style = STYLE.get(n.outcome, "")
-        table.add_row(Text(outcome, style), status, kind, n.name, rows, took)
+        # Text, never a str: a str cell is read as rich markup, and a name may hold "[".
+        row = (status, kind, printable(n.name), rows, took)
+        table.add_row(Text(outcome, style), *map(Text, row))
         if n.outcome in ("failed", "warned") and n.message:
-            message = Text("└ " + n.message.strip()[:400], style, overflow="fold")
+            message = Text("└ " + printable(n.message.strip()[:400]), style, overflow="fold")
             message.no_wrap = False
             table.add_row("", "", "", message, "", "")
     parts: list = [table] if result.nodes else []
     if not result.nodes:
         parts.append(Text("(the selection matched no nodes: nothing to build)"))
-    parts.append(Text(totals_line(result), STATUS_STYLE.get(result.status, "bold")))
+    parts.append(Text(printable(totals_line(result)), STATUS_STYLE.get(result.status, "bold")))
     if result.deferred_to:
         parts.append(Text(f"deferred to the state published by run {result.deferred_to}"))
     if result.error:
-        parts.append(Text("error: " + result.error.splitlines()[-1][:200], "red"))
+        parts.append(Text("error: " + printable(result.error.splitlines()[-1][:200]), "red"))
+    # The viewer's URL rule lives with the API's routes (and aiohttp): asked for at the end.
+    from services.api.ui_routes import viewer_url
+
     parts.append(Text(f"run id: {run_id}"))
     parts.append(Text(f"viewer: {viewer_url(api_url, run_id)}", "cyan"))
     parts.append(Text(f"api:    {api_url}/v1/runs/{run_id}", "cyan"))
