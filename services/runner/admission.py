@@ -39,6 +39,9 @@ __all__ = ["Admission", "Blocked", "Mirror", "mirrored", "team_key"]
 RETRY_EVERY = 0.75  # seconds between a waiting run's looks at the queue, with no change seen
 RESYNC = 30.0  # seconds after which a runner's copy of the bucket is read afresh
 SEQ_DIGITS = 16  # wait entries sort by their zero-padded command sequence
+# A new place in the queue alone is told at most this often (a new reason at once): every
+# start moves every waiter behind it, and n waiters would otherwise say so n times each.
+PLACE_EVERY = 2.0
 
 
 def team_key(team: str) -> str:
@@ -175,9 +178,14 @@ class Admission:
     ) -> list[Lease] | None:
         """The leases this attempt holds from now on, or None when it was cancelled while
         it waited. `on_blocked` hears each new reason or place while it waits."""
-        await self.mirror.ready.wait()
+        ready = asyncio.create_task(self.mirror.ready.wait())
+        stop = asyncio.create_task(cancelled.wait())
+        await asyncio.wait({ready, stop}, return_when=asyncio.FIRST_COMPLETED)
+        ready.cancel()
+        stop.cancel()
         loop = asyncio.get_running_loop()
         said: Blocked | None = None
+        said_at = 0.0
         renew_at = None  # when the wait entries are written again; None: not written yet
         try:
             while not cancelled.is_set():
@@ -190,10 +198,10 @@ class Admission:
                         renew_at = loop.time() + (self.mirror.ttl or 60) / 4
                 except TRANSIENT as exc:  # NATS away a moment: the run goes on waiting
                     self.log.warning("admission_retried", error=repr(exc))
-                if blocked is not None and blocked != said:
+                if blocked is not None and self._news(blocked, said, loop.time() - said_at):
                     self.log.info("run_queued", reason=blocked.reason, position=blocked.position)
                     await on_blocked(blocked)
-                    said = blocked
+                    said, said_at = blocked, loop.time()
                 waking = asyncio.create_task(self.mirror.changed(RETRY_EVERY))
                 stop = asyncio.create_task(cancelled.wait())
                 try:
@@ -205,6 +213,13 @@ class Admission:
         finally:
             if renew_at is not None:
                 await self._forget_waiting()
+
+    @staticmethod
+    def _news(blocked: Blocked, said: Blocked | None, since: float) -> bool:
+        """Whether `blocked` is worth telling: a new reason, or a new place not told lately."""
+        if said is None or blocked.reason != said.reason:
+            return True
+        return blocked.position != said.position and since >= PLACE_EVERY
 
     def blocked(self) -> Blocked | None:
         """Why this run may not try to take its keys now, from the mirror; None: it may."""
