@@ -126,7 +126,12 @@ async def test_replicas_recording_at_once_lose_no_entry(nats_url):
     [
         (2, 2),
         pytest.param(
-            30, 5, marks=pytest.mark.skipif(not FULL, reason="set JETDBT_RETENTION_FULL=1")
+            30,
+            5,
+            marks=[
+                pytest.mark.skipif(not FULL, reason="set JETDBT_RETENTION_FULL=1"),
+                pytest.mark.timeout(3600),  # 36 dbt builds
+            ],
         ),
     ],
 )
