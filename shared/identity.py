@@ -32,6 +32,7 @@ __all__ = [
     "Caller",
     "caller_of",
     "claim_problem",
+    "deploy_team",
     "IdentityError",
     "authenticate",
     "create_token",
@@ -290,6 +291,7 @@ class Caller(msgspec.Struct, frozen=True, kw_only=True):
     principal: str
     team: str
     door: str
+    known: bool = False  # the principal has a configuration (else: the operator's own name)
 
 
 async def caller_of(bus, subject: str, headers: dict | None) -> Caller:
@@ -298,7 +300,27 @@ async def caller_of(bus, subject: str, headers: dict | None) -> Caller:
     principal = subjects.command_principal(subject)
     known = await load_principal(bus, principal)
     door = await _door(bus, principal, known, (headers or {}).get(TOKEN_HEADER))
-    return Caller(principal=principal, team=known.team if known else DEFAULT_TEAM, door=door)
+    return Caller(
+        principal=principal,
+        team=known.team if known else DEFAULT_TEAM,
+        door=door,
+        known=known is not None,
+    )
+
+
+def deploy_team(caller: Caller, project: str, owner: str) -> tuple[str, str | None]:
+    """The team a deploy of `project` records, or why it is refused. A project belongs to
+    its deployers' team (`owner`, "" before its first deploy by a configured principal): a
+    configured principal of another team may not take it over; an unconfigured one (only
+    an operator's NATS user can publish as one) keeps the owner."""
+    if not caller.known:
+        return owner, None
+    if owner and owner != caller.team:
+        return owner, (
+            f"project {project!r} belongs to team {owner!r}; principal"
+            f" {caller.principal!r} is in team {caller.team!r} and cannot deploy it"
+        )
+    return caller.team, None
 
 
 def claim_problem(requested_by: str, principal: str) -> str | None:

@@ -32,6 +32,12 @@ from shared.config import load
 from tests.helpers import get_json, wait_for
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy" / "nats"
+DIGEST = "sha256:" + "0" * 64
+
+
+def _first(seen: list[ev.Event], kind: type):
+    """A predicate for wait_for: the first event of `kind` seen so far."""
+    return lambda: asyncio.sleep(0, next((e for e in seen if isinstance(e, kind)), None))
 
 
 def test_a_command_subject_names_its_principal_and_only_one():
@@ -135,9 +141,7 @@ async def test_a_command_claiming_another_principal_is_refused_naming_the_field(
     try:
         body = b'{"command": {"label": "build"}, "run_id": "alices-1", "requested_by": "alice"}'
         ack = await stack.bus.js.publish(subjects.command("run", "shop", "mallory"), body)
-        refused = await wait_for(
-            lambda: asyncio.sleep(0, next((e for e in seen if isinstance(e, ev.RunRefused)), None))
-        )
+        refused = await wait_for(_first(seen, ev.RunRefused))
     finally:
         await sub.unsubscribe()
     # Filed under the command's own id: a refused body's run id names nobody's run.
@@ -217,3 +221,32 @@ async def test_a_deployment_runs_on_its_users_once_the_operator_applied_the_cont
         server.stop()
     log = (tmp_path / "nats" / "nats-server.log").read_text()
     assert "Violation" not in log, [line for line in log.splitlines() if "Violation" in line]
+
+
+async def test_another_teams_principal_cannot_take_a_project_over_by_deploying_it(stack):
+    seen: list[ev.Event] = []
+
+    async def on(msg):
+        seen.append(ev.decode(msg.data))
+
+    await identity.create_token(stack.bus, principal="bob", team="billing", role="deployer")
+    await stack.bus.publish(
+        ev.DeployRequested(
+            project="shop", deploy_id="d1", bundle_digest=DIGEST, bundle_size=1, team="analytics"
+        )
+    )
+    sub = await stack.bus.nc.subscribe("dbt.evt.deploy.shop.>", cb=on)
+    try:
+        body = json.dumps({"bundle_digest": DIGEST, "bundle_size": 1, "deploy_id": "d2"})
+        await stack.bus.js.publish(subjects.command("deploy", "shop", "bob"), body.encode())
+        refused = await wait_for(
+            lambda: asyncio.sleep(
+                0, next((e for e in seen if isinstance(e, ev.DeployRefused)), None)
+            )
+        )
+    finally:
+        await sub.unsubscribe()
+    assert "belongs to team 'analytics'" in refused.reason and "'billing'" in refused.reason
+    assert not any(isinstance(e, ev.DeployRequested) for e in seen)
+    unknown = identity.Caller(principal="root", team="default", door="nats operator")
+    assert identity.deploy_team(unknown, "shop", "analytics") == ("analytics", None)

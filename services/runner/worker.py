@@ -278,6 +278,10 @@ class Runner:
             problem = problem or identity.claim_problem(body.requested_by, caller.principal)
         except commands.CommandRejected as exc:
             problem = str(exc)
+        team = ""
+        if problem is None:
+            owner = await bus.last_event(subjects.deploy_event(project, "requested"))
+            team, problem = identity.deploy_team(caller, project, getattr(owner, "team", ""))
         if problem is not None:
             await bus.publish(
                 ev.DeployRefused(project=project, deploy_id=f"c{seq}", reason=problem)
@@ -285,4 +289,4 @@ class Runner:
             return
         deploy_id = body.deploy_id or f"c{seq}"
         body = msgspec.structs.replace(body, requested_by=caller.principal)
-        await deploy(self.ctx, project, body, deploy_id, team=caller.team, door=caller.door)
+        await deploy(self.ctx, project, body, deploy_id, team=team, door=caller.door)
