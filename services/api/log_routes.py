@@ -14,6 +14,7 @@ from __future__ import annotations
 import msgspec
 from aiohttp import web
 
+from services.api import schemas
 from services.api.boundary import MAX_OFFSET, BadParameter, error, path, query, respond
 from shared import logging as jlog
 from shared import run_logs
@@ -60,16 +61,15 @@ def add_log_routes(app: web.Application, bus: Bus) -> None:
         more = len(lines) > limit
         lines = lines[:limit]
         last = lines[-1].line if lines else after
-        return respond(
-            {
-                "run_id": run_id,
-                "project": found.project,
-                "status": found.status,
-                "source": source,
-                "lines": lines,
-                "next": {"after": last} if more or found.final is None else None,
-            }
-        )
+        body = {
+            "run_id": run_id,
+            "project": found.project,
+            "status": found.status,
+            "source": source,
+            "lines": lines,
+            "next": {"after": last} if more or found.final is None else None,
+        }
+        return respond(schemas.shaped(schemas.RunLog, body))
 
     app.router.add_get("/v1/runs/{run_id}/logs", run_logs_route)
 

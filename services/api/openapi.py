@@ -31,6 +31,7 @@ _ERRORS = {
     401: "no token, or a token that is unknown, revoked or expired",
     403: "the token's role or project scope does not allow this",
     404: "no such resource",
+    410: "gone: retention removed it (the run's status and result remain)",
     409: "the resource is not in a state that allows this; the message says which",
     413: "the body is larger than the route accepts",
     500: "an unexpected failure; the API's log says why",
@@ -42,6 +43,8 @@ _PARAMS = {
     "limit": ("query", {"type": "integer", "minimum": 1}),
     "offset": ("query", {"type": "integer", "minimum": 0, "maximum": MAX_OFFSET}),
     "after": ("query", {"type": "string", "description": "the last node id of the page before"}),
+    "after:line": ("query", {"type": "integer", "minimum": 0, "maximum": MAX_OFFSET}),
+    "follow": ("query", {"type": "string", "enum": ["true", "false", "1", "0"]}),
     "version": ("query", {"type": "string", "pattern": "^sha256:[0-9a-f]{64}$"}),
     "projection": ("query", {"type": "string"}),
     "Last-Event-ID": ("header", {"type": "string", "pattern": "^[0-9]{1,19}$"}),
@@ -63,6 +66,8 @@ class Operation(NamedTuple):
     request: type | None = None
     # A stream's events: each server-sent event's data is one of these.
     items: object = None
+    # Another answer the same route gives on request (e.g. `?follow=true`), as text.
+    also: str | None = None
 
 
 OPERATIONS = (
@@ -79,6 +84,10 @@ OPERATIONS = (
               "cancel a run: a queued one never starts, a running one's dbt is killed",
               schemas.RunAccepted, status=202, params=("run_id",),
               errors=(400, 401, 403, 404, 409)),
+    Operation("GET", "/v1/runs/{run_id}/logs",
+              "a page of the run's log lines; `?follow=true` streams them as NDJSON to the end",
+              schemas.RunLog, params=("run_id", "after:line", "limit", "follow"),
+              errors=(400, 401, 403, 404, 410), also="application/x-ndjson"),
     Operation("GET", "/v1/runs/{run_id}/graph", "the graph a run used, a page of nodes",
               schemas.Graph, params=("run_id", "after", "limit")),
     Operation("GET", "/v1/projects", "the projects the token may see: version, last run",
@@ -109,8 +118,10 @@ OPERATIONS = (
 )  # fmt: skip
 
 
-def _parameter(name: str) -> dict:
-    where, schema = _PARAMS[name]
+def _parameter(key: str) -> dict:
+    """`key` is a parameter's name, or `name:variant` where routes give one name two rules."""
+    where, schema = _PARAMS[key]
+    name = key.split(":")[0]
     return {"name": name, "in": where, "required": where == "path", "schema": schema}
 
 
@@ -139,6 +150,8 @@ def _event(data: dict) -> dict:
 def _operation(op: Operation, refs: dict[type, dict]) -> dict:
     shape = refs.get(op.body) if op.items is None else _event(refs[op.items])
     ok = {"description": op.summary, "content": _content(op.media, shape)}
+    if op.also is not None:
+        ok["content"].update(_content(op.also, None))
     responses = {str(op.status): ok}
     if op.path == "/healthz":
         responses["503"] = {"description": "a part is down; `problems` names it", **ok}

@@ -36,6 +36,8 @@ __all__ = [
     "GraphNode",
     "Health",
     "Lags",
+    "LogLine",
+    "LogNext",
     "NextAfter",
     "NextOffset",
     "ProjectSummary",
@@ -49,6 +51,7 @@ __all__ = [
     "RetryStates",
     "Run",
     "RunAccepted",
+    "RunLog",
     "RunNode",
     "RunSummary",
     "Runs",
@@ -62,9 +65,9 @@ class _Body(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
 
 def shaped(schema: type, body: Any) -> Any:
-    """`body` (dicts, lists, rows' values) as a `schema`; raises msgspec.ValidationError
+    """`body` (dicts, lists, rows' values, Structs read by attribute) as a `schema`; raises msgspec.ValidationError
     naming the field when the route's body and the published shape differ."""
-    return msgspec.convert(body, schema)
+    return msgspec.convert(body, schema, from_attributes=True)
 
 
 class ApiError(_Body):
@@ -179,6 +182,28 @@ class Runs(_Body):
     project: str
     runs: list[RunSummary]
     next: NextOffset | None
+
+
+class LogLine(_Body):
+    line: int
+    text: str
+
+
+class LogNext(_Body):
+    """The query of the following page of log lines: the last line number read."""
+
+    after: int
+
+
+class RunLog(_Body):
+    """A page of a run's log lines; `next` stays set while the run goes or lines follow."""
+
+    run_id: str
+    project: str
+    status: str | None
+    source: str
+    lines: list[LogLine]
+    next: LogNext | None
 
 
 class RunAccepted(_Body):
