@@ -23,9 +23,17 @@ from services.api.boundary import MAX_OFFSET
 from shared import events as ev
 from shared.commands import RunCommand
 
-__all__ = ["OPERATIONS", "Operation", "add_openapi_routes", "document", "render_html"]
+__all__ = [
+    "OPERATIONS",
+    "UNDESCRIBED",
+    "Operation",
+    "add_openapi_routes",
+    "document",
+    "render_html",
+]
 
 _REF = "#/components/schemas/{name}"
+UNDESCRIBED = "(no published response shape yet)"
 _ERRORS = {
     400: "a parameter or the body is malformed; the message names it",
     401: "no token, or a token that is unknown, revoked or expired",
@@ -183,7 +191,7 @@ def _undescribed(method: str, path: str) -> dict:
         for p in re.findall(r"{([^}:]+)", path)
     ]
     return {
-        "summary": "(no published response shape yet)",
+        "summary": UNDESCRIBED,
         "parameters": params,
         "responses": {"default": {"description": "see the README"}},
     }
