@@ -2,9 +2,10 @@
 
 Starts a stack of its own (embedded nats-server and Postgres, or DATABASE_URL) so that
 `status` does its real work (one API call and the lag table), then times each command
-TRIALS times as a user runs it, by wall clock and CPU time, and reads `python -X importtime` for what
-`status` imports and what the biggest imports cost. Not a test: it prints, and exits 1
-when a best CPU time is over the target (a busy machine stretches the wall clock).
+TRIALS times as a user runs it, by wall clock and CPU time, and reads `python -X
+importtime` for what `status` imports and what the biggest imports cost. Not a test: it
+prints, and exits 1 when a best CPU time is over the target (a busy machine stretches the
+wall clock) or `status` imports a heavy module.
 
     .venv/bin/python bench/bench_cli_start.py [TRIALS]   (default 10)
 """
