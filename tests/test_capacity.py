@@ -17,10 +17,12 @@ import aiohttp
 import msgspec
 import pytest
 import yaml
+from nats.js.errors import KeyNotFoundError
 
 from services import client
 from services.runner import admission
 from services.runner.attempt import Cancel
+from services.runner.lease import Lease
 from services.stack import Stack
 from shared import commands, identity
 from shared import events as ev
@@ -175,6 +177,22 @@ async def test_admission_keeps_order_slots_and_cancel(nats_url):
             assert not [k for k in await leases.keys() if k.startswith("wait.") and "0007" in k]
             await release(third + other + u)
             await release(await asyncio.wait_for(capped, 10))
+    finally:
+        await bus.close()
+
+
+async def test_a_lease_renewed_behind_its_back_is_still_released(nats_url):
+    """A renewal cancelled in flight can store a revision the lease never heard of; the
+    release still deletes the key (left, it would hold the next run for its TTL)."""
+    bus = await connect(nats_url, "lease-test")
+    try:
+        lease = Lease(bus, "slot.0", "a run slot", {"run_id": "r"})
+        await lease.take()
+        kv = await bus.js.key_value(LEASES)
+        await kv.update("slot.0", lease.value, last=lease.revision)  # the lease never hears
+        await lease.release()
+        with pytest.raises(KeyNotFoundError):
+            await kv.get("slot.0")
     finally:
         await bus.close()
 

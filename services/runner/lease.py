@@ -102,8 +102,17 @@ class Lease:
                 self.log.warning("lease_renewal_failed", error=repr(exc))
 
     async def release(self) -> None:
+        """Delete the key if it is still ours. A renewal cancelled in flight may have stored
+        a revision this lease never heard of: the key still holding our value is ours, and
+        left alone it would keep the next run waiting for its TTL."""
         if self.revision is None:
             return
         with contextlib.suppress(Exception):
-            await (await self._bucket()).delete(self.key, last=self.revision)
+            kv = await self._bucket()
+            try:
+                await kv.delete(self.key, last=self.revision)
+            except Exception:  # noqa: BLE001 - a newer revision, or NATS away: look once
+                entry = await kv.get(self.key)
+                if entry.value == self.value:
+                    await kv.delete(self.key, last=entry.revision)
         self.revision = None
