@@ -46,6 +46,24 @@ PRELOAD = (
     "dbt.adapters.postgres",
 )
 _PR_SET_PDEATHSIG = 1
+# A small project this server parses twice (in full, then partially) before it forks
+# anything: dbt builds its dataclasses' (de)serialisers and JSON schemas on first use,
+# seconds that every forked child would otherwise pay again.
+_REHEARSAL = {
+    "dbt_project.yml": "name: warm\nversion: '1'\nconfig-version: 2\nprofile: warm\n",
+    "profiles.yml": "warm:\n  target: t\n  outputs:\n    t: {type: duckdb, path: ':memory:'}\n",
+    "models/a.sql": "select {{ one() }} as id",
+    "models/b.sql": "{{ config(materialized='table') }} select * from {{ ref('a') }}",
+    "models/c.sql": "select * from {{ source('s', 't') }}",
+    "models/schema.yml": (
+        "version: 2\nmodels:\n  - name: b\n    description: b\n    columns:\n"
+        "      - name: id\n        data_tests: [not_null, unique]\n"
+        "sources:\n  - name: s\n    tables: [{name: t}]\n"
+    ),
+    "seeds/d.csv": "id\n1\n",
+    "tests/e.sql": "select * from {{ ref('b') }} where id < 0",
+    "macros/one.sql": "{% macro one() %}1{% endmacro %}",
+}
 
 
 def die_with_parent(parent: int) -> None:
@@ -73,7 +91,29 @@ def _preload() -> frozenset[str]:
             names = getattr(param, "envvar", None) or ()
             found.update([names] if isinstance(names, str) else names)
         commands.extend(getattr(command, "commands", {}).values())
+    _rehearse()
     return frozenset(found)
+
+
+def _rehearse() -> None:
+    """Parse _REHEARSAL twice, in a folder removed after. Best effort: a failure leaves the
+    children to build what they need themselves. dbt's parse starts no thread and opens
+    no connection, so this process still forks with a single thread."""
+    import tempfile
+    from pathlib import Path
+
+    from dbt.adapters.factory import reset_adapters
+    from dbt.cli.main import dbtRunner
+
+    with tempfile.TemporaryDirectory(prefix="jetdbt-warm-") as tmp:
+        for name, text in _REHEARSAL.items():
+            (Path(tmp) / name).parent.mkdir(parents=True, exist_ok=True)
+            (Path(tmp) / name).write_text(text)
+        argv = ["parse", "--project-dir", tmp, "--profiles-dir", tmp, "--log-path", tmp,
+                "--log-level", "none", "--log-level-file", "none"]  # fmt: skip
+        for _ in range(2):
+            dbtRunner().invoke(argv)
+    reset_adapters()
 
 
 def _event_writer(fd: int, names: frozenset[str]):
