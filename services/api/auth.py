@@ -149,9 +149,8 @@ async def _claim_problem(token: identity.Token, request: web.Request) -> web.Res
     claimed = body.get("requested_by") if isinstance(body, dict) else None
     if not isinstance(claimed, str) or len(claimed) > commands.MAX_PRINCIPAL_CHARS:
         return None  # not a principal at all: the route's decoder names what is wrong
-    if identity.claim_problem(claimed, token.principal):
-        return error(400, identity.claim_problem(claimed, token.principal))
-    return None
+    problem = identity.claim_problem(claimed, token.principal)
+    return error(400, problem) if problem else None
 
 
 @web.middleware
