@@ -100,6 +100,15 @@ async def test_the_run_page_is_live_and_a_failure_is_red_with_its_message(
         assert "Raw SQL" in await panel.inner_text()
         await page.screenshot(path=ARTIFACTS / "run-failed.png")
 
+        # Focus: orders and its nodes one step up and down, nothing else drawn.
+        await page.evaluate("location.hash = '#/runs/view1?focus=model.jaffle_shop.orders&depth=1'")
+        await page.wait_for_selector("body[data-ready='1']", state="attached", timeout=30_000)
+        drawn = await page.evaluate("viewer.cy.nodes().map(n => n.id()).sort()")
+        assert drawn == sorted(
+            f"model.jaffle_shop.{name}"
+            for name in ("orders", "stg_orders", "stg_payments", "customers", "broken", "gate")
+        )
+
         # The relation page of customers lists the run that built it.
         key = "dbt://main/main/customers"
         await page.evaluate(f"location.hash = '#/relations/' + encodeURIComponent({key!r})")

@@ -288,9 +288,10 @@ async function runOnceKnown(runId, signal) {
 async function runPage(runId, params) {
   const stop = new AbortController();
   leave = () => stop.abort();
-  const run = await runOnceKnown(runId, stop.signal);
-  let graph = { nodes: [], edges: [] };
-  try { graph = await graphOf(runId); } catch (err) { if (err.status !== 404) throw err; }
+  const noGraph = (err) => { if (err.status === 404) return { nodes: [], edges: [] }; throw err; };
+  const [run, graph] = await Promise.all([
+    runOnceKnown(runId, stop.signal), graphOf(runId).catch(noGraph),
+  ]);
   performance.mark("jetdbt:run-data-loaded");
   const folded = fold(graph);
   const state = new Map(run.nodes.map((n) => [n.unique_id, n]));
@@ -299,6 +300,13 @@ async function runPage(runId, params) {
   let ids = [...folded.drawn.keys()];
   if (focus && folded.drawn.has(focus)) ids = [...neighbourhood(folded, focus, depth)];
   const tooBig = !focus && ids.length > FOCUS_ABOVE;
+
+  const outcome = (id) => {
+    const n = state.get(id);
+    if (!n) return run.finished_at ? "not_selected" : "pending";
+    if (n.status === "running") return "running";
+    return n.outcome || n.status;
+  };
 
   const header = h("div", { id: "run-header" });
   const panel = h("aside", { id: "panel" }, h("p", { class: "muted" }, "click a node"));
@@ -320,18 +328,17 @@ async function runPage(runId, params) {
   show(runId, [link("#/", "projects"), link(`#/projects/${run.project}`, run.project),
     h("span", {}, runId)], header, focusForm, legend,
     h("div", { class: "run-layout" },
-      tooBig ? h("p", { id: "graph" }, `${ids.length} nodes: pick a node to focus on`) : graphBox,
+      tooBig ? h("div", { id: "graph" }, h("p", {}, `${ids.length} nodes: pick a node to focus on;`
+        + " what failed or runs:"), h("ul", {}, run.nodes
+        .filter((n) => folded.drawn.has(n.unique_id) && ["failed", "running"].includes(outcome(n.unique_id)))
+        .slice(0, 200).map((n) => h("li", {}, pill(outcome(n.unique_id)), " ",
+          link(`#/runs/${runId}?focus=${encodeURIComponent(n.unique_id)}&depth=2`, n.unique_id)))))
+        : graphBox,
       panel),
     h("h2", {}, "Log"), logBox,
     h("h2", {}, "Invocation, as submitted"), h("pre", { id: "invocation" },
       JSON.stringify({ command: run.command, invocation_args: run.result?.invocation_args }, null, 2)));
 
-  const outcome = (id) => {
-    const n = state.get(id);
-    if (!n) return run.finished_at ? "not_selected" : "pending";
-    if (n.status === "running") return "running";
-    return n.outcome || n.status;
-  };
   const badge = (id) => {
     const tests = folded.testsOf.get(id) || [];
     const failed = tests.filter((t) => ["failed", "warned"].includes(state.get(t)?.outcome));
