@@ -89,6 +89,7 @@ class Tally:
         self.queued: ev.RunQueued | None = None
         self.attempt = 0
         self.heard = False  # an event of the run came back: its command reached the bus
+        self.ended = False  # its final event came back
 
     @property
     def finished(self) -> int:
@@ -105,6 +106,7 @@ class Tally:
 
     def apply(self, event: ev.Event) -> None:
         self.heard = True
+        self.ended = self.ended or isinstance(event, (ev.RunFinished, ev.RunRefused))
         if isinstance(event, ev.RunQueued):
             self.queued = event
         elif isinstance(event, ev.RunStarted):

@@ -161,11 +161,12 @@ def _follower(args, tally: Tally, out):
 
 def _detached(run_id: str, tally: Tally) -> None:
     """Ctrl-C stops the following, never the run: say so, and how to reach it again."""
-    goes_on = (
-        "the run goes on"
-        if tally.heard
-        else "the run goes on if its command reached the bus (status tells)"
-    )
+    if tally.ended:
+        goes_on = "it had already ended"
+    elif tally.heard:
+        goes_on = "the run goes on"
+    else:
+        goes_on = "the run goes on if its command reached the bus (status tells)"
     print(
         f"\njetdbt: stopped following run {run_id}; {goes_on}.\n"
         f"  follow it: jetdbt status {run_id}\n"
