@@ -65,8 +65,8 @@ class _Body(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
 
 def shaped(schema: type, body: Any) -> Any:
-    """`body` (dicts, lists, rows' values, Structs read by attribute) as a `schema`; raises msgspec.ValidationError
-    naming the field when the route's body and the published shape differ."""
+    """`body` (dicts, lists, rows' values, Structs read by attribute) as a `schema`; raises
+    msgspec.ValidationError naming the field when the route's body and its shape differ."""
     return msgspec.convert(body, schema, from_attributes=True)
 
 
