@@ -14,7 +14,7 @@ from __future__ import annotations
 import msgspec
 from aiohttp import web
 
-from services.api import schemas
+from services.api import auth, schemas
 from services.api.boundary import MAX_OFFSET, BadParameter, error, path, query, respond
 from shared import logging as jlog
 from shared import run_logs
@@ -52,6 +52,11 @@ def add_log_routes(app: web.Application, bus: Bus) -> None:
         found = await run_logs.find(bus, run_id)
         if found is None:
             return error(404, f"run {run_id!r} not found")
+        # The log may hold a run the projection has yet to fold (then `authorize` found no
+        # project to scope): scope it by the project its events are filed under.
+        refused = await auth.project_problem(request, found.project)
+        if refused is not None:
+            return refused
         try:
             if follow:
                 return await _followed(request, found, after)
