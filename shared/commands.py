@@ -8,6 +8,7 @@ in an override must not silently build the whole project.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any
 
 import msgspec
@@ -38,6 +39,9 @@ __all__ = [
 MAX_COMMAND_BYTES = 64 * 1024
 # A principal travels in subjects (retry state is per project and principal).
 MAX_PRINCIPAL_CHARS = 128
+# The id a run asked for without one gets: `c` and its command's stream sequence. A command
+# may not name such an id itself, or it could take a later command's run ahead of it.
+DEFAULT_ID = re.compile(r"c[0-9]+")
 Principal = Annotated[str, msgspec.Meta(max_length=MAX_PRINCIPAL_CHARS)]
 
 
@@ -98,6 +102,12 @@ class RunCommand(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
     def __post_init__(self):
         if self.run_id is not None:
             subjects.check_run_id(self.run_id)
+            if DEFAULT_ID.fullmatch(self.run_id):
+                raise ValueError(
+                    f"run id {self.run_id!r} has the form c<digits>, which names the run of"
+                    " the command with that sequence (a run asked for without a run id):"
+                    " choose another run id"
+                )
 
 
 class DeployCommand(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):

@@ -181,6 +181,12 @@ class RunRequested(_RunEvent, frozen=True, kw_only=True, tag="run.requested.v1")
     door: str = ""
     _kind = "requested"
 
+    def event_id(self) -> str:
+        """Without its project: run ids are unique across projects, and two projects asking
+        for one run id at once store one request (the other is a duplicate the stream drops,
+        and its runner refuses it), not two."""
+        return f"run:{self.run_id}:requested"
+
 
 class RunRefused(_RunEvent, frozen=True, kw_only=True, tag="run.refused.v1"):
     reason: str

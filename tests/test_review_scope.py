@@ -3,6 +3,8 @@ routes that learn a run's project from the event log scope it by that project.""
 
 from __future__ import annotations
 
+import msgspec
+
 from shared import events as ev
 from shared import identity, subjects
 from tests.helpers import get_json
@@ -32,3 +34,72 @@ async def test_log_of_a_run_the_projection_has_not_folded_is_scoped_by_its_proje
     # The stack's admin token still reads it.
     status, body = await get_json(url)
     assert status == 200 and [x["text"] for x in body["lines"]][-1] == "done"
+
+
+async def test_a_run_id_the_log_gives_by_default_cannot_be_taken_ahead_by_another_project(stack):
+    """A run asked for without a run id is `c<command sequence>`: another project's command
+    naming that id before it would own it, and the run would be refused as a reused id."""
+    from nats.js.api import StreamInfo
+
+    from shared.bus import COMMANDS
+    from shared.commands import BuildCommand, RunCommand
+
+    info: StreamInfo = await stack.bus.js.stream_info(COMMANDS)
+    victim_seq = info.state.last_seq + 2
+    # A raw body: the command's own type refuses such an id where it is built.
+    squat = {"command": {"label": "build"}, "run_id": f"c{victim_seq}", "requested_by": "bob"}
+    await stack.bus.js.publish(
+        subjects.command("run", "billing_x", "bob"), msgspec.json.encode(squat)
+    )
+    ack = await stack.bus.publish_command(
+        "run", "analytics_y", RunCommand(command=BuildCommand()), "plain", principal="ann"
+    )
+    assert ack.seq == victim_seq
+
+    async def victims_fate():
+        return await stack.bus.last_event(
+            subjects.run_event("analytics_y", f"c{victim_seq}", "requested")
+        ) or await stack.bus.last_event(
+            subjects.run_event("analytics_y", f"c{victim_seq}", "refused")
+        )
+
+    from tests.helpers import wait_for
+
+    fate = await wait_for(victims_fate)
+    assert isinstance(fate, ev.RunRequested), fate
+    squatted = await stack.bus.last_event(
+        subjects.run_event("billing_x", f"c{info.state.last_seq + 1}", "refused")
+    )
+    assert isinstance(squatted, ev.RunRefused) and "c<digits>" in squatted.reason
+
+
+async def test_two_projects_asking_for_one_run_id_at_once_get_one_run(stack):
+    """Run ids are unique across projects also when two commands are handled at once (their
+    runs would share the run's log subject and kept log object)."""
+    from shared.commands import BuildCommand, RunCommand
+
+    run_id = "shared-nightly"
+    for project, who in (("billing_x", "bob"), ("analytics_y", "ann")):
+        command = RunCommand(command=BuildCommand(), run_id=run_id, requested_by=who)
+        await stack.bus.publish_command("run", project, command, f"k-{project}", principal=who)
+
+    async def both_answered():
+        found = []
+        for project in ("billing_x", "analytics_y"):
+            requested = await stack.bus.last_event(subjects.run_event(project, run_id, "requested"))
+            found.append(requested)
+        refusals = []
+        for seq in (1, 2, 3, 4, 5, 6):
+            for project in ("billing_x", "analytics_y"):
+                refused = await stack.bus.last_event(
+                    subjects.run_event(project, f"c{seq}", "refused")
+                )
+                if refused is not None:
+                    refusals.append(refused)
+        return (found, refusals) if sum(x is not None for x in found) + len(refusals) >= 2 else None
+
+    from tests.helpers import wait_for
+
+    requested, refusals = await wait_for(both_answered)
+    assert sum(x is not None for x in requested) == 1, requested
+    assert len(refusals) == 1 and "belongs to another project" in refusals[0].reason

@@ -240,6 +240,17 @@ class Runner:
                 door=caller.door,
             )
         )
+        if await self._owner(run_id) != project:
+            # Another project asked for this run id at the same moment and was stored first
+            # (a request's id names no project, so ours was dropped as its duplicate).
+            await bus.publish(
+                ev.RunRefused(
+                    project=project,
+                    run_id=f"c{seq}",
+                    reason=f"run id {run_id!r} belongs to another project; choose another run id",
+                )
+            )
+            return
         reason = problem
         deployed = None
         command = body.command
