@@ -103,3 +103,19 @@ async def test_two_projects_asking_for_one_run_id_at_once_get_one_run(stack):
     requested, refusals = await wait_for(both_answered)
     assert sum(x is not None for x in requested) == 1, requested
     assert len(refusals) == 1 and "belongs to another project" in refusals[0].reason
+
+
+async def test_contract_apply_never_prints_the_password_in_nats_url(stack):
+    """NATS_URL may carry the user and password (README: "or the user in the URL")."""
+    from tests.helpers import jetdbt
+
+    password = "s3cret-in-the-url"
+    host = stack.nats_url.split("://", 1)[1].rsplit("@", 1)[-1]
+    stack.nats_url, configured = f"nats://admin:{password}@{host}", stack.nats_url
+    try:
+        done = await jetdbt(stack, "contract", "apply", timeout=120)
+    finally:
+        stack.nats_url = configured
+    assert done.returncode == 0, done.stderr
+    assert "streams.yaml applied to nats://admin:***@" in done.stdout
+    assert password not in done.stdout + done.stderr

@@ -96,7 +96,7 @@ async def cmd_contract(args, settings: Settings) -> int:
     from services.access.local import cli_nats_login
     from services.cli.common import endpoints
     from shared import contract
-    from shared.bus import connect
+    from shared.bus import connect, shown
 
     nats_url, _ = endpoints(settings)
     user, password = cli_nats_login(settings)
@@ -108,5 +108,5 @@ async def cmd_contract(args, settings: Settings) -> int:
         password=password,
     )
     await bus.close()
-    print(f"streams.yaml applied to {nats_url}")
+    print(f"streams.yaml applied to {shown(nats_url)}")  # never the password in the URL
     return 0

@@ -8,6 +8,7 @@ import signal
 
 from services.cli.common import CliError
 from services.stack import Stack, StackFailed
+from shared.bus import shown
 from shared.config import Settings
 
 __all__ = ["cmd_up", "cmd_serve", "cmd_demo"]
@@ -58,7 +59,7 @@ async def _serve(stack: Stack, stop: asyncio.Event, announce=None) -> int:
 
 def _announce_up(stack: Stack) -> None:
     stack.write_stack_file()
-    print(f"jetdbt is up: API {stack.api_url}  NATS {stack.nats_url}", flush=True)
+    print(f"jetdbt is up: API {stack.api_url}  NATS {shown(stack.nats_url)}", flush=True)
     print(f"run viewer: {stack.api_url}/ui/ (it asks for a token: `jetdbt token create`)")
     print(
         "deploy with `jetdbt deploy PATH`, build with `jetdbt run PROJECT --watch`; Ctrl-C stops",
