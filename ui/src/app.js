@@ -359,6 +359,7 @@ async function runPage(runId, params) {
         { selector: "node", style: {
           shape: "round-rectangle", width: 150, height: 30, label: "data(label)",
           "text-valign": "center", "font-size": 11, "border-width": 1, "border-color": "#7a8591",
+          "min-zoomed-font-size": 7,  // labels too small to read are not drawn (large graphs)
           "background-color": COLOURS.unknown, color: "#fff",
         } },
         ...Object.entries(COLOURS).map(([status, colour]) => ({
@@ -375,6 +376,7 @@ async function runPage(runId, params) {
         : { name: "breadthfirst", directed: true, animate: false, spacingFactor: 0.5,
             transform: (node, p) => ({ x: p.y * 4, y: p.x / 4 }) },
       hideEdgesOnViewport: ids.length > DAGRE_UP_TO,
+      pixelRatio: ids.length > DAGRE_UP_TO ? 1 : "auto",
       wheelSensitivity: 0.3,
     });
     cy.on("tap", "node", (e) => select(e.target.id()));
