@@ -119,3 +119,19 @@ async def test_contract_apply_never_prints_the_password_in_nats_url(stack):
     assert done.returncode == 0, done.stderr
     assert "streams.yaml applied to nats://admin:***@" in done.stdout
     assert password not in done.stdout + done.stderr
+
+
+async def test_head_needs_the_role_get_needs(stack):
+    """aiohttp answers HEAD on every GET route: a viewer token must not learn from its
+    status and headers what the admin-only GET would answer."""
+    import aiohttp
+
+    _, viewer = await identity.create_token(
+        stack.bus, principal="vic", team="billing", role="viewer", project="*"
+    )
+    headers = {"Authorization": f"Bearer {viewer}"}
+    async with aiohttp.ClientSession() as session:
+        for path in ("/v1/dead-letters", "/v1/relations/dbt://wh/main/orders"):
+            for method in ("GET", "HEAD"):
+                async with session.request(method, stack.api_url + path, headers=headers) as r:
+                    assert r.status == 403, (method, path, r.status)

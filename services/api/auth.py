@@ -159,7 +159,9 @@ async def authorize(request: web.Request, handler) -> web.StreamResponse:
     if route is None or route in PUBLIC:
         return await handler(request)
     token = token_of(request)
-    need = ROUTE_ROLES.get((request.method, route)) or METHOD_ROLES.get(request.method, "admin")
+    # HEAD is answered by the GET handler: it needs what GET needs.
+    method = "GET" if request.method == "HEAD" else request.method
+    need = ROUTE_ROLES.get((method, route)) or METHOD_ROLES.get(method, "admin")
     if not identity.role_allows(token.role, need):
         return error(
             403,
