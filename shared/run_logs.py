@@ -215,7 +215,9 @@ async def find(bus: Bus, run_id: str) -> RunLog | None:
     has no event of that run. Raises subjects.InvalidName for a malformed run id."""
     subjects.check_run_id(run_id)
     try:
-        newest = await bus.js.get_last_msg(EVENTS, subjects.run_pattern(None, run_id))
+        # The run's own family only: another family's subject (a retry state's principal)
+        # may hold the same word where a run's subject holds its id.
+        newest = await bus.js.get_last_msg(EVENTS, subjects.run_event_of_any_project(run_id, "*"))
     except NotFoundError:
         return None
     project = subjects.subject_key(newest.subject)

@@ -135,3 +135,32 @@ async def test_head_needs_the_role_get_needs(stack):
             for method in ("GET", "HEAD"):
                 async with session.request(method, stack.api_url + path, headers=headers) as r:
                     assert r.status == 403, (method, path, r.status)
+
+
+async def test_a_run_is_found_by_its_run_events_not_by_a_principal_of_the_same_name(stack):
+    """`dbt.evt.retry.<project>.<principal>.saved` has the shape of a run's subject: a
+    principal named like a run id must not file that run under the principal's project."""
+    from shared import run_logs
+
+    run_id = "nightly"
+    await stack.bus.publish(
+        ev.RunRequested(project="analytics_y", run_id=run_id, command={"label": "build"})
+    )
+    await stack.bus.js.publish(subjects.run_log(run_id), b"a line of analytics")
+    digest = "sha256:" + "0" * 64
+    await stack.bus.publish(
+        ev.RetryStateSaved(
+            project="billing_x",
+            principal=run_id,
+            run_id="b1",
+            attempt=1,
+            run_results_digest=digest,
+            version=digest,
+            profile_digest=digest,
+            command={"label": "build"},
+        )
+    )
+    found = await run_logs.find(stack.bus, run_id)
+    assert found is not None and found.project == "analytics_y"
+    status, body = await get_json(f"{stack.api_url}/v1/runs/{run_id}/logs")
+    assert status == 200 and body["project"] == "analytics_y", body

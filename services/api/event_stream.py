@@ -94,7 +94,11 @@ def add_event_stream_routes(app: web.Application, bus: Bus) -> None:
             [f"dbt.evt.{family}.*.{subjects.token(run_id)}.>" for family in _FAMILIES]
         )
         try:
-            newest = await bus.js.get_last_msg(STREAM, pattern)
+            # Found by its run events: another family's subject (a retry state's principal)
+            # may hold the same word where a run's subject holds its id.
+            newest = await bus.js.get_last_msg(
+                STREAM, subjects.run_event_of_any_project(run_id, "*")
+            )
         except NotFoundError:
             return error(404, f"run {run_id!r} has no events (yet)")
         # The log may hold a run the projection has yet to fold: scope it by its subject.
