@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import secrets
 import time
 from collections.abc import Awaitable, Callable
 from urllib.parse import urlsplit
@@ -184,14 +185,25 @@ class Bus:
         """Publish a command (a msgspec Struct) on its principal's subject. Its message id,
         `cmd:<verb>:<project>:<key>`, makes a repeated publish a duplicate the stream drops.
         The API names the token it checked (`token_id`): the runner records that door."""
+        subject, data = subjects.command(verb, project, principal), msgspec.json.encode(command)
         headers = {"Nats-Msg-Id": f"cmd:{verb}:{project}:{key}"}
         if token_id:
             headers[identity.TOKEN_HEADER] = token_id
-        return await self.js.publish(
-            subjects.command(verb, project, principal),
-            msgspec.json.encode(command),
-            headers=headers,
-        )
+        ack = await self.js.publish(subject, data, headers=headers)
+        if ack.duplicate and not await self._stored_as(ack, subject, data):
+            # Any publisher chooses its message's id: one that sent ours first (another
+            # principal's message under our command's id) must not make ours vanish.
+            headers["Nats-Msg-Id"] += f":{secrets.token_hex(8)}"
+            ack = await self.js.publish(subject, data, headers=headers)
+        return ack
+
+    async def _stored_as(self, ack, subject: str, data: bytes) -> bool:
+        """Whether the message the stream kept for a duplicate's id is this very command."""
+        try:
+            kept = await self.js.get_msg(ack.stream, ack.seq)
+        except NotFoundError:
+            return False
+        return kept.subject == subject and kept.data == data
 
     async def bucket(self, name: str):
         """The key-value bucket `name`, looked up once per connection (a lookup is a

@@ -164,3 +164,36 @@ async def test_a_run_is_found_by_its_run_events_not_by_a_principal_of_the_same_n
     assert found is not None and found.project == "analytics_y"
     status, body = await get_json(f"{stack.api_url}/v1/runs/{run_id}/logs")
     assert status == 200 and body["project"] == "analytics_y", body
+
+
+async def test_a_command_is_not_dropped_as_the_duplicate_of_another_principals_message(stack):
+    """A publisher chooses its message's Nats-Msg-Id: a system's user sending the id of a
+    command another project will send (a scheduler's predictable run id) must not make
+    the stream drop that command as a duplicate."""
+    from shared.commands import BuildCommand, RunCommand
+
+    run_id = "nightly-2026-11-30"
+    await stack.bus.js.publish(
+        subjects.command("run", "billing_x", "bob"),
+        msgspec.json.encode({"command": {"label": "build"}, "requested_by": "bob"}),
+        headers={"Nats-Msg-Id": f"cmd:run:analytics_y:{run_id}"},
+    )
+    command = RunCommand(command=BuildCommand(), run_id=run_id, requested_by="ann")
+    await stack.bus.publish_command("run", "analytics_y", command, run_id, principal="ann")
+
+    from tests.helpers import wait_for
+
+    requested = await wait_for(
+        lambda: stack.bus.last_event(subjects.run_event("analytics_y", run_id, "requested")),
+        timeout=20,
+    )
+    assert requested.requested_by == "ann"
+    # A repeated publish of a command is still the duplicate it is.
+    other = msgspec.structs.replace(command, run_id="nightly-2")
+    first = await stack.bus.publish_command(
+        "run", "analytics_y", other, "nightly-2", principal="ann"
+    )
+    again = await stack.bus.publish_command(
+        "run", "analytics_y", other, "nightly-2", principal="ann"
+    )
+    assert not first.duplicate and again.duplicate and again.seq == first.seq
