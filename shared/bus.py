@@ -73,6 +73,14 @@ def shown(url: str) -> str:
     return re.sub(r"(://[^:/@,]*):[^@/,]*@", r"\1:***@", url)
 
 
+def _declared_write(subject: str) -> bool:
+    """`dbt.evt.relation.<key>.materialized`: what an external system's NATS user may publish."""
+    parts = subject.split(".")
+    return (
+        len(parts) == 5 and parts[:3] == ["dbt", "evt", "relation"] and parts[4] == "materialized"
+    )
+
+
 def inbox_prefix(user: str | None) -> str:
     """Where a NATS user's replies arrive: a prefix of its own, so no other user may read
     them (each user's permissions allow subscribing to its own prefix only)."""
@@ -169,7 +177,14 @@ class Bus:
         delay = 0.1
         while True:
             try:
-                return await self.js.publish(subject, data, stream=EVENTS, headers=headers)
+                ack = await self.js.publish(subject, data, stream=EVENTS, headers=headers)
+                if ack.duplicate and await self._taken_by_declared_write(ack, subject):
+                    # An external system's declared write took this fact's id first (any
+                    # publisher chooses its message id): the fact is stored under one of
+                    # its own, never dropped.
+                    headers = {"Nats-Msg-Id": f"{event.event_id()}:{secrets.token_hex(8)}"}
+                    ack = await self.js.publish(subject, data, stream=EVENTS, headers=headers)
+                return ack
             except TRANSIENT as exc:
                 if loop.time() + delay > deadline:
                     raise PublishFailed(
@@ -178,6 +193,17 @@ class Bus:
                     ) from None
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
+
+    async def _taken_by_declared_write(self, ack, subject: str) -> bool:
+        """Whether the message kept under a duplicate's id is a declared write (the one kind of
+        event others than the runners publish) while `subject` is not one."""
+        if _declared_write(subject):
+            return False
+        try:
+            kept = await self.js.get_msg(ack.stream, ack.seq)
+        except NotFoundError:
+            return False
+        return _declared_write(kept.subject)
 
     async def publish_command(
         self, verb: str, project: str, command, key: str, *, principal: str, token_id: str = ""

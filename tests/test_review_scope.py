@@ -197,3 +197,21 @@ async def test_a_command_is_not_dropped_as_the_duplicate_of_another_principals_m
         "run", "analytics_y", other, "nightly-2", principal="ann"
     )
     assert not first.duplicate and again.duplicate and again.seq == first.seq
+
+
+async def test_a_declared_write_cannot_take_a_facts_message_id(stack):
+    """An external system may publish dbt.evt.relation.*.materialized, with any Nats-Msg-Id:
+    one naming a fact's id (a run's end) must not make the stream drop that fact."""
+    fact = ev.RunRefused(project="analytics_y", run_id="r9", reason="no deployed version")
+    await stack.bus.js.publish(
+        subjects.relation_event("dbt://wh/main/orders", "materialized"),
+        b"{}",
+        headers={"Nats-Msg-Id": fact.event_id()},
+    )
+    await stack.bus.publish(fact)
+    stored = await stack.bus.last_event(subjects.run_event("analytics_y", "r9", "refused"))
+    assert isinstance(stored, ev.RunRefused), stored
+    # A fact published again is still the duplicate it is.
+    first = await stack.bus.publish(ev.RunRefused(project="analytics_y", run_id="r8", reason="x"))
+    again = await stack.bus.publish(ev.RunRefused(project="analytics_y", run_id="r8", reason="x"))
+    assert again.duplicate and again.seq == first.seq
