@@ -215,3 +215,20 @@ async def test_a_declared_write_cannot_take_a_facts_message_id(stack):
     first = await stack.bus.publish(ev.RunRefused(project="analytics_y", run_id="r8", reason="x"))
     again = await stack.bus.publish(ev.RunRefused(project="analytics_y", run_id="r8", reason="x"))
     assert again.duplicate and again.seq == first.seq
+
+
+async def test_jetdbt_logs_prints_control_characters_as_their_codes(stack):
+    """A run's log holds what dbt printed for a hostile project (`{{ log(...) }}`, a model's
+    name): an escape sequence must not reach the terminal of whoever reads it."""
+    from tests.helpers import jetdbt
+
+    run_id = "escaped1"
+    await stack.bus.publish(
+        ev.RunRequested(project="analytics_y", run_id=run_id, command={"label": "build"})
+    )
+    hostile = "clear\x1b[2J and link \x1b]8;;https://example.invalid\x07here\x1b]52;c;aGk=\x07"
+    await stack.bus.js.publish(subjects.run_log(run_id), hostile.encode())
+    done = await jetdbt(stack, "logs", run_id, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "\x1b" not in done.stdout and "\x07" not in done.stdout
+    assert "clear\\x1b[2J and link" in done.stdout

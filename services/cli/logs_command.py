@@ -2,7 +2,9 @@
 
 Without --follow it prints the lines there are and exits 0. With --follow it prints
 each line as the runner writes it and exits when the run ends: 0 when it passed,
-EXIT_REFUSED when it was refused, EXIT_FAILED otherwise, as `jetdbt run` does.
+EXIT_REFUSED when it was refused, EXIT_FAILED otherwise, as `jetdbt run` does. A line is
+what dbt printed for a project, so a control character in it is printed as its code
+(`printable`): an escape sequence never reaches the terminal.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import sys
 
 from services.cli.common import EXIT_FAILED, EXIT_REFUSED, CliError, open_bus
+from services.watch import printable
 from shared import run_logs
 from shared.config import Settings
 
@@ -28,10 +31,10 @@ async def cmd_logs(args, settings: Settings) -> int:
             if args.follow:
                 async for line in found.follow(args.after):
                     if line is not None:
-                        print(line.text, flush=True)
+                        print(printable(line.text), flush=True)
             else:
                 async for line in found.lines(args.after):
-                    print(line.text)
+                    print(printable(line.text))
         except run_logs.LogGone as exc:
             raise CliError(str(exc)) from None
     finally:
