@@ -232,3 +232,46 @@ async def test_jetdbt_logs_prints_control_characters_as_their_codes(stack):
     assert done.returncode == 0, done.stderr
     assert "\x1b" not in done.stdout and "\x07" not in done.stdout
     assert "clear\\x1b[2J and link" in done.stdout
+
+
+async def test_a_system_user_cannot_take_a_persons_name(tmp_path, pg_url):
+    """`jetdbt access add-system alice` would give a NATS user the right to publish as
+    alice (run, retry her failed run, cancel) and move her to the system's team."""
+    import asyncio
+    import uuid
+
+    from services.access.local import nats_logins
+    from services.stack import Stack
+    from shared.config import load
+    from tests.helpers import JETDBT
+
+    settings = load(
+        {
+            "JETDBT_HOME": str(tmp_path / "home"),
+            "DATABASE_URL": pg_url,
+            "JETDBT_SCHEMA": f"t_{uuid.uuid4().hex[:12]}",
+            "JETDBT_API_PORT": "0",
+        }
+    )
+    stack = await Stack(settings).start()
+    try:
+        stack.write_stack_file()
+        await identity.create_token(
+            stack.bus, principal="alice", team="analytics", role="runner", project="*"
+        )
+        env = {"PATH": "/usr/bin:/bin", "JETDBT_HOME": str(settings.home)}
+        proc = await asyncio.create_subprocess_exec(
+            JETDBT,
+            *("access", "add-system", "alice", "--team", "billing", "--project", "*"),
+            env=env,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await proc.communicate()
+        assert proc.returncode != 0, out.decode()
+        assert "person's principal" in err.decode()
+        assert "alice" not in nats_logins(settings.home)
+        alice = await identity.load_principal(stack.bus, "alice")
+        assert (alice.kind, alice.team) == ("person", "analytics")
+    finally:
+        await stack.stop()

@@ -65,12 +65,19 @@ async def cmd_access(args, settings: Settings) -> int:
     system of this folder's embedded stack, allowed its own commands and declared writes."""
     from services.access import nats_users
 
-    try:
-        password = nats_users.add_system(settings.home, args.name, args.project)
-    except nats_users.AccessError as exc:
-        raise CliError(str(exc)) from None
     bus = await open_bus(settings)
     try:
+        known = await identity.load_principal(bus, args.name)
+        if known is not None and known.kind != "system":
+            # Its NATS user would publish as that person: run, retry and cancel as them.
+            raise CliError(
+                f"{args.name!r} is a person's principal (team {known.team!r}): a system's NATS"
+                " user would speak for them; choose another system name"
+            )
+        try:
+            password = nats_users.add_system(settings.home, args.name, args.project)
+        except nats_users.AccessError as exc:
+            raise CliError(str(exc)) from None
         grants = [identity.Grant(role="runner", project=p) for p in args.project]
         await identity.put_principal(
             bus,
