@@ -257,6 +257,9 @@ def _split(bearer: str) -> tuple[str, str]:
         raise BadToken("the bearer token is malformed: its id is not 12 hex digits")
     if not secret:
         raise BadToken("the bearer token is malformed: it has no secret")
+    if not secret.isascii() or not secret.isprintable():
+        # A secret is URL-safe base64; a header's undecodable bytes must not reach hashing.
+        raise BadToken("the bearer token is malformed: its secret is not URL-safe text")
     return token_id, secret
 
 

@@ -275,3 +275,23 @@ async def test_a_system_user_cannot_take_a_persons_name(tmp_path, pg_url):
         assert (alice.kind, alice.team) == ("person", "analytics")
     finally:
         await stack.stop()
+
+
+async def test_a_bearer_with_undecodable_bytes_is_a_401_not_a_500(stack):
+    """Token ids are not secret (a run's door names one): a header holding bytes that are
+    not UTF-8 after a known id must be refused as malformed."""
+    import asyncio
+
+    token, _ = await identity.create_token(stack.bus, principal="zed", team="t", role="viewer")
+    host, port = stack.api_url.split("//")[1].rsplit(":", 1)
+    for secret in (b"\xff\xfe", b"caf\xc3\xa9"):
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(
+            b"GET /v1/projects HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+            b"Authorization: Bearer jdbt_" + token.id.encode() + b"_" + secret + b"\r\n\r\n"
+        )
+        await writer.drain()
+        answer = await reader.read()
+        writer.close()
+        assert answer.split(b"\r\n", 1)[0].endswith(b"401 Unauthorized"), answer[:300]
+        assert b"malformed" in answer
