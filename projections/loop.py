@@ -216,7 +216,12 @@ class Projector:
         try:
             while not stop.is_set():
                 try:
-                    msgs = await sub.fetch(self.batch, timeout=0.5)
+                    # One event is folded as soon as it lands; a batch only takes what is
+                    # already there (a fetch of many waits for the batch or the timeout).
+                    msgs = await sub.fetch(1, timeout=0.5)
+                    if self.batch > 1:
+                        with contextlib.suppress(TimeoutError):
+                            msgs += await sub.fetch(self.batch - 1, timeout=0.002)
                 except TimeoutError:
                     if loop.time() - verified > IDLE_CHECK_SECONDS:
                         await self._verify_position()
