@@ -49,7 +49,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-bench: $(STAMP)
+bench: $(STAMP) ui
 	for b in bench/bench_*.py; do $(BIN)/python $$b || exit 1; done
 
 clean:
