@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 from dataclasses import dataclass, field
 
 from aiohttp import web
@@ -155,9 +156,9 @@ class Stack:
             self.admin_token = await admin_token(self.bus, s.home)
 
     def describe(self) -> dict:
-        """What a CLI in another process needs to reach this stack (no secrets in URLs here:
-        the embedded Postgres is a local socket without a password, a configured one is not
-        written)."""
+        """What a CLI in another process needs to reach this stack. A configured NATS_URL may
+        carry a password, so the file is its owner's only; a configured Postgres is not
+        written (the embedded one is a local socket without a password)."""
         found = {"nats_url": self.nats_url, "api_url": self.api_url}
         if self._pg is not None:
             found["database_url"] = self.database_url
@@ -165,7 +166,11 @@ class Stack:
 
     def write_stack_file(self) -> None:
         self.settings.home.mkdir(parents=True, exist_ok=True)
-        (self.settings.home / STACK_FILE).write_text(json.dumps(self.describe()))
+        path = self.settings.home / STACK_FILE
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.fchmod(fd, 0o600)  # a file left by an earlier version keeps its mode otherwise
+        with os.fdopen(fd, "w") as out:
+            out.write(json.dumps(self.describe()))
         self._wrote_stack_file = True
 
     async def stop(self) -> None:

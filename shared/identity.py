@@ -295,6 +295,7 @@ class Caller(msgspec.Struct, frozen=True, kw_only=True):
     team: str
     door: str
     known: bool = False  # the principal has a configuration (else: the operator's own name)
+    own_user: bool = False  # came in as the principal's own NATS user (no token checked it)
 
 
 async def caller_of(bus, subject: str, headers: dict | None) -> Caller:
@@ -308,6 +309,19 @@ async def caller_of(bus, subject: str, headers: dict | None) -> Caller:
         team=known.team if known else DEFAULT_TEAM,
         door=door,
         known=known is not None,
+        own_user=door.startswith("nats user "),
+    )
+
+
+def team_problem(caller: Caller, project: str, owner: str) -> str | None:
+    """Why `caller` may not run or cancel in `project`, owned by team `owner` ("" before a
+    team deployed it). A token was scoped by the API; a principal's own NATS user acts only
+    within its team, as a token of that team would."""
+    if not caller.own_user or not owner or owner == caller.team:
+        return None
+    return (
+        f"project {project!r} belongs to team {owner!r}; principal {caller.principal!r}"
+        f" is in team {caller.team!r} and may run or cancel only its own team's projects"
     )
 
 

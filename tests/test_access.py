@@ -243,6 +243,7 @@ async def test_an_external_system_publishes_only_its_own_commands(site):
     assert code == 0, err
     password = out.split("password (shown once): ")[1].split()[0]
     assert (access_dir(site.home) / "nats-users.json").stat().st_mode & 0o777 == 0o600
+    assert (site.home / "stack.json").stat().st_mode & 0o777 == 0o600  # a URL may log in
     nc, violations = await _system(site, "ingest", password)
     try:
         forged = [
@@ -281,6 +282,37 @@ async def test_an_external_system_publishes_only_its_own_commands(site):
     assert (await _call(site, "GET", "/v1/runs/forged1", "alice"))[0] == 404
     status, body = await _call(site, "GET", f"/v1/projects/{ANALYTICS}/environments", "alice")
     assert status == 200 and all(e["run_id"] != "forged1" for e in body["environments"])
+
+
+async def test_a_systems_user_acts_only_within_its_team(site):
+    """NATS lets the user publish for the project it names; the runner still refuses a run
+    or a cancel in another team's project, as the API would refuse a token of that team."""
+    code, out, err = await _cli(
+        site, "access", "add-system", "ledger", "--team", "analytics", "--project", BILLING
+    )
+    assert code == 0, err
+    password = out.split("password (shown once): ")[1].split()[0]
+    nc, _ = await _system(site, "ledger", password)
+    try:
+        js = nc.jetstream()
+        body = {"command": {"label": "build", "select": ["fine"]}, "run_id": "ledger-1"}
+        run = await js.publish(
+            subjects.command("run", BILLING, "ledger"), json.dumps(body).encode()
+        )
+        cancel = await js.publish(
+            subjects.command("cancel", BILLING, "ledger"), json.dumps({"run_id": "x1"}).encode()
+        )
+    finally:
+        await nc.close()
+    for ack in (run, cancel):
+        refused = await wait_for(
+            lambda seq=ack.seq: site.stack.bus.last_event(
+                subjects.run_event(BILLING, f"c{seq}", "refused")
+            ),
+            timeout=30,
+        )
+        assert "belongs to team 'billing'" in refused.reason, refused.reason
+    assert (await _call(site, "GET", "/v1/runs/ledger-1", "bob"))[0] == 404
 
 
 async def test_no_service_user_changes_the_event_stream_or_the_runners_consumer(site):

@@ -84,10 +84,15 @@ class Runner:
         from the durable consumer, once)."""
         with contextlib.suppress(commands.CommandRejected, subjects.InvalidName):
             body = commands.decode_cancel(msg.data)
-            by = subjects.command_principal(msg.subject)
-            cancel = self.active.get((subjects.subject_key(msg.subject), body.run_id))
-            if cancel is not None and identity.claim_problem(body.requested_by, by) is None:
-                cancel.request(by)
+            project = subjects.subject_key(msg.subject)
+            cancel = self.active.get((project, body.run_id))
+            if cancel is None:
+                return
+            caller = await identity.caller_of(self.ctx.bus, msg.subject, msg.headers)
+            if identity.claim_problem(body.requested_by, caller.principal) is None and (
+                await self._team_problem(caller, project) is None
+            ):
+                cancel.request(caller.principal)
 
     async def _heartbeat(self, msg) -> None:
         while True:
@@ -165,6 +170,7 @@ class Runner:
             problem = problem or identity.claim_problem(body.requested_by, caller.principal)
         except commands.CommandRejected as exc:
             problem = problem or str(exc)
+        problem = problem or await self._team_problem(caller, project)
         if problem is not None:
             await self.ctx.bus.publish(
                 ev.RunRefused(project=project, run_id=f"c{seq}", reason=problem)
@@ -182,6 +188,13 @@ class Runner:
                     project=project, run_id=run_id, requested_by=by, command_seq=seq
                 )
             )
+
+    async def _team_problem(self, caller: identity.Caller, project: str) -> str | None:
+        """Why `caller` may not act in `project`, whose team is its deployers'."""
+        if not caller.own_user:
+            return None
+        owner = await self.ctx.bus.last_event(subjects.deploy_event(project, "requested"))
+        return identity.team_problem(caller, project, getattr(owner, "team", ""))
 
     async def _owner(self, run_id: str) -> str | None:
         """The project that first asked for `run_id`, from the log: run ids are unique
@@ -206,6 +219,7 @@ class Runner:
             claimed = identity.claim_problem(body.requested_by, caller.principal)
         except commands.CommandRejected as exc:
             claimed = str(exc)
+        claimed = claimed or await self._team_problem(caller, project)
         if claimed is not None:
             # Under the command's own id: a run id in a refused body names nobody's run.
             await bus.publish(ev.RunRefused(project=project, run_id=f"c{seq}", reason=claimed))
