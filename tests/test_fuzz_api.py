@@ -5,8 +5,9 @@ change here) is sent random path segments (NUL and other control characters, '..
 unicode, percent-escapes that decode to nothing, thousands of characters), random
 query parameters (the ones routes read, with values that are not numbers, negative,
 huge, or hostile text; and unknown ones) and other methods; the run route is also
-POSTed bodies made by mutating valid run commands. The only exception to JSON is
-/metrics answering 200 in Prometheus' text format.
+POSTed bodies made by mutating valid run commands. The only exceptions to JSON are the
+200 answers of the routes made for something else: /metrics in Prometheus' text format,
+the contract's readable page and the viewer's files (`PAGES`).
 
 Requests whose request line would pass aiohttp's 8 KiB limit are not sent: aiohttp
 refuses those (400, plain text) before any route or middleware runs.
@@ -24,12 +25,18 @@ from yarl import URL
 
 from services.api.app import create_app
 from services.api.boundary import MAX_ERROR_CHARS
+from services.api.ui_routes import UI_PATHS
 from tests.helpers import auth_headers
 from tests.test_fuzz_bus import DIGEST, FUZZ, RUN_BASES, OnLoop, drive, hostile_text, mutated
 
 # Below aiohttp's 8,190-byte request line, with room for the method and the version.
 MAX_TARGET = 8000
 METHODS = ("GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS")
+# Routes whose 200 is a page or a file for a browser, not data.
+PAGES = {
+    "/docs": ("text/html",),
+    **{p: ("text/html", "text/javascript", "text/css") for p in UI_PATHS},
+}
 
 segments = st.one_of(
     st.from_regex(r"[a-z0-9][a-z0-9_-]{0,20}", fullmatch=True),
@@ -84,6 +91,9 @@ def check(method: str, template: str, status: int, content_type: str, raw: bytes
     assert status < 500, (status, raw[:300])
     if (template, status) == ("/metrics", 200):
         assert content_type == "text/plain" and raw.startswith(b"# HELP")
+        return
+    if template in PAGES and status == 200:
+        assert content_type in PAGES[template], (template, content_type)
         return
     assert content_type == "application/json", (status, content_type, raw[:300])
     body = json.loads(raw)
