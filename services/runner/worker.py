@@ -189,6 +189,16 @@ class Runner:
                 )
             )
 
+    async def _refuse_foreign(self, project: str, run_id: str, seq: int) -> None:
+        """Refuse, under the command's own id, a run id another project owns."""
+        await self.ctx.bus.publish(
+            ev.RunRefused(
+                project=project,
+                run_id=f"c{seq}",
+                reason=f"run id {run_id!r} belongs to another project; choose another run id",
+            )
+        )
+
     async def _team_problem(self, caller: identity.Caller, project: str) -> str | None:
         """Why `caller` may not act in `project`, whose team is its deployers'."""
         if not caller.own_user:
@@ -229,13 +239,7 @@ class Runner:
         run_id = body.run_id or f"c{seq}"
         owner = await self._owner(run_id)
         if owner is not None and owner != project:
-            await bus.publish(
-                ev.RunRefused(
-                    project=project,
-                    run_id=f"c{seq}",
-                    reason=f"run id {run_id!r} belongs to another project; choose another run id",
-                )
-            )
+            await self._refuse_foreign(project, run_id, seq)
             return
         log = self.log.bind(project=project, run_id=run_id)
         if await settled(bus, project, run_id) is not None:
@@ -257,13 +261,7 @@ class Runner:
         if await self._owner(run_id) != project:
             # Another project asked for this run id at the same moment and was stored first
             # (a request's id names no project, so ours was dropped as its duplicate).
-            await bus.publish(
-                ev.RunRefused(
-                    project=project,
-                    run_id=f"c{seq}",
-                    reason=f"run id {run_id!r} belongs to another project; choose another run id",
-                )
-            )
+            await self._refuse_foreign(project, run_id, seq)
             return
         reason = problem
         deployed = None
