@@ -47,6 +47,7 @@ EVENTS = "DBT_EVENTS"
 COMMANDS = "DBT_COMMANDS"
 BLOBS = "DBT_BLOBS"
 LEASES = "DBT_LEASES"
+CLOSED_CHECK_SECONDS = 1.0  # how soon a service notices a connection closed without a word
 # How long an event publish is retried: the event stream's duplicate window (from the
 # contract), so a retry of a publish that did land is still dropped as the duplicate it is.
 PUBLISH_RETRY_SECONDS = contract_mod.load().streams[EVENTS].duplicate_window_seconds
@@ -124,6 +125,8 @@ class Bus:
         self.mask: Callable[[bytes], bytes] | None = None
         self._reopen: Callable[[], Awaitable] | None = None
         self._closing = False
+        self._reviving = False
+        self._watcher: asyncio.Task | None = None
         self._away_since: float | None = None
 
     def away_for(self) -> float:
@@ -137,12 +140,27 @@ class Bus:
     async def _on_closed(self) -> None:
         """The server closed the connection for good (a protocol error it would not
         forgive): a service opens a new one rather than serve on a dead one."""
-        if self._closing or self._reopen is None:
+        if self._closing or self._reopen is None or self._reviving:
             return
         self._lost()
+        self._reviving = True
         asyncio.get_running_loop().create_task(self._revive())
 
+    async def _watch_closed(self) -> None:
+        """nats-py may close a connection without calling its closed callback (a server
+        error racing the end of the socket): a closed connection is noticed here too."""
+        while not self._closing:
+            await asyncio.sleep(CLOSED_CHECK_SECONDS)
+            if self.nc.is_closed:
+                await self._on_closed()
+
     async def _revive(self) -> None:
+        try:
+            await self._reopen_until_open()
+        finally:
+            self._reviving = False
+
+    async def _reopen_until_open(self) -> None:
         delay = 0.5
         while not self._closing:
             try:
@@ -283,6 +301,8 @@ class Bus:
         Callers stop their consumers first, so there is nothing left to drain.
         """
         self._closing = True
+        if self._watcher is not None:
+            self._watcher.cancel()
         if self.nc.is_closed:
             return
         with contextlib.suppress(Exception):
@@ -365,4 +385,5 @@ async def connect(
     bus.append(Bus(nc, shown(url)))
     if forever:
         bus[0]._reopen = reopen
+        bus[0]._watcher = asyncio.get_running_loop().create_task(bus[0]._watch_closed())
     return bus[0]

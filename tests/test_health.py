@@ -70,6 +70,20 @@ async def test_a_connection_the_server_closed_is_opened_again(stack):
     await wait_for(answered, timeout=30)
 
 
+async def test_a_connection_closed_without_its_callback_is_opened_again(stack):
+    """nats-py can close a connection without calling its closed callback (a server error
+    racing the end of the socket): the bus notices the closed connection by itself."""
+    closed = stack.bus.nc
+    closed._closed_cb = None  # the race, made certain
+    await closed.close()
+
+    async def reopened():
+        return stack.bus.nc is not closed and stack.bus.nc.is_connected
+
+    await wait_for(reopened, timeout=20)
+    await stack.bus.js.account_info()
+
+
 def _processes_mentioning(text: str) -> list[int]:
     found = []
     for entry in Path("/proc").iterdir():
