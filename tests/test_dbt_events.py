@@ -95,3 +95,22 @@ async def test_a_usage_error_is_said_and_exits_2(project_copy, tmp_path):
     inv.argv.append("--no-such-flag")
     assert await inv.run() == 2
     assert "--no-such-flag" in inv.error_tail()
+
+
+async def test_the_warm_dbt_rehearses_a_parse_and_a_build_and_forks_from_one_thread():
+    """The fork server's rehearsal must succeed (else every child pays dbt's first-use costs
+    again) and leave nothing running: one thread, no open DuckDB database."""
+    script = (
+        "import threading\n"
+        "from services.runner import forkserver\n"
+        "forkserver._preload()\n"
+        "from dbt.adapters.duckdb.connections import DuckDBConnectionManager as M\n"
+        "print(forkserver._rehearse(), threading.active_count(), M._ENV)\n"
+    )
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", script, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 120)
+    assert proc.returncode == 0, err.decode()[-2000:]
+    assert b"dbt_warm_up_failed" not in err, err.decode()[-2000:]
+    assert out.decode().split() == ["None", "1", "None"]

@@ -46,15 +46,23 @@ PRELOAD = (
     "dbt.adapters.postgres",
 )
 _PR_SET_PDEATHSIG = 1
-# A small project this server parses twice (in full, then partially) before it forks
-# anything: dbt builds its dataclasses' (de)serialisers and JSON schemas on first use,
-# seconds that every forked child would otherwise pay again.
+# A small project this server parses and builds once before it forks anything: dbt
+# builds its dataclasses' (de)serialisers and JSON schemas, compiles its materialisation
+# macros and fills inspect's module caches on first use, seconds that every forked child
+# would otherwise pay again. One DuckDB thread and one dbt thread: nothing is left
+# running when the server forks. No static parser: that native extension leaves state
+# a forked child deadlocks on in its own parse. Model c reads a source that does not
+# exist: parsed, never built.
 _REHEARSAL = {
-    "dbt_project.yml": "name: warm\nversion: '1'\nconfig-version: 2\nprofile: warm\n",
-    "profiles.yml": "warm:\n  target: t\n  outputs:\n    t: {type: duckdb, path: ':memory:'}\n",
+    "dbt_project.yml": "name: warm\nversion: '1.0'\nconfig-version: 2\nprofile: warm\n",
+    "profiles.yml": (
+        "warm:\n  target: t\n  outputs:\n    t: {type: duckdb, path: warm.duckdb, threads: 1,"
+        " settings: {threads: 1}}\n"
+    ),
     "models/a.sql": "select {{ one() }} as id",
     "models/b.sql": "{{ config(materialized='table') }} select * from {{ ref('a') }}",
     "models/c.sql": "select * from {{ source('s', 't') }}",
+    "models/i.sql": "{{ config(materialized='incremental') }} select * from {{ ref('d') }}",
     "models/schema.yml": (
         "version: 2\nmodels:\n  - name: b\n    description: b\n    columns:\n"
         "      - name: id\n        data_tests: [not_null, unique]\n"
@@ -64,6 +72,7 @@ _REHEARSAL = {
     "tests/e.sql": "select * from {{ ref('b') }} where id < 0",
     "macros/one.sql": "{% macro one() %}1{% endmacro %}",
 }
+_REHEARSED = (["parse"], ["build", "--exclude", "c"])
 
 
 def die_with_parent(parent: int) -> None:
@@ -91,14 +100,15 @@ def _preload() -> frozenset[str]:
             names = getattr(param, "envvar", None) or ()
             found.update([names] if isinstance(names, str) else names)
         commands.extend(getattr(command, "commands", {}).values())
-    _rehearse()
+    failure = _rehearse()
+    if failure is not None:
+        print(json.dumps({"event": "dbt_warm_up_failed", "error": failure[:500]}), file=sys.stderr)
     return frozenset(found)
 
 
-def _rehearse() -> None:
-    """Parse _REHEARSAL twice, in a folder removed after. Best effort: a failure leaves the
-    children to build what they need themselves. dbt's parse starts no thread and opens
-    no connection, so this process still forks with a single thread."""
+def _rehearse() -> str | None:
+    """Parse and build _REHEARSAL in a folder removed after; the failure, if any. Best
+    effort: a failure leaves the children to build what they need themselves."""
     import tempfile
     from pathlib import Path
 
@@ -109,11 +119,32 @@ def _rehearse() -> None:
         for name, text in _REHEARSAL.items():
             (Path(tmp) / name).parent.mkdir(parents=True, exist_ok=True)
             (Path(tmp) / name).write_text(text)
-        argv = ["parse", "--project-dir", tmp, "--profiles-dir", tmp, "--log-path", tmp,
-                "--log-level", "none", "--log-level-file", "none"]  # fmt: skip
-        for _ in range(2):
-            dbtRunner().invoke(argv)
-    reset_adapters()
+        common = ["--project-dir", tmp, "--profiles-dir", tmp, "--log-path", tmp,
+                  "--log-level", "none", "--log-level-file", "none", "--no-static-parser",
+                  "--no-send-anonymous-usage-stats", "--no-version-check"]  # fmt: skip
+        cwd = os.getcwd()
+        os.chdir(tmp)  # the warehouse file is relative to it
+        try:
+            for command in _REHEARSED:
+                result = dbtRunner().invoke([*command, *common])
+                _close_duckdb()
+                reset_adapters()
+                if not result.success:
+                    return f"dbt {command[0]}: {result.exception or 'a node failed'}"
+        finally:
+            os.chdir(cwd)
+    return None
+
+
+def _close_duckdb() -> None:
+    """dbt-duckdb keeps its database open in a class attribute across invocations: closed,
+    so no child inherits a forked database."""
+    with contextlib.suppress(ImportError):
+        from dbt.adapters.duckdb.connections import DuckDBConnectionManager
+
+        if DuckDBConnectionManager._ENV is not None:
+            DuckDBConnectionManager._ENV.close()
+        DuckDBConnectionManager.close_all_connections()
 
 
 def _event_writer(fd: int, names: frozenset[str]):
