@@ -404,6 +404,22 @@ async def test_status_imports_no_event_loop_bus_or_http_client(stack):
     assert not imported & {"aiohttp", "rich", "dbt", "nats", "asyncio", "structlog", "yaml"}
 
 
+def test_commands_that_publish_import_nats_without_aiohttp():
+    """nats-py imports aiohttp for websocket servers alone: `jetdbt run` and the other
+    commands that publish go without it; `up`, which serves the API, still has it."""
+    script = (
+        "import sys\n"
+        "from services.cli import entry\n"
+        "entry._command(sys.argv[1])\n"
+        "print('nats' in sys.modules, 'aiohttp' in sys.modules)\n"
+    )
+    for command, expected in (("run", "True False"), ("cancel", "True False"), ("up", "True True")):
+        done = subprocess.run(
+            [sys.executable, "-c", script, command], capture_output=True, text=True, check=True
+        )
+        assert done.stdout.strip() == expected, (command, done.stdout, done.stderr[-2000:])
+
+
 def test_a_queued_run_shows_why_in_the_live_area():
     """RunQueued's reason and place take the live area's status line until the run starts."""
     from rich.console import Console

@@ -31,6 +31,11 @@ COMMANDS = {
     "contract": "access_commands:cmd_contract",
 }
 
+# Commands that serve the API, an aiohttp application. Every other command reaches NATS at
+# nats:// only; nats-py imports aiohttp for websocket servers alone, a quarter of a second
+# of such a command's start, so their modules import nats without it.
+SERVING = frozenset({"up", "serve", "demo"})
+
 # Errors a user can act on, printed as one line: (module, class). An error whose module was
 # never imported cannot have been raised, so they are looked up instead of imported.
 USER_ERRORS = (
@@ -43,7 +48,13 @@ USER_ERRORS = (
 
 def _command(name: str):
     module, function = COMMANDS[name].split(":")
-    return getattr(importlib.import_module(f"services.cli.{module}"), function)
+    if name in SERVING or "aiohttp" in sys.modules:
+        return getattr(importlib.import_module(f"services.cli.{module}"), function)
+    sys.modules["aiohttp"] = None  # an import of it fails: nats goes without websockets
+    try:
+        return getattr(importlib.import_module(f"services.cli.{module}"), function)
+    finally:
+        del sys.modules["aiohttp"]
 
 
 def _is_user_error(exc: BaseException) -> bool:
