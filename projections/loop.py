@@ -26,7 +26,7 @@ from shared import events, supervise
 from shared import logging as jlog
 from shared.bus import EVENTS, Bus
 from shared.quote import storable
-from shared.reader import stream_seq
+from shared.reader import pending, stream_seq
 from shared.subjects import SubjectFilter, covering
 
 __all__ = ["Fold", "Projector", "POISON", "apply_many", "checkpoint", "dead_letter"]
@@ -216,12 +216,14 @@ class Projector:
         try:
             while not stop.is_set():
                 try:
-                    # One event is folded as soon as it lands; a batch only takes what is
-                    # already there (a fetch of many waits for the batch or the timeout).
+                    # One event is folded as soon as it lands; a batch only takes what the
+                    # first says is already there (a fetch of many waits for the batch or
+                    # its timeout).
                     msgs = await sub.fetch(1, timeout=0.5)
-                    if self.batch > 1:
+                    more = min(self.batch - 1, pending(msgs[0]))
+                    if more:
                         with contextlib.suppress(TimeoutError):
-                            msgs += await sub.fetch(self.batch - 1, timeout=0.002)
+                            msgs += await sub.fetch(more, timeout=0.5)
                 except TimeoutError:
                     if loop.time() - verified > IDLE_CHECK_SECONDS:
                         await self._verify_position()

@@ -15,7 +15,7 @@ from datetime import datetime
 from nats.js import api
 from nats.js.errors import NotFoundError
 
-__all__ = ["Slice", "last_seq", "last_matching", "seq_at", "stream_seq"]
+__all__ = ["Slice", "last_seq", "last_matching", "pending", "seq_at", "stream_seq"]
 
 
 def stream_seq(msg) -> int:
@@ -32,6 +32,17 @@ def stream_seq(msg) -> int:
     if len(tokens) >= 11:
         return int(tokens[7])
     return msg.metadata.sequence.stream
+
+
+def pending(msg) -> int:
+    """How many messages the consumer had left to deliver after this one, from the same
+    ack subject (its 9th token, or its 11th with a domain)."""
+    tokens = msg.reply.split(".")
+    if len(tokens) == 9:
+        return int(tokens[8])
+    if len(tokens) >= 11:
+        return int(tokens[10])
+    return msg.metadata.num_pending
 
 
 async def last_seq(js, stream: str) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from nats.aio.msg import Msg
 
-from shared.reader import stream_seq
+from shared.reader import pending, stream_seq
 from shared.subjects import SubjectFilter, covering
 
 
@@ -48,6 +48,7 @@ def test_subject_filter_matches_as_nats_does(patterns, subject, wanted):
         "$JS.ACK.hub.ACCHASH.DBT_EVENTS.proj-progress.1.4321.17.1732900000000000000.5.tok",
     ],
 )
-def test_stream_seq_reads_both_ack_subject_forms(reply):
+def test_stream_seq_and_pending_read_both_ack_subject_forms(reply):
     msg = Msg(_client=None, subject="dbt.evt.run.p.r.started", reply=reply)
     assert stream_seq(msg) == msg.metadata.sequence.stream == 4321
+    assert pending(msg) == msg.metadata.num_pending == 5
