@@ -8,7 +8,7 @@ the dead-letter table with its bytes and error, and the projection moves on.
 
 A fold's consumer filters on one subject covering its patterns (JetStream serves
 one filter far faster than several); messages outside the patterns only move the
-checkpoint.
+checkpoint, with the fold's next batch or once the projector is idle or stopping.
 """
 
 from __future__ import annotations
@@ -180,6 +180,13 @@ class Projector:
             await _save_checkpoint(conn, name, last)
         return last
 
+    async def _move_past(self, passed: int) -> int:
+        """Write the checkpoint past other folds' events once idle (or stopping), not in a
+        transaction of its own for each: a crash before it only reads them again."""
+        if self._position is not None and passed > self._position:
+            self._position = await self.apply_batch([], upto=passed)
+        return passed
+
     async def _verify_position(self) -> None:
         """While idle, that the last commit is still there: a batch Postgres lost in a
         crash is otherwise only noticed when the next event arrives."""
@@ -213,6 +220,7 @@ class Projector:
         self.log.info("projector_started", after=after)
         loop = asyncio.get_running_loop()
         verified = loop.time()
+        passed = after  # read past: only other folds' events, not yet in the checkpoint
         try:
             while not stop.is_set():
                 try:
@@ -225,14 +233,17 @@ class Projector:
                         with contextlib.suppress(TimeoutError):
                             msgs += await sub.fetch(more, timeout=0.5)
                 except TimeoutError:
+                    passed = await self._move_past(passed)
                     if loop.time() - verified > IDLE_CHECK_SECONDS:
                         await self._verify_position()
                         verified = loop.time()
                     continue
-                if msgs:
-                    mine = [(stream_seq(m), m) for m in msgs if self.wants(m.subject)]
-                    self._position = await self.apply_batch(mine, upto=stream_seq(msgs[-1]))
-                    await msgs[-1].ack()
+                mine = [(stream_seq(m), m) for m in msgs if self.wants(m.subject)]
+                passed = stream_seq(msgs[-1])
+                if mine:
+                    self._position = await self.apply_batch(mine, upto=passed)
+                await msgs[-1].ack()
+            await self._move_past(passed)
         finally:
             # The connection may be gone already; the consumer expires on its own.
             with contextlib.suppress(Exception):
