@@ -17,7 +17,7 @@ import functools
 
 import msgspec
 
-from services.runner import admission
+from services.runner import admission, spawn
 from services.runner.attempt import Cancel, settled
 from services.runner.build import build
 from services.runner.context import RunnerContext
@@ -51,6 +51,7 @@ class Runner:
         later, and the runs already going are kept, not cancelled."""
         stop = stop or asyncio.Event()
         self._tasks: set[asyncio.Task] = set()
+        spawn.warm_up()  # dbt imported and rehearsed before the first command asks for it
         try:
             async with admission.mirrored(self.ctx.bus, self.log):
                 await supervise.forever(self._serve, stop, self.log, "runner_loop_failed")
