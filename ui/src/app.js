@@ -285,21 +285,31 @@ async function runOnceKnown(runId, signal) {
   }
 }
 
+// A run's graph is known once it has started (its version names the graph): a page opened
+// before then reads it when the run starts, trying a few times while the projection catches up.
+async function graphWhenKnown(runId, signal) {
+  for (let tries = 0; ; tries++) {
+    try {
+      return await graphOf(runId);
+    } catch (err) {
+      if (err.status !== 404 || tries >= 60 || signal.aborted) throw err;
+      await sleep(250);
+    }
+  }
+}
+
 async function runPage(runId, params) {
   const stop = new AbortController();
   leave = () => stop.abort();
-  const noGraph = (err) => { if (err.status === 404) return { nodes: [], edges: [] }; throw err; };
+  const noGraph = (err) => { if (err.status === 404) return null; throw err; };
   const [run, graph] = await Promise.all([
     runOnceKnown(runId, stop.signal), graphOf(runId).catch(noGraph),
   ]);
   performance.mark("jetdbt:run-data-loaded");
-  const folded = fold(graph);
   const state = new Map(run.nodes.map((n) => [n.unique_id, n]));
   const focus = params.get("focus");
   const depth = Number(params.get("depth") || 2);
-  let ids = [...folded.drawn.keys()];
-  if (focus && folded.drawn.has(focus)) ids = [...neighbourhood(folded, focus, depth)];
-  const tooBig = !focus && ids.length > FOCUS_ABOVE;
+  let folded = fold({ nodes: [], edges: [] });
 
   const outcome = (id) => {
     const n = state.get(id);
@@ -312,12 +322,12 @@ async function runPage(runId, params) {
   const panel = h("aside", { id: "panel" }, h("p", { class: "muted" }, "click a node"));
   const logBox = h("pre", { id: "log" }, "");
   const graphBox = h("div", { id: "graph" });
+  const nodeIds = h("datalist", { id: "node-ids" });
   const focusForm = h("form", { class: "toolbar", id: "focus-form" },
     "focus on ", h("input", { name: "focus", list: "node-ids", size: 40, value: focus || "" }),
     " +", h("input", { name: "depth", type: "number", min: 0, max: 50, value: depth }),
     h("button", { type: "submit" }, "focus"),
-    focus ? link(`#/runs/${runId}`, "whole graph") : "",
-    h("datalist", { id: "node-ids" }, [...folded.drawn.keys()].map((id) => h("option", { value: id }))));
+    focus ? link(`#/runs/${runId}`, "whole graph") : "", nodeIds);
   focusForm.addEventListener("submit", (e) => {
     e.preventDefault();
     const f = new FormData(focusForm);
@@ -327,14 +337,7 @@ async function runPage(runId, params) {
     h("span", {}, h("i", { style: `background:${c}` }), " ", k.replace("_", " "))));
   show(runId, [link("#/", "projects"), link(`#/projects/${run.project}`, run.project),
     h("span", {}, runId)], header, focusForm, legend,
-    h("div", { class: "run-layout" },
-      tooBig ? h("div", { id: "graph" }, h("p", {}, `${ids.length} nodes: pick a node to focus on;`
-        + " what failed or runs:"), h("ul", {}, run.nodes
-        .filter((n) => folded.drawn.has(n.unique_id) && ["failed", "running"].includes(outcome(n.unique_id)))
-        .slice(0, 200).map((n) => h("li", {}, pill(outcome(n.unique_id)), " ",
-          link(`#/runs/${runId}?focus=${encodeURIComponent(n.unique_id)}&depth=2`, n.unique_id)))))
-        : graphBox,
-      panel),
+    h("div", { class: "run-layout" }, graphBox, panel),
     h("h2", {}, "Log"), logBox,
     h("h2", {}, "Invocation, as submitted"), h("pre", { id: "invocation" },
       JSON.stringify({ command: run.command, invocation_args: run.result?.invocation_args }, null, 2)));
@@ -347,7 +350,19 @@ async function runPage(runId, params) {
   const label = (id) => `${folded.drawn.get(id).name}${badge(id)}`;
 
   let cy = null;
-  if (!tooBig) {
+  function drawGraph(g) {
+    folded = fold(g);
+    nodeIds.replaceChildren(...[...folded.drawn.keys()].map((id) => h("option", { value: id })));
+    let ids = [...folded.drawn.keys()];
+    if (focus && folded.drawn.has(focus)) ids = [...neighbourhood(folded, focus, depth)];
+    if (!focus && ids.length > FOCUS_ABOVE) {
+      graphBox.replaceChildren(h("p", {}, `${ids.length} nodes: pick a node to focus on;`
+        + " what failed or runs:"), h("ul", {}, [...state.values()]
+        .filter((n) => folded.drawn.has(n.unique_id) && ["failed", "running"].includes(outcome(n.unique_id)))
+        .slice(0, 200).map((n) => h("li", {}, pill(outcome(n.unique_id)), " ",
+          link(`#/runs/${runId}?focus=${encodeURIComponent(n.unique_id)}&depth=2`, n.unique_id)))));
+      return;
+    }
     cy = cytoscape({
       container: graphBox,
       elements: [
@@ -447,6 +462,14 @@ async function runPage(runId, params) {
     if (selected === owner) select(owner);
   }
 
+  let lateGraph = null;
+  function drawLateGraph() {
+    lateGraph = graphWhenKnown(runId, stop.signal).then(drawGraph).catch((err) => {
+      if (err instanceof Unauthorized) askToken(err.message);
+      else if (!stop.signal.aborted) graphBox.replaceChildren(h("p", { class: "problem" }, err.message));
+    });
+  }
+
   function onEvent({ id, data }) {
     const type = data.type;
     // A user-timing mark per event as it arrives: bench/bench_viewer.py reads the delay.
@@ -460,7 +483,10 @@ async function runPage(runId, params) {
       state.set(data.node.unique_id, data.node);
       repaint(data.node.unique_id);
     } else if (type.startsWith("run.")) {
-      if (type === "run.started.v1") Object.assign(run, { status: "running", started_at: data.at });
+      if (type === "run.started.v1") {
+        Object.assign(run, { status: "running", started_at: data.at });
+        if (!graph && !lateGraph) drawLateGraph();
+      }
       if (type === "run.queued.v1") run.status = "queued";
       if (type === "run.refused.v1") Object.assign(run, { status: "refused", finished_at: data.at });
       if (type === "run.finished.v1") {
@@ -476,10 +502,12 @@ async function runPage(runId, params) {
     }
   }
 
+  if (graph) drawGraph(graph);
   drawHeader();
   drawLog();
   window.viewer = {
-    cy, select,
+    get cy() { return cy; },
+    select,
     status: (id) => outcome(id),
     colour: (id) => cy?.getElementById(id).style("background-color"),
     position: (id) => {
