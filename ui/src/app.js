@@ -455,11 +455,29 @@ async function runPage(runId, params) {
     }
   }
 
+  // Events only change `state` as they arrive; the nodes that the events of one read from
+  // the stream touch are restyled together in one batch once the read is handled, and
+  // cytoscape draws the batch in its next frame. (Restyling in an animation frame instead
+  // lands after cytoscape's own frame callback: the change is drawn a frame later.)
+  const stale = new Set();
+  let queued = false;
   function repaint(id) {
-    const owner = folded.testedBy.get(id) || id;
-    const node = cy?.getElementById(owner);
-    if (node && node.nonempty()) node.data({ status: outcome(owner), label: label(owner) });
-    if (selected === owner) select(owner);
+    stale.add(folded.testedBy.get(id) || id);
+    if (!queued) {
+      queued = true;
+      queueMicrotask(restyle);
+    }
+  }
+  function restyle() {
+    queued = false;
+    cy?.batch(() => {
+      for (const id of stale) {
+        const node = cy.getElementById(id);
+        if (node.nonempty()) node.data({ status: outcome(id), label: label(id) });
+      }
+    });
+    if (selected && stale.has(selected)) select(selected);
+    stale.clear();
   }
 
   let lateGraph = null;
@@ -493,8 +511,8 @@ async function runPage(runId, params) {
         Object.assign(run, { status: data.result.status, finished_at: data.at,
           totals: data.result.totals, result: data.result });
         for (const n of data.result.nodes) state.set(n.unique_id, n);
-        cy?.nodes().forEach((n) => n.data({ status: outcome(n.id()), label: label(n.id()) }));
-        if (selected) select(selected);
+        cy?.nodes().forEach((n) => stale.add(n.id()));
+        restyle();  // the final state is drawn before the page says the run ended
         drawLog();
         document.body.dataset.runEnded = "1";
       }
@@ -504,7 +522,6 @@ async function runPage(runId, params) {
 
   if (graph) drawGraph(graph);
   drawHeader();
-  drawLog();
   window.viewer = {
     get cy() { return cy; },
     select,
@@ -520,7 +537,13 @@ async function runPage(runId, params) {
   requestAnimationFrame(() => setTimeout(() => {
     performance.mark("jetdbt:run-page-drawn");
     document.body.dataset.ready = "1";
+    drawLog();  // below the graph: read once the graph is on screen
   }));
+  // A finished run's record holds its every node: there is nothing left to follow.
+  if (run.finished_at) {
+    document.body.dataset.runEnded = "1";
+    return;
+  }
   follow(runId, onEvent, stop.signal).catch((err) => {
     if (err instanceof Unauthorized) askToken(err.message);
   });
