@@ -14,11 +14,44 @@ const FOCUS_ABOVE = 1500;
 // larger graphs get cytoscape's breadth-first layering, turned left to right.
 const DAGRE_UP_TO = 200;
 const DARK_TEXT = new Set(["pending", "not_selected", "warned"]);
+// A label is drawn only where it is at least MIN_READABLE_PX high on screen.
+const FONT_PX = 11;
+const MIN_READABLE_PX = 7;
 const COLOURS = {
   pending: "#e8edf3", running: "#2f6fde", passed: "#2e9d4f", warned: "#e0a800",
   failed: "#d93636", skipped: "#9a9a9a", no_op: "#b5c4b1", unknown: "#b0b0b0",
   not_selected: "#ffffff",
 };
+// The run page's graph: a node's fill says its outcome. Past DAGRE_UP_TO nodes the edges
+// are straight lines without arrows (haystack: far cheaper to lay out and draw); left to
+// right says which way they go.
+function graphStyle(small) {
+  return [
+    { selector: "node", style: {
+      shape: "round-rectangle", width: 150, height: 30, "border-width": 1,
+      "border-color": "#7a8591", "background-color": COLOURS.unknown,
+    } },
+    ...Object.entries(COLOURS).map(([status, colour]) => ({
+      selector: `node[status = '${status}']`, style: { "background-color": colour },
+    })),
+    { selector: "node[status = 'not_selected']", style: { "border-style": "dashed" } },
+    { selector: "node:selected", style: { "border-width": 3, "border-color": "#1d232a" } },
+    { selector: "edge", style: small
+      ? { width: 1, "curve-style": "bezier", "target-arrow-shape": "triangle",
+          "line-color": "#aab2bb", "target-arrow-color": "#aab2bb" }
+      : { width: 1, "curve-style": "haystack", "haystack-radius": 0, "line-color": "#aab2bb" } },
+  ];
+}
+// Each node's name and test badge, after graphStyle's rules.
+const LABEL_STYLE = [
+  { selector: "node", style: {
+    label: "data(label)", "text-valign": "center", "font-size": FONT_PX,
+    "min-zoomed-font-size": MIN_READABLE_PX, color: "#fff",
+  } },
+  ...[...DARK_TEXT].map((status) => ({
+    selector: `node[status = '${status}']`, style: { color: "#1d232a" },
+  })),
+];
 const view = document.getElementById("view");
 const crumbs = document.getElementById("crumbs");
 let leave = () => {};  // stops what the current page runs (its event stream)
@@ -333,6 +366,12 @@ async function runPage(runId, params) {
     const f = new FormData(focusForm);
     location.hash = `#/runs/${runId}?focus=${encodeURIComponent(f.get("focus"))}&depth=${f.get("depth")}`;
   });
+  // Filled when the input is first used: 500 options cost every load of the page a few ms.
+  focusForm.elements.focus.addEventListener("focus", () => {
+    if (!nodeIds.childElementCount) {
+      nodeIds.replaceChildren(...[...folded.drawn.keys()].map((id) => h("option", { value: id })));
+    }
+  });
   const legend = h("p", { class: "legend" }, Object.entries(COLOURS).map(([k, c]) =>
     h("span", {}, h("i", { style: `background:${c}` }), " ", k.replace("_", " "))));
   show(runId, [link("#/", "projects"), link(`#/projects/${run.project}`, run.project),
@@ -352,7 +391,7 @@ async function runPage(runId, params) {
   let cy = null;
   function drawGraph(g) {
     folded = fold(g);
-    nodeIds.replaceChildren(...[...folded.drawn.keys()].map((id) => h("option", { value: id })));
+    nodeIds.replaceChildren();
     let ids = [...folded.drawn.keys()];
     if (focus && folded.drawn.has(focus)) ids = [...neighbourhood(folded, focus, depth)];
     if (!focus && ids.length > FOCUS_ABOVE) {
@@ -363,38 +402,38 @@ async function runPage(runId, params) {
           link(`#/runs/${runId}?focus=${encodeURIComponent(n.unique_id)}&depth=2`, n.unique_id)))));
       return;
     }
+    const small = ids.length <= DAGRE_UP_TO;
+    const kept = new Set(ids);
     cy = cytoscape({
       container: graphBox,
       elements: [
         ...ids.map((id) => ({ data: { id, label: label(id), status: outcome(id) } })),
-        ...folded.edges.filter((e) => ids.includes(e.parent) && ids.includes(e.child))
+        ...folded.edges.filter((e) => kept.has(e.parent) && kept.has(e.child))
           .map((e) => ({ data: { id: `${e.parent}>${e.child}`, source: e.parent, target: e.child } })),
       ],
-      style: [
-        { selector: "node", style: {
-          shape: "round-rectangle", width: 150, height: 30, label: "data(label)",
-          "text-valign": "center", "font-size": 11, "border-width": 1, "border-color": "#7a8591",
-          "min-zoomed-font-size": 7,  // labels too small to read are not drawn (large graphs)
-          "background-color": COLOURS.unknown, color: "#fff",
-        } },
-        ...Object.entries(COLOURS).map(([status, colour]) => ({
-          selector: `node[status = '${status}']`,
-          style: { "background-color": colour, color: DARK_TEXT.has(status) ? "#1d232a" : "#fff" },
-        })),
-        { selector: "node[status = 'not_selected']", style: { "border-style": "dashed" } },
-        { selector: "node:selected", style: { "border-width": 3, "border-color": "#1d232a" } },
-        { selector: "edge", style: { width: 1, "curve-style": "bezier", "target-arrow-shape": "triangle",
-          "line-color": "#aab2bb", "target-arrow-color": "#aab2bb" } },
-      ],
-      layout: ids.length <= DAGRE_UP_TO
+      style: [...graphStyle(small), ...(small ? LABEL_STYLE : [])],
+      layout: small
         ? { name: "dagre", rankDir: "LR", nodeSep: 8, rankSep: 60, animate: false }
         : { name: "breadthfirst", directed: true, animate: false, spacingFactor: 0.5,
             transform: (node, p) => ({ x: p.y * 4, y: p.x / 4 }) },
-      hideEdgesOnViewport: ids.length > DAGRE_UP_TO,
-      pixelRatio: ids.length > DAGRE_UP_TO ? 1 : "auto",
+      hideEdgesOnViewport: !small,
+      textureOnViewport: !small,
+      pixelRatio: small ? "auto" : 1,
       wheelSensitivity: 0.3,
     });
     cy.on("tap", "node", (e) => select(e.target.id()));
+    if (!small) {
+      // Laid out whole, a large graph is too small to read: its labels would cost a fifth
+      // of the first paint and show nothing, so they are styled once a zoom shows them.
+      const labelWhenReadable = () => {
+        if (cy.zoom() * FONT_PX < MIN_READABLE_PX) return;
+        cy.off("zoom", labelWhenReadable);
+        LABEL_STYLE.reduce((sheet, rule) => sheet.selector(rule.selector).style(rule.style),
+          cy.style()).update();
+      };
+      cy.on("zoom", labelWhenReadable);
+      labelWhenReadable();
+    }
   }
 
   let selected = null;
