@@ -116,10 +116,26 @@ def add_event_stream_routes(app: web.Application, bus: Bus) -> None:
         if 0 < await _final_seq(bus.js, run_id) <= after:
             await resp.write_eof()
             return resp
-        queue: asyncio.Queue = asyncio.Queue()
+        log = jlog.get("api").bind(run_id=run_id, project=subjects.subject_key(newest.subject))
+        # Each event is written from the subscription's own callback, as it is delivered: a
+        # hand-off to this handler through a queue cost a task switch per event, and on a
+        # busy loop that is where an event waited. `ended` says why the stream stops: its
+        # final event was written (True) or the client went away (False).
+        ended = asyncio.get_running_loop().create_future()
+        sent = 0
 
         async def on_msg(msg) -> None:
-            queue.put_nowait(msg)
+            nonlocal sent
+            if ended.done() or not wanted(msg.subject):
+                return
+            try:
+                await resp.write(_frame(stream_seq(msg), msg.subject, msg.data))
+            except ConnectionResetError:  # the client went away
+                ended.set_result(False)
+                return
+            sent += 1
+            if msg.subject.split(".")[2] == "run" and _is_final(msg.data):
+                ended.set_result(True)
 
         sub = await bus.js.subscribe(
             pattern,
@@ -133,28 +149,23 @@ def add_event_stream_routes(app: web.Application, bus: Bus) -> None:
             ),
             inactive_threshold=30,
         )
-        log = jlog.get("api").bind(run_id=run_id, project=subjects.subject_key(newest.subject))
-        sent = 0
         try:
-            while True:
+            while not ended.done():
                 try:
-                    msg = await asyncio.wait_for(queue.get(), KEEPALIVE_SECONDS)
+                    await asyncio.wait_for(asyncio.shield(ended), KEEPALIVE_SECONDS)
                 except TimeoutError:
                     await resp.write(b": keepalive\n\n")
-                    continue
-                if not wanted(msg.subject):
-                    continue
-                await resp.write(_frame(stream_seq(msg), msg.subject, msg.data))
-                sent += 1
-                if msg.subject.split(".")[2] == "run" and _is_final(msg.data):
-                    break
-            await resp.write_eof()
-        except ConnectionResetError:  # the client went away: nothing to answer
-            log.info("event_stream_closed_by_client", sent=sent)
-            return resp
+            if ended.result():
+                await resp.write_eof()
+        except ConnectionResetError:  # a keepalive found the client gone
+            if not ended.done():
+                ended.set_result(False)
         finally:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
+        if not ended.result():
+            log.info("event_stream_closed_by_client", sent=sent)
+            return resp
         log.info("event_stream_ended", sent=sent, after=after)
         return resp
 
