@@ -17,8 +17,14 @@ from services.api.boundary import error
 __all__ = ["DIST", "UI_PATHS", "add_ui_routes", "viewer_url"]
 
 DIST = Path(__file__).resolve().parent.parent.parent / "ui" / "dist"
-# The page's own script and style: nothing else is served from DIST.
-_ASSETS = {"app.js": "text/javascript", "style.css": "text/css"}
+# The page's script, the modules it imports (cytoscape; dagre for small graphs) and its
+# style: nothing else is served from DIST.
+_ASSETS = {
+    "app.js": "text/javascript",
+    "graph.js": "text/javascript",
+    "dagre.js": "text/javascript",
+    "style.css": "text/css",
+}
 # Every route this module serves (the auth middleware lets them through without a token).
 UI_PATHS = ("/ui", "/ui/", *(f"/ui/{name}" for name in _ASSETS))
 # Scripts and data from this origin only: nothing from elsewhere, no inline script; the

@@ -1,10 +1,5 @@
 // The run viewer: projects, a project's runs, a run's live DAG, a relation. Plain DOM,
 // hash routes, every data call with the bearer token kept in sessionStorage for this tab.
-import cytoscape from "cytoscape";
-import dagre from "cytoscape-dagre";
-
-cytoscape.use(dagre);
-
 const TOKEN_KEY = "jetdbt.token";
 const SHOWN = new Set(["model", "seed", "snapshot"]);
 const TESTS = new Set(["test", "unit_test"]);
@@ -305,6 +300,13 @@ function neighbourhood(folded, focus, depth) {
   return keep;
 }
 
+// cytoscape-dagre, registered with cytoscape the first time a graph small enough is drawn.
+let dagreUsed = null;
+function useDagre(cytoscape) {
+  dagreUsed ??= import("./dagre.js").then((m) => cytoscape.use(m.default));
+  return dagreUsed;
+}
+
 // A run just submitted is not projected yet: its page waits for it (a minute at most).
 async function runOnceKnown(runId, signal) {
   for (let tries = 0; ; tries++) {
@@ -335,6 +337,7 @@ async function runPage(runId, params) {
   const stop = new AbortController();
   leave = () => stop.abort();
   const noGraph = (err) => { if (err.status === 404) return null; throw err; };
+  const library = import("./graph.js");  // cytoscape, loaded while the run is read
   const [run, graph] = await Promise.all([
     runOnceKnown(runId, stop.signal), graphOf(runId).catch(noGraph),
   ]);
@@ -389,7 +392,7 @@ async function runPage(runId, params) {
   const label = (id) => `${folded.drawn.get(id).name}${badge(id)}`;
 
   let cy = null;
-  function drawGraph(g) {
+  async function drawGraph(g) {
     folded = fold(g);
     nodeIds.replaceChildren();
     let ids = [...folded.drawn.keys()];
@@ -403,6 +406,8 @@ async function runPage(runId, params) {
       return;
     }
     const small = ids.length <= DAGRE_UP_TO;
+    const cytoscape = (await library).default;
+    if (small) await useDagre(cytoscape);
     const kept = new Set(ids);
     cy = cytoscape({
       container: graphBox,
@@ -559,7 +564,7 @@ async function runPage(runId, params) {
     }
   }
 
-  if (graph) drawGraph(graph);
+  if (graph) await drawGraph(graph);
   drawHeader();
   window.viewer = {
     get cy() { return cy; },
