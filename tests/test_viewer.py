@@ -129,6 +129,50 @@ async def test_the_run_page_is_live_and_a_failure_is_red_with_its_message(
     assert errors == []
 
 
+async def test_a_page_opened_before_its_run_starts_draws_the_graph_when_it_starts(
+    stack, project_copy, tmp_path
+):
+    """A queued run has no version yet, so no graph: the page draws it on run.started."""
+    from playwright.async_api import async_playwright
+
+    release = tmp_path / "release"
+    add_gate(project_copy, release)
+    _, deployed = await client.deploy(stack.bus, project_copy, "jaffle_shop")
+    assert isinstance(deployed, ev.Deployed), deployed
+    _, bearer = await identity.create_token(
+        stack.bus, principal="viewer-test", team="ops", role="admin"
+    )
+    held = asyncio.create_task(
+        client.run(stack.bus, "jaffle_shop", RunCommand(command=BuildCommand(), run_id="held"))
+    )
+    await until_gate_runs(stack.api_url, "held")
+    # Same project: it waits for the held run.
+    late = asyncio.create_task(
+        client.run(stack.bus, "jaffle_shop", RunCommand(command=BuildCommand(), run_id="late"))
+    )
+    async with async_playwright() as pw:
+        chromium = await browser(pw)
+        page = await chromium.new_page(viewport={"width": 1600, "height": 1000}, bypass_csp=True)
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        await sign_in(page, stack.api_url, bearer)
+        await page.evaluate("location.hash = '#/runs/late'")
+        await page.wait_for_selector("#run-header >> text=queued", timeout=30_000)
+        assert await page.evaluate("viewer.cy") is None
+
+        release.touch()
+        await asyncio.wait_for(held, 120)
+        await page.wait_for_function(
+            f"viewer.cy && viewer.status({GATE!r}) === 'passed'", timeout=120_000
+        )
+        assert _colour(await page.evaluate(f"viewer.colour({GATE!r})")) == PASSED_RGB
+        assert await page.evaluate("viewer.cy.nodes().length") > 5
+        await page.wait_for_selector("body[data-run-ended='1']", state="attached", timeout=60_000)
+        await chromium.close()
+    assert (await asyncio.wait_for(late, 60)).result.status == "passed"
+    assert errors == []
+
+
 async def test_the_viewer_asks_for_a_token_and_never_shows_data_without_one(stack):
     from playwright.async_api import async_playwright
 
