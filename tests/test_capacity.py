@@ -403,12 +403,14 @@ async def test_cancel_a_queued_run_a_running_run_and_one_not_delivered_yet(stack
     assert isinstance(deployed, ev.Deployed), deployed
     rec = await Recorder().start(stack.bus)
     await submit(stack.bus, "capa", "held")
-    await submit(stack.bus, "capa", "waits")
 
     async def gate_building():
         return any(e.unique_id == "model.capa.gate" for e in rec.of(ev.NodeStarted, "held"))
 
+    # The second run is sent once the first holds the environment: sent together, either
+    # could reach the lease first, and the one that did would build the gate for minutes.
     await wait_for(gate_building, timeout=240)
+    await submit(stack.bus, "capa", "waits")
 
     async def shown_queued():
         _, body = await get_json(f"{stack.api_url}/v1/runs/waits")
