@@ -47,6 +47,23 @@ def _colour(value: str) -> str:
     return value.replace(" ", "")
 
 
+async def _deployed_with_gate(stack, project, release) -> str:
+    """The example, gated, deployed; an admin bearer for the viewer."""
+    add_gate(project, release)
+    _, deployed = await client.deploy(stack.bus, project, "jaffle_shop")
+    assert isinstance(deployed, ev.Deployed), deployed
+    _, bearer = await identity.create_token(
+        stack.bus, principal="viewer-test", team="ops", role="admin"
+    )
+    return bearer
+
+
+def _build(stack, run_id: str) -> asyncio.Task:
+    return asyncio.create_task(
+        client.run(stack.bus, "jaffle_shop", RunCommand(command=BuildCommand(), run_id=run_id))
+    )
+
+
 async def test_the_run_page_is_live_and_a_failure_is_red_with_its_message(
     stack, project_copy, tmp_path
 ):
@@ -54,18 +71,11 @@ async def test_the_run_page_is_live_and_a_failure_is_red_with_its_message(
 
     ARTIFACTS.mkdir(exist_ok=True)
     release = tmp_path / "release"
-    add_gate(project_copy, release)
     (project_copy / "models" / "marts" / "broken.sql").write_text(
         "select no_such_column from {{ ref('orders') }}\n"
     )
-    _, deployed = await client.deploy(stack.bus, project_copy, "jaffle_shop")
-    assert isinstance(deployed, ev.Deployed), deployed
-    _, bearer = await identity.create_token(
-        stack.bus, principal="viewer-test", team="ops", role="admin"
-    )
-    run = asyncio.create_task(
-        client.run(stack.bus, "jaffle_shop", RunCommand(command=BuildCommand(), run_id="view1"))
-    )
+    bearer = await _deployed_with_gate(stack, project_copy, release)
+    run = _build(stack, "view1")
     await until_gate_runs(stack.api_url, "view1")
 
     async with async_playwright() as pw:
@@ -136,20 +146,10 @@ async def test_a_page_opened_before_its_run_starts_draws_the_graph_when_it_start
     from playwright.async_api import async_playwright
 
     release = tmp_path / "release"
-    add_gate(project_copy, release)
-    _, deployed = await client.deploy(stack.bus, project_copy, "jaffle_shop")
-    assert isinstance(deployed, ev.Deployed), deployed
-    _, bearer = await identity.create_token(
-        stack.bus, principal="viewer-test", team="ops", role="admin"
-    )
-    held = asyncio.create_task(
-        client.run(stack.bus, "jaffle_shop", RunCommand(command=BuildCommand(), run_id="held"))
-    )
+    bearer = await _deployed_with_gate(stack, project_copy, release)
+    held = _build(stack, "held")
     await until_gate_runs(stack.api_url, "held")
-    # Same project: it waits for the held run.
-    late = asyncio.create_task(
-        client.run(stack.bus, "jaffle_shop", RunCommand(command=BuildCommand(), run_id="late"))
-    )
+    late = _build(stack, "late")  # same project: it waits for the held run
     async with async_playwright() as pw:
         chromium = await browser(pw)
         page = await chromium.new_page(viewport={"width": 1600, "height": 1000}, bypass_csp=True)
