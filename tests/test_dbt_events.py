@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import stat
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -36,12 +37,14 @@ def _invocation(project: Path, tmp_path: Path, executable: list[str] | None) -> 
 
 async def _build_released_by_events(inv: DbtInvocation, release: Path):
     """Build; the gate is released by the orders model's NodeFinished as it arrives."""
-    started, finished, lines = [], [], []
+    started, finished, lines, stamps = [], [], [], []
 
     async def on_event(record: dict) -> None:
+        received = datetime.now(UTC)
         if (start := results.node_start(record)) is not None:
             started.append(start.unique_id)
         if (node := results.node_finished(record)) is not None:
+            stamps.append((node.finished_at, results.logged_at(record), received))
             finished.append(node)
             if node.unique_id == ORDERS:
                 release.touch()
@@ -50,6 +53,8 @@ async def _build_released_by_events(inv: DbtInvocation, release: Path):
         lines.append(line)
 
     code = await asyncio.wait_for(inv.run(on_line, on_event), 150)
+    # Each NodeFinished carries dbt's own time: after the node's timing, before it got here.
+    assert stamps and all(timed <= logged < got for timed, logged, got in stamps)
     return code, started, finished, lines
 
 

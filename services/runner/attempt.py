@@ -341,6 +341,8 @@ class Attempt:
         return self._last.artifact_path(name) if self._last else None
 
     async def _on_event(self, record: dict) -> None:
+        # A node event happened when dbt logged it: its `at` is dbt's time, not the publish's.
+        at = results.logged_at(record)
         start = results.node_start(record)
         if start is not None:
             await self.ctx.bus.publish(
@@ -348,6 +350,7 @@ class Attempt:
                     project=self.project,
                     run_id=self.run_id,
                     attempt=self.number,
+                    at=at,
                     unique_id=start.unique_id,
                     resource_type=start.resource_type,
                     name=start.name,
@@ -361,7 +364,7 @@ class Attempt:
         if node is not None:
             await self.ctx.bus.publish(
                 ev.NodeFinished(
-                    project=self.project, run_id=self.run_id, attempt=self.number, node=node
+                    project=self.project, run_id=self.run_id, attempt=self.number, at=at, node=node
                 )
             )
 

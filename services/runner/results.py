@@ -19,7 +19,15 @@ import msgspec
 from shared.events import NodeResult
 from shared.outcomes import outcome
 
-__all__ = ["NODE_EVENTS", "NodeStart", "Overlay", "node_start", "node_finished", "from_artifacts"]
+__all__ = [
+    "NODE_EVENTS",
+    "NodeStart",
+    "Overlay",
+    "logged_at",
+    "node_start",
+    "node_finished",
+    "from_artifacts",
+]
 
 NODE_START = "NodeStart"
 NODE_FINISHED = "NodeFinished"
@@ -51,6 +59,12 @@ def _timing(timing: list[dict] | None) -> tuple[datetime | None, datetime | None
     if not entries:
         return None, None
     return _time(entries[0].get("started_at")), _time(entries[-1].get("completed_at"))
+
+
+def logged_at(record: dict) -> datetime:
+    """When dbt logged a record (now, if it does not say): a node event's own time, later
+    than the node's timing (dbt logs NodeFinished once it has released the connection)."""
+    return _time(record.get("info", {}).get("ts")) or datetime.now(UTC)
 
 
 class NodeStart(msgspec.Struct, frozen=True, kw_only=True):
