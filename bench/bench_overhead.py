@@ -13,8 +13,11 @@ example project and on a generated project:
 Both build into DuckDB with 4 threads. Progress latency comes from one more
 `jetdbt run` of the example, its run polled on the API every 10 ms: for each node,
 the moment a poll's answer first shows it finished minus dbt's own finish time of
-that node (the end of its timing, the same clock). The poll interval and the
-request itself are inside the figure, so it is an upper bound.
+that node: the time dbt logged its NodeFinished (the event's `at`, the same clock),
+the goal's figure. Printed beside it, from the end of the node's timing, which adds
+what dbt does before it logs the node finished (under 4 threads on 2 cores, about
+10 ms at p50 in plain dbt too). The poll interval and the request itself are inside
+both figures, so they are upper bounds.
 
     python bench/bench_overhead.py
 
@@ -44,6 +47,7 @@ from services import client
 from services.stack import Stack
 from shared import events as ev
 from shared import logging as jlog
+from shared import subjects
 from shared.config import load
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "jaffle_shop"
@@ -112,8 +116,9 @@ class Jetdbt:
     async def build(self) -> float:
         return await _timed(self.argv(uuid.uuid4().hex), self.env, self.stack.settings.home)
 
-    async def latencies(self) -> list[float]:
-        """One run polled on the API: each node's first finished sighting minus dbt's finish."""
+    async def latencies(self) -> tuple[list[float], list[float]]:
+        """One run polled on the API: each node's first finished sighting minus dbt's time
+        for it, (from its NodeFinished log line, from the end of its timing)."""
         run_id = uuid.uuid4().hex
         done = asyncio.create_task(_timed(self.argv(run_id), self.env, self.stack.settings.home))
         seen: dict[str, float] = {}
@@ -133,7 +138,26 @@ class Jetdbt:
                         finished[uid] = datetime.fromisoformat(at).timestamp()
                 await asyncio.sleep(POLL)
         await done
-        return [seen[uid] - finished[uid] for uid in seen]
+        logged = await self._logged(run_id)
+        return (
+            [seen[uid] - logged[uid] for uid in seen if uid in logged],
+            [seen[uid] - finished[uid] for uid in seen],
+        )
+
+    async def _logged(self, run_id: str) -> dict[str, float]:
+        """dbt's own time of each node's NodeFinished (the event's `at`), from the stream."""
+        subject = subjects.node_event(self.name, run_id, "finished")
+        sub = await self.stack.bus.js.subscribe(subject, ordered_consumer=True)
+        logged = {}
+        try:
+            while True:
+                msg = await sub.next_msg(timeout=1)
+                event = ev.decode(msg.data)
+                logged[event.node.unique_id] = event.at.timestamp()
+        except TimeoutError:
+            return logged
+        finally:
+            await sub.unsubscribe()
 
 
 def _pct(samples: list[float], q: float) -> float:
@@ -171,14 +195,16 @@ async def bench() -> None:
                 ("example", "jaffle_shop", EXAMPLE, "jaffle_shop", reps),
                 ("large", "bench", large, "bench", reps_large),
             ]
-            latencies: list[float] = []
+            latencies: tuple[list[float], list[float]] = ([], [])
             for kind, name, source, profile, n in cases:
                 plain, jet = Plain(work, source, profile), Jetdbt(stack, name)
                 await jet.deploy(source)
                 plain_s, jet_s = await _pairs(plain, jet, n)
                 if kind == "example":
                     for _ in range(latency_runs):
-                        latencies += await jet.latencies()
+                        logged, timed = await jet.latencies()
+                        latencies[0].extend(logged)
+                        latencies[1].extend(timed)
                 p, j = statistics.median(plain_s), statistics.median(jet_s)
                 label = f"{source.name if kind == 'example' else f'generated, {models} models'}"
                 rows.append((label, n, p, j, j / p, GOAL_RATIO[kind]))
@@ -187,7 +213,7 @@ async def bench() -> None:
     _print(rows, latencies)
 
 
-def _print(rows, latencies: list[float]) -> None:
+def _print(rows, latencies: tuple[list[float], list[float]]) -> None:
     print("\njetdbt run against plain dbt build (median of the timed pairs, alternating)\n")
     print(f"{'project':<28} {'pairs':>5} {'dbt build':>10} {'jetdbt run':>11} {'ratio':>6}"
           f" {'goal':>6}  ")  # fmt: skip
@@ -195,13 +221,16 @@ def _print(rows, latencies: list[float]) -> None:
         mark = "ok" if ratio <= goal else "MISSED"
         print(f"{label:<28} {n:>5} {p:>9.2f}s {j:>10.2f}s {ratio:>6.2f} {'<=' + str(goal):>6}"
               f"  {mark}")  # fmt: skip
-    if latencies:
-        p50, p99 = _pct(latencies, 0.5), _pct(latencies, 0.99)
-        print(f"\nprogress latency, dbt's node finish -> API (n={len(latencies)} nodes,"
+    logged, timed = latencies
+    if logged:
+        print(f"\nprogress latency, dbt's node finish -> API (n={len(logged)} nodes,"
               f" poll {POLL * 1e3:.0f} ms, an upper bound)")  # fmt: skip
-        for name, value, goal in (("p50", p50, GOAL_P50), ("p99", p99, GOAL_P99)):
+        for name, q, goal in (("p50", 0.5, GOAL_P50), ("p99", 0.99, GOAL_P99)):
+            value = _pct(logged, q)
             mark = "ok" if value <= goal else "MISSED"
-            print(f"  {name}  {value * 1e3:7.0f} ms   goal <= {goal * 1e3:.0f} ms  {mark}")
+            strict = _pct(timed, q) * 1e3
+            print(f"  {name}  {value * 1e3:7.0f} ms   goal <= {goal * 1e3:.0f} ms  {mark}"
+                  f"   (from the end of the node's timing: {strict:.0f} ms)")  # fmt: skip
 
 
 def main() -> None:
