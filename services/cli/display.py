@@ -49,6 +49,8 @@ STATUS_STYLE = {"passed": "bold green", "failed": "bold red", "cancelled": "yell
 NAME_WIDTH = 80
 # The redraw rate of the live area between events (the elapsed time moves on).
 TICK_SECONDS = 0.25
+# What the terminal itself prints where the cursor is when Ctrl-C is pressed.
+ECHOED_INTERRUPT = "^C"
 
 
 def console_for(stream) -> Console:
@@ -110,7 +112,10 @@ class LiveArea:
         top.add_column(no_wrap=True, overflow="ellipsis", max_width=max(1, width - bar_width))
         top.add_row(bar, counts)
         yield top
-        yield self._status(width)
+        # The cursor rests at the end of this last line: a full-width line would make the
+        # terminal's echo of Ctrl-C ("^C") wrap, and the area's erase would then miss its
+        # top line. Two columns stay free.
+        yield self._status(max(1, width - len(ECHOED_INTERRUPT)))
 
     def _status(self, width: int) -> Text:
         tally = self.tally
