@@ -6,8 +6,9 @@ it with the run page open. Each node event the page receives is a user-timing ma
 its delay is the mark's wall-clock time minus the time dbt logged the event (the
 event's `at`), counted only for events dbt logged after the page's stream opened;
 printed beside it, from the node's own time (its `node_started_at` for a start, the
-end of its timing for a finish, which dbt logs a few milliseconds later). Then the page of the finished run
-is opened afresh a few times: the time from navigation to the graph painted.
+end of its timing for a finish, which dbt logs a few milliseconds later). Then the
+page of the finished run is opened afresh a few times: the time from navigation to the
+graph painted.
 
     python bench/bench_viewer.py [--models N] [--loads L] [--screenshot PNG]
 """
