@@ -17,7 +17,7 @@ import contextlib
 import hashlib
 
 import msgspec
-from nats.js.errors import KeyWrongLastSequenceError
+from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 
 from shared import logging as jlog
 from shared.bus import LEASES, Bus
@@ -27,6 +27,8 @@ __all__ = ["Lease", "LeaseBusy", "LeaseLost", "lease_key", "FENCE"]
 # The part of the TTL after which a runner that could not renew stops its own dbt: well
 # before the lease can expire and another attempt take it.
 FENCE = 0.6
+# How often `take` creates again when the holder's entry expired while create looked at it.
+CREATE_TRIES = 3
 
 
 class LeaseBusy(Exception):
@@ -64,14 +66,21 @@ class Lease:
         """Hold the lease, or raise LeaseBusy naming who holds it."""
         kv = await self._bucket()
         self.ttl = (await kv.status()).ttl or 0.0
-        try:
-            self.revision = await kv.create(self.key, self.value)
-        except KeyWrongLastSequenceError:
+        for _ in range(CREATE_TRIES):
             try:
-                holder = msgspec.json.decode((await kv.get(self.key)).value or b"{}")
-            except Exception:  # noqa: BLE001 - gone meanwhile, or unreadable: busy all the same
-                holder = {}
-            raise LeaseBusy(holder, self.what) from None
+                self.revision = await kv.create(self.key, self.value)
+                return
+            except KeyNotFoundError:
+                # create found the key held, then its entry expired before create could read
+                # it (a killed holder's lease running out): free now, so create again.
+                continue
+            except KeyWrongLastSequenceError:
+                try:
+                    holder = msgspec.json.decode((await kv.get(self.key)).value or b"{}")
+                except Exception:  # noqa: BLE001 - gone meanwhile, or unreadable: busy all the same
+                    holder = {}
+                raise LeaseBusy(holder, self.what) from None
+        raise LeaseBusy({}, self.what)
 
     async def keep(self, lost: asyncio.Event) -> None:
         """Renew on a beat until cancelled. A watchdog, not the outcome of a request, fences:
