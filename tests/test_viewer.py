@@ -43,6 +43,16 @@ async def sign_in(page, api_url: str, bearer: str) -> None:
     await page.click("#token-form button[type=submit]")
 
 
+async def _run_page(chromium, stack, bearer: str, run_id: str):
+    """A signed-in tab on a run's page, and the page errors it collects."""
+    page = await chromium.new_page(viewport={"width": 1600, "height": 1000}, bypass_csp=True)
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    await sign_in(page, stack.api_url, bearer)
+    await page.evaluate(f"location.hash = '#/runs/{run_id}'")
+    return page, errors
+
+
 def _colour(value: str) -> str:
     return value.replace(" ", "")
 
@@ -81,11 +91,7 @@ async def test_the_run_page_is_live_and_a_failure_is_red_with_its_message(
     async with async_playwright() as pw:
         chromium = await browser(pw)
         # The page's policy forbids eval; the test's waits evaluate their conditions.
-        page = await chromium.new_page(viewport={"width": 1600, "height": 1000}, bypass_csp=True)
-        errors: list[str] = []
-        page.on("pageerror", lambda exc: errors.append(str(exc)))
-        await sign_in(page, stack.api_url, bearer)
-        await page.evaluate("location.hash = '#/runs/view1'")
+        page, errors = await _run_page(chromium, stack, bearer, "view1")
         await page.wait_for_function(
             f"window.viewer && viewer.status({GATE!r}) === 'running'", timeout=30_000
         )
@@ -152,11 +158,7 @@ async def test_a_page_opened_before_its_run_starts_draws_the_graph_when_it_start
     late = _build(stack, "late")  # same project: it waits for the held run
     async with async_playwright() as pw:
         chromium = await browser(pw)
-        page = await chromium.new_page(viewport={"width": 1600, "height": 1000}, bypass_csp=True)
-        errors: list[str] = []
-        page.on("pageerror", lambda exc: errors.append(str(exc)))
-        await sign_in(page, stack.api_url, bearer)
-        await page.evaluate("location.hash = '#/runs/late'")
+        page, errors = await _run_page(chromium, stack, bearer, "late")
         await page.wait_for_selector("#run-header >> text=queued", timeout=30_000)
         assert await page.evaluate("viewer.cy") is None
 
