@@ -121,6 +121,15 @@ async def test_example_graph_is_exact(stack):
     assert warn["attached_node"] == M + "orders"
     singular = nodes[T + "assert_positive_order_total"]
     assert (singular["test_kind"], singular["test_severity"]) == ("singular", "error")
+    # Where the viewer draws each model and seed: its generation, then its place in it.
+    # customers reads orders: a column to its right.
+    placed = {uid.split(".")[-1]: (n["layer"], n["row"]) for uid, n in nodes.items()}
+    assert {name: at for name, at in placed.items() if at[0] is not None} == {
+        "raw_customers": (0, 0), "raw_orders": (0, 1), "raw_payments": (0, 2),
+        "stg_customers": (1, 0), "stg_orders": (1, 1), "stg_payments": (1, 2),
+        "orders": (2, 0), "customers": (3, 0),
+    }  # fmt: skip
+    assert singular["layer"] is None and singular["row"] is None
     # The graph event precedes Deployed, so a deployed version always has its graph.
     graph_event = await stack.bus.last_event(subjects.graph_event(P, "version", deployed.version))
     assert graph_event.at <= deployed.at and graph_event.node_count == len(NODES)

@@ -30,12 +30,12 @@ from aiohttp import hdrs, web
 from projections.graph import DEPLOYED
 from services.api import schemas
 from services.api.boundary import error, path, query, respond
+from services.api.graph_layers import PRODUCING, layers
 from shared.digests import digest_of
 from shared.graph import SCOPE_VERSION
 
 __all__ = ["add_graph_routes", "NODES_PER_PAGE", "WRITES_SHOWN", "RELATION_ROWS"]
 
-_PRODUCING = ("model", "seed", "snapshot")
 NODES_PER_PAGE = 10_000  # the default and the most a graph page holds
 WRITES_SHOWN = 50  # a relation's latest writes, and producers declared per relation
 RELATION_ROWS = 1000  # nodes, and readers, of one relation
@@ -189,8 +189,10 @@ async def _graph(conn, head, key: tuple[str, str, str], want: _Nodes) -> dict:
         last,
     )
     writes = await _writes(conn, [n["relation"] for n in nodes if n["relation"]])
+    placed = await _layers(conn, key)
     for node in nodes:
         node["declared_writes"] = writes.get(node["relation"], [])
+        node["layer"], node["row"] = placed.get(node["unique_id"], (None, None))
     body = dict(head)
     body["run_id"] = None if run_id == DEPLOYED else run_id
     body["nodes"] = nodes
@@ -198,6 +200,17 @@ async def _graph(conn, head, key: tuple[str, str, str], want: _Nodes) -> dict:
     body["column_edges"] = [dict(c) for c in column_edges]
     body["next"] = {"after": last} if last is not None else None
     return body
+
+
+async def _layers(conn, key: tuple[str, str, str]) -> dict[str, tuple[int, int]]:
+    """The whole graph's generations: a page's nodes are placed among all the others."""
+    drawn = await conn.fetch(
+        f"SELECT unique_id FROM graph_nodes {_WHERE} AND resource_type = ANY($4::text[])",
+        *key,
+        list(PRODUCING),
+    )
+    edges = await conn.fetch(f"SELECT parent, child FROM graph_edges {_WHERE}", *key)
+    return layers((r["unique_id"] for r in drawn), (tuple(e) for e in edges))
 
 
 def add_graph_routes(app: web.Application, pool: asyncpg.Pool) -> None:
@@ -266,7 +279,7 @@ def add_graph_routes(app: web.Application, pool: asyncpg.Pool) -> None:
                 RELATION_ROWS + 1,
             )
             nodes, cut_nodes = nodes[:RELATION_ROWS], len(nodes) > RELATION_ROWS
-            producing = [n for n in nodes if n["resource_type"] in _PRODUCING and n["owned"]]
+            producing = [n for n in nodes if n["resource_type"] in PRODUCING and n["owned"]]
             readers = await conn.fetch(
                 "SELECT e.project, e.child AS unique_id, c.resource_type, c.name, c.relation,"
                 " e.parent AS reads_through FROM graph_edges e JOIN graph_nodes c"

@@ -296,6 +296,10 @@ class GraphNode(_Body):
     attached_node: str | None
     raw_code: str
     declared_writes: list[DeclaredWrite]
+    # Where the viewer draws a model, seed or snapshot: the column of its topological
+    # generation in the whole graph, and its place in that column (else null).
+    layer: int | None
+    row: int | None
 
 
 class Edge(_Body):
