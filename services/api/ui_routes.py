@@ -17,12 +17,13 @@ from services.api.boundary import error
 __all__ = ["DIST", "UI_PATHS", "add_ui_routes", "viewer_url"]
 
 DIST = Path(__file__).resolve().parent.parent.parent / "ui" / "dist"
-# The page's script, the modules it imports (cytoscape; dagre for small graphs) and its
-# style: nothing else is served from DIST.
+# The page's script, the modules it imports (cytoscape; dagre for small graphs), the
+# worker that reads a run's event stream, and its style: nothing else is served from DIST.
 _ASSETS = {
     "app.js": "text/javascript",
     "graph.js": "text/javascript",
     "dagre.js": "text/javascript",
+    "follow.js": "text/javascript",
     "style.css": "text/css",
 }
 # Every route this module serves (the auth middleware lets them through without a token).

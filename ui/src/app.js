@@ -5,9 +5,15 @@ const SHOWN = new Set(["model", "seed", "snapshot"]);
 const TESTS = new Set(["test", "unit_test"]);
 // Past this many nodes a run page asks for a focus (a node and its +n neighbours).
 const FOCUS_ABOVE = 1500;
-// dagre orders each rank to cut crossings, which costs seconds past a few hundred nodes;
-// larger graphs get cytoscape's breadth-first layering, turned left to right.
+// dagre orders each rank to cut crossings, which costs seconds past a few hundred nodes.
+// The whole of a larger graph is drawn in columns, one per topological generation (the
+// API places each node), this far apart in cytoscape's units (a node is 150 by 30); a
+// part of one (a focus) gets cytoscape's breadth-first layering, turned left to right.
 const DAGRE_UP_TO = 200;
+const COLUMN_GAP = 400;
+const ROW_GAP = 40;
+// While a run goes, a graph larger than that is redrawn at most this often.
+const LARGE_REDRAW_MS = 250;
 const DARK_TEXT = new Set(["pending", "not_selected", "warned"]);
 // A label is drawn only where it is at least MIN_READABLE_PX high on screen.
 const FONT_PX = 11;
@@ -17,18 +23,16 @@ const COLOURS = {
   failed: "#d93636", skipped: "#9a9a9a", no_op: "#b5c4b1", unknown: "#b0b0b0",
   not_selected: "#ffffff",
 };
-// The run page's graph: a node's fill says its outcome. Past DAGRE_UP_TO nodes the edges
-// are straight lines without arrows (haystack: far cheaper to lay out and draw); left to
-// right says which way they go.
+// The run page's graph: a node's fill says its outcome (its data's `fill`, one rule for
+// every outcome: each rule is matched against every node). Past DAGRE_UP_TO nodes the
+// edges are straight lines without arrows (haystack: far cheaper to lay out and draw);
+// left to right says which way they go.
 function graphStyle(small) {
   return [
     { selector: "node", style: {
       shape: "round-rectangle", width: 150, height: 30, "border-width": 1,
-      "border-color": "#7a8591", "background-color": COLOURS.unknown,
+      "border-color": "#7a8591", "background-color": "data(fill)",
     } },
-    ...Object.entries(COLOURS).map(([status, colour]) => ({
-      selector: `node[status = '${status}']`, style: { "background-color": colour },
-    })),
     { selector: "node[status = 'not_selected']", style: { "border-style": "dashed" } },
     { selector: "node:selected", style: { "border-width": 3, "border-color": "#1d232a" } },
     { selector: "edge", style: small
@@ -92,49 +96,29 @@ document.getElementById("forget").addEventListener("click", () => {
   askToken();
 });
 
-// Server-sent events over fetch (EventSource cannot send a token): each message's id is
-// its stream sequence; a dropped connection resumes after the last one with Last-Event-ID.
-async function follow(runId, onEvent, signal) {
-  let last = 0;
-  while (!signal.aborted) {
-    try {
-      const extra = last ? { "Last-Event-ID": String(last) } : {};
-      const resp = await fetch(`/v1/runs/${encodeURIComponent(runId)}/events`, {
-        headers: headers(extra), signal,
-      });
-      if (resp.status === 404) { await sleep(1000); continue; }
-      if (resp.status === 401) throw new Unauthorized("token refused");
-      if (!resp.ok) throw new Error(`event stream: ${resp.status}`);
-      performance.mark("jetdbt:stream-open");
-      const reader = resp.body.pipeThrough(new TextDecoderStream()).getReader();
-      let buffer = "";
-      for (;;) {
-        const { value, done } = await reader.read();
-        if (done) return;  // the run ended: the server closed the stream
-        buffer += value;
-        let cut;
-        while ((cut = buffer.indexOf("\n\n")) >= 0) {
-          const message = parseMessage(buffer.slice(0, cut));
-          buffer = buffer.slice(cut + 2);
-          if (message) { last = message.id; onEvent(message); }
-        }
+// The run's events, read by follow.js in a worker of its own and posted here in order.
+// Each gets a user-timing mark at the time it reached the browser, its detail saying when
+// this page handled it: bench/bench_viewer.py reads both.
+function follow(runId, onEvent, signal) {
+  const worker = new Worker("follow.js");
+  signal.addEventListener("abort", () => worker.terminate());
+  const since = (epochMs) => epochMs - performance.timeOrigin;
+  return new Promise((ended, refused) => {
+    worker.onmessage = ({ data }) => {
+      if (data.opened) performance.mark("jetdbt:stream-open", { startTime: since(data.opened) });
+      for (const message of data.events || []) {
+        const { type, unique_id, node } = message.data;
+        performance.mark("jetdbt:event", { startTime: since(message.arrived), detail: {
+          type, unique_id: unique_id || node?.unique_id, seq: message.id,
+          handled: performance.timeOrigin + performance.now() } });
+        onEvent(message);
       }
-    } catch (err) {
-      if (signal.aborted || err instanceof Unauthorized) throw err;
-      await sleep(1000);  // a dropped connection: resume after `last`
-    }
-  }
-}
-
-function parseMessage(block) {
-  const fields = {};
-  for (const line of block.split("\n")) {
-    if (!line || line.startsWith(":")) continue;
-    const at = line.indexOf(": ");
-    fields[line.slice(0, at)] = line.slice(at + 2);
-  }
-  if (!fields.id) return null;
-  return { id: Number(fields.id), event: fields.event, data: JSON.parse(fields.data) };
+      if (data.ended || data.refused) worker.terminate();
+      if (data.ended) ended();
+      if (data.refused) refused(new Unauthorized(data.refused));
+    };
+    worker.postMessage({ runId, token: token() });
+  });
 }
 
 // ---- small DOM helpers -----------------------------------------------------------------
@@ -390,6 +374,10 @@ async function runPage(runId, params) {
     return tests.length ? ` ✓${tests.length - failed.length}${failed.length ? ` ✗${failed.length}` : ""}` : "";
   };
   const label = (id) => `${folded.drawn.get(id).name}${badge(id)}`;
+  const looks = (id) => {
+    const status = outcome(id);
+    return { status, fill: COLOURS[status] || COLOURS.unknown };
+  };
 
   let cy = null;
   async function drawGraph(g) {
@@ -406,19 +394,27 @@ async function runPage(runId, params) {
       return;
     }
     const small = ids.length <= DAGRE_UP_TO;
+    // The whole of a large graph goes in the columns the API placed its nodes in; a part
+    // of one (a focus) is laid out here.
+    const placed = ids.length === folded.drawn.size
+      && ids.every((id) => folded.drawn.get(id).layer != null);
     const cytoscape = (await library).default;
     if (small) await useDagre(cytoscape);
     const kept = new Set(ids);
     cy = cytoscape({
       container: graphBox,
       elements: [
-        ...ids.map((id) => ({ data: { id, label: label(id), status: outcome(id) } })),
+        ...ids.map((id) => ({ data: { id, label: label(id), ...looks(id) } })),
         ...folded.edges.filter((e) => kept.has(e.parent) && kept.has(e.child))
           .map((e) => ({ data: { id: `${e.parent}>${e.child}`, source: e.parent, target: e.child } })),
       ],
       style: [...graphStyle(small), ...(small ? LABEL_STYLE : [])],
       layout: small
         ? { name: "dagre", rankDir: "LR", nodeSep: 8, rankSep: 60, animate: false }
+        : placed ? { name: "preset", positions: (node) => {
+          const n = folded.drawn.get(node.id());
+          return { x: n.layer * COLUMN_GAP, y: n.row * ROW_GAP };
+        } }
         : { name: "breadthfirst", directed: true, animate: false, spacingFactor: 0.5,
             transform: (node, p) => ({ x: p.y * 4, y: p.x / 4 }) },
       hideEdgesOnViewport: !small,
@@ -499,25 +495,31 @@ async function runPage(runId, params) {
     }
   }
 
-  // Events only change `state` as they arrive; the nodes that the events of one read from
-  // the stream touch are restyled together in one batch once the read is handled, and
-  // cytoscape draws the batch in its next frame. (Restyling in an animation frame instead
-  // lands after cytoscape's own frame callback: the change is drawn a frame later.)
+  // Events only change `state` as they arrive; the nodes they touch are restyled together
+  // in one batch, and cytoscape draws the batch in its next frame. A small graph's batch is
+  // the events of one read from the stream. A large graph is restyled at most every
+  // LARGE_REDRAW_MS: each of its frames costs the browser tens of milliseconds of the
+  // machine dbt builds on. (Restyling in an animation frame instead lands after
+  // cytoscape's own frame callback: the change is drawn a frame later.)
   const stale = new Set();
   let queued = false;
+  let restyled = -Infinity;
   function repaint(id) {
     stale.add(folded.testedBy.get(id) || id);
-    if (!queued) {
-      queued = true;
-      queueMicrotask(restyle);
-    }
+    if (queued) return;
+    queued = true;
+    const pace = cy && cy.nodes().length > DAGRE_UP_TO ? LARGE_REDRAW_MS : 0;
+    const wait = restyled + pace - performance.now();
+    if (wait > 0) setTimeout(restyle, wait);
+    else queueMicrotask(restyle);
   }
   function restyle() {
     queued = false;
+    restyled = performance.now();
     cy?.batch(() => {
       for (const id of stale) {
         const node = cy.getElementById(id);
-        if (node.nonempty()) node.data({ status: outcome(id), label: label(id) });
+        if (node.nonempty()) node.data({ label: label(id), ...looks(id) });
       }
     });
     if (selected && stale.has(selected)) select(selected);
@@ -532,11 +534,8 @@ async function runPage(runId, params) {
     });
   }
 
-  function onEvent({ id, data }) {
+  function onEvent({ data }) {
     const type = data.type;
-    // A user-timing mark per event as it arrives: bench/bench_viewer.py reads the delay.
-    const uid = data.unique_id || data.node?.unique_id;
-    performance.mark("jetdbt:event", { detail: { type, unique_id: uid, seq: id } });
     if (type === "node.started.v1") {
       state.set(data.unique_id, { ...(state.get(data.unique_id) || {}), unique_id: data.unique_id,
         status: "running", outcome: null, started_at: data.started_at || data.at });
