@@ -2,11 +2,12 @@
 node event reaches the browser after dbt logged it.
 
 Starts the embedded stack in a temporary home, deploys a generated project and builds
-it with the run page open. Each node event the page receives is a user-timing mark;
-its delay is the mark's wall-clock time minus the time dbt logged the event (the
-event's `at`), counted only for events dbt logged after the page's stream opened;
-printed beside it, from the node's own time (its `node_started_at` for a start, the
-end of its timing for a finish, which dbt logs a few milliseconds later). Then the
+it with the run page open. Each node event the page receives is a user-timing mark at
+the time its stream reader (a worker) read it; its delay is that wall-clock time minus
+the time dbt logged the event (the event's `at`), counted only for events dbt logged
+after the page's stream opened. Printed beside it: from the node's own time (its
+`node_started_at` for a start, the end of its timing for a finish, which dbt logs a few
+milliseconds later), and to the page's main thread handling the event. Then the
 page of the finished run is opened afresh a few times: the time from navigation to the
 graph painted.
 
