@@ -100,12 +100,14 @@ class Stack:
                 bus = self._buses["projector"]
                 projector = Projector(bus, self.pool, fold(bus), subjects[name])
                 self._serve(f"projector {name}", projector.run(self._stop))
+        sandbox = lambda: (None, False)  # noqa: E731 - no runner in this process
         if self.runner:
             runner = Runner(RunnerContext(bus=self._buses["runner"], settings=s))
+            sandbox = runner.ctx.containment.state
             self._serve("runner", runner.run(self._stop))
             self._serve("relation watch", RelationWatch(runner.ctx).run(self._stop))
         if self.api:
-            api = create_app(self.pool, self._buses["api"], self.dead_tasks)
+            api = create_app(self.pool, self._buses["api"], self.dead_tasks, sandbox)
             self._site_runner = web.AppRunner(api)
             await self._site_runner.setup()
             site = web.TCPSite(self._site_runner, s.api_host, s.api_port)

@@ -46,6 +46,14 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # Who the CLI's commands speak for (JETDBT_PRINCIPAL; default: the login name). Only
     # an operator's NATS user may name any principal; a system's user only its own.
     principal: str | None = None
+    # The sandbox every dbt invocation runs in (services/runner/containment.py): off only
+    # by an explicit JETDBT_SANDBOX=off; the uid a root runner's children run as; the
+    # memory and CPUs each invocation may use; an operator's delegated cgroup v2 folder.
+    sandbox: bool = True
+    sandbox_uid: int = 65534
+    run_memory: int = 2 << 30
+    run_cpus: float = 2.0
+    cgroup: Path | None = None
 
     @property
     def warehouse_dir(self) -> Path:
@@ -80,6 +88,44 @@ def _positive(env, name: str, default: int) -> int:
     return value
 
 
+_UNITS = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+
+
+def _bytes(env, name: str, default: int) -> int:
+    """A size such as 2g, 512m or a number of bytes."""
+    raw = (env.get(name) or "").strip().lower()
+    if not raw:
+        return default
+    number, unit = (raw[:-1], _UNITS[raw[-1]]) if raw[-1] in _UNITS else (raw, 1)
+    try:
+        value = int(float(number) * unit)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} is not a size (such as 2g, 512m)") from None
+    if value < 16 << 20:
+        raise ValueError(f"{name}={raw!r} is under 16m, too little for dbt")
+    return value
+
+
+def _cpus(env, name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw in (None, ""):
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} is not a number of CPUs") from None
+    if value < 0.01:
+        raise ValueError(f"{name}={raw!r} must be at least 0.01")
+    return value
+
+
+def _switch(env, name: str) -> bool:
+    raw = (env.get(name) or "on").strip().lower()
+    if raw not in ("on", "off"):
+        raise ValueError(f"{name}={raw!r} must be on or off")
+    return raw == "on"
+
+
 def _path(env, name: str) -> Path | None:
     raw = env.get(name)
     return Path(raw).absolute() if raw else None
@@ -108,6 +154,11 @@ def load(env=None) -> Settings:
         nats_password=Secret(env["NATS_PASSWORD"]) if env.get("NATS_PASSWORD") else None,
         token=Secret(env["JETDBT_TOKEN"]) if env.get("JETDBT_TOKEN") else None,
         principal=env.get("JETDBT_PRINCIPAL") or None,
+        sandbox=_switch(env, "JETDBT_SANDBOX"),
+        sandbox_uid=_int(env, "JETDBT_SANDBOX_UID", 65534),
+        run_memory=_bytes(env, "RUN_MEMORY", 2 << 30),
+        run_cpus=_cpus(env, "RUN_CPUS", 2.0),
+        cgroup=_path(env, "JETDBT_CGROUP"),
         env_references=tuple(
             n.strip() for n in (env.get("JETDBT_ENV_REFERENCES") or "").split(",") if n.strip()
         ),

@@ -34,6 +34,7 @@ __all__ = ["create_app", "POOL", "BUS"]
 POOL = web.AppKey("pool", asyncpg.Pool)
 BUS = web.AppKey("bus", Bus)
 DEAD_TASKS = web.AppKey("dead_tasks", object)
+SANDBOX = web.AppKey("sandbox", object)
 # How long NATS may be away before the service says it is unhealthy (a restart is quick).
 NATS_GRACE_SECONDS = 15.0
 
@@ -59,7 +60,10 @@ async def healthz(request: web.Request) -> web.Response:
     problems = [f"{name} stopped" for name in dead]
     if away > NATS_GRACE_SECONDS:
         problems.append(f"NATS away for {away:.0f}s")
-    body = {"ok": not problems, "nats": away == 0, "problems": problems}
+    sandbox, refusing = request.app[SANDBOX]()
+    if refusing:
+        problems.append(f"the runner refuses every project: its sandbox is {sandbox}")
+    body = {"ok": not problems, "nats": away == 0, "problems": problems, "sandbox": sandbox}
     return respond(schemas.shaped(schemas.Health, body), 503 if problems else 200)
 
 
@@ -166,14 +170,19 @@ async def post_run(request: web.Request) -> web.Response:
 
 
 def create_app(
-    pool: asyncpg.Pool, bus: Bus, dead_tasks: Callable[[], list[str]] = list
+    pool: asyncpg.Pool,
+    bus: Bus,
+    dead_tasks: Callable[[], list[str]] = list,
+    sandbox: Callable[[], tuple[str | None, bool]] = lambda: (None, False),
 ) -> web.Application:
-    """`dead_tasks` names the service tasks of this process that stopped on their own."""
+    """`dead_tasks` names the service tasks of this process that stopped on their own;
+    `sandbox` is this process's runner's sandbox, as described, and whether it refuses runs."""
     app = web.Application(middlewares=[auth.authenticate, guard, auth.authorize])
     auth.install(app, pool, bus)
     app[POOL] = pool
     app[BUS] = bus
     app[DEAD_TASKS] = dead_tasks
+    app[SANDBOX] = sandbox
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/v1/runs/{run_id}", get_run)
     app.router.add_get("/v1/projects/{project}/runs", list_runs)

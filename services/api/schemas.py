@@ -80,6 +80,9 @@ class Health(_Body):
     ok: bool
     nats: bool
     problems: list[str]
+    # The sandbox of the runner in this process (on: what it uses; off; missing: what),
+    # null where the API runs without a runner.
+    sandbox: str | None = None
 
 
 class NextOffset(_Body):

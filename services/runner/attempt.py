@@ -19,6 +19,7 @@ import msgspec
 
 from services.runner import results, run_log
 from services.runner.admission import Admission, Blocked
+from services.runner.containment import MemoryExceeded
 from services.runner.context import RunnerContext
 from services.runner.dbt_process import DbtInvocation, RunTimedOut
 from services.runner.job_setup import Prepared, Refused, prepare
@@ -283,6 +284,8 @@ class Attempt:
             raise  # this attempt says nothing more: the command comes back as the next one
         except RunTimedOut:
             return -1, f"timed out after {self.ctx.settings.run_timeout_seconds}s"
+        except MemoryExceeded as exc:
+            return -1, str(exc)
         except Exception as exc:  # noqa: BLE001 - the run ends saying so, never hangs
             jlog.get("runner", project=self.project, run_id=self.run_id).exception("run_broke")
             return -1, f"the runner failed: {exc.__class__.__name__}: {quote(str(exc), 300)}"
@@ -295,6 +298,7 @@ class Attempt:
         """Run one of this attempt's invocations, its nodes published as node retry round
         `round_`; raises CancelledError when the run is cancelled meanwhile."""
         self.round, self._last = round_, inv
+        self.results.begin()
         run = asyncio.create_task(inv.run(self.log, self._on_event, self._time_left()))
         stop = asyncio.create_task(self.cancelled.wait())
         fenced = asyncio.create_task(self._fenced.wait())
@@ -345,6 +349,7 @@ class Attempt:
         at = results.logged_at(record)
         start = results.node_start(record)
         if start is not None:
+            self.results.started(start, self.round)
             await self.ctx.bus.publish(
                 ev.NodeStarted(
                     project=self.project,
@@ -362,6 +367,7 @@ class Attempt:
             return
         node = results.node_finished(record, self.round)
         if node is not None:
+            self.results.finished(node)
             await self.ctx.bus.publish(
                 ev.NodeFinished(
                     project=self.project, run_id=self.run_id, attempt=self.number, at=at, node=node
@@ -375,6 +381,10 @@ class Attempt:
     async def _finish(self, code: int, error: str | None) -> ev.RunFinished:
         """Build the result, save retry state (unless hidden), publish RunFinished last."""
         prepared, plan = self.prepared, self.prepared.plan
+        if error == "cancelled":
+            self.results.close("cancelled", f"cancelled by {self.cancelled.by or 'a cancel'}")
+        elif error is not None:
+            self.results.close("error", error)
         nodes = self.results.in_order()
         failed = any(n.outcome == "failed" for n in nodes)
         if error == "cancelled":

@@ -6,6 +6,7 @@ import os
 import socket
 from dataclasses import dataclass, field
 
+from services.runner.containment import Containment
 from services.runner.secrets import Masker, Resolver, load_variables
 from services.runner.warehouses import Warehouse, load_warehouses
 from shared import logging as jlog
@@ -22,6 +23,7 @@ class RunnerContext:
     warehouses: dict[str, Warehouse] = field(default_factory=dict)
     name: str = ""
     masker: Masker = field(default_factory=Masker)
+    containment: Containment | None = None
 
     def __post_init__(self):
         self.name = (
@@ -31,6 +33,7 @@ class RunnerContext:
             self.warehouses = load_warehouses(
                 self.settings.warehouses_file, self.settings.default_duckdb
             )
+        self.containment = self.containment or Containment(self.settings)
         # Everything this runner publishes or logs passes the one masking function.
         self.bus.mask = self.masker.mask_bytes
         jlog.add_mask(self.masker.mask)

@@ -17,14 +17,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
 
 from services.runner import results, spawn
 from shared import logging as jlog
+
+if TYPE_CHECKING:
+    from services.runner.containment import JobSandbox
 
 __all__ = ["DbtInvocation", "RunTimedOut", "dbt_env", "ERROR_TAIL"]
 
@@ -104,8 +109,10 @@ class DbtInvocation:
         executable: list[str] | None = None,
         log_dir: str = "logs",
         target_dir: str = "target",
+        sandbox: JobSandbox | None = None,
     ):
         self.project_dir = project_dir
+        self.sandbox = sandbox
         self.log_file = project_dir / log_dir / "dbt.log"
         self.target_dir = project_dir / target_dir
         self.executable = executable
@@ -159,6 +166,21 @@ class DbtInvocation:
         on_event: Callable[[dict], Awaitable[None]] | None = None,
         timeout: float | None = None,
     ) -> int:
+        """dbt's exit code; raises the sandbox's MemoryExceeded when the kernel killed it
+        for RUN_MEMORY."""
+        if self.sandbox is None:
+            return await self._run(on_line, on_event, timeout, None)
+        name = f"{self.project_dir.parent.name}-{uuid.uuid4().hex[:12]}"
+        spec = await self.sandbox.enter(name)
+        try:
+            code = await self._run(on_line, on_event, timeout, spec)
+        finally:
+            killed = await self.sandbox.leave(name)
+        if killed:
+            raise self.sandbox.memory_error()
+        return code
+
+    async def _run(self, on_line, on_event, timeout, sandbox) -> int:
         piped = on_event is not None and not self.executable
         read_fd, write_fd = os.pipe()
         events_r, events_w = os.pipe() if piped else (None, None)
@@ -172,6 +194,7 @@ class DbtInvocation:
                 keep=sorted(RUNNER_SETTINGS),
                 events_fd=events_w,
                 events=results.NODE_EVENTS if piped else (),
+                sandbox=sandbox,
             )
         except BaseException:
             for fd in (read_fd, events_r):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 
 from services.runner import engine, graph, workspace
+from services.runner.containment import MemoryExceeded
 from services.runner.context import RunnerContext
 from services.runner.job_setup import Prepared, Refused, prepare
 from shared import events as ev
@@ -57,6 +58,12 @@ async def deploy(
         return final
     try:
         return await _parse(ctx, project, cmd, deploy_id, prepared)
+    except MemoryExceeded as exc:
+        final = ev.DeployFailed(
+            project=project, deploy_id=deploy_id, version=cmd.bundle_digest, reason=str(exc)
+        )
+        await bus.publish(final)
+        return final
     finally:
         prepared.cleanup()
 

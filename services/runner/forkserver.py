@@ -15,7 +15,8 @@ through its programmatic entry point, and dbt's event callback writes each named
 event to the events pipe as one JSON line (the shape of dbt's JSON log) the
 moment dbt fires it: no file log to write and poll. With `exec` set the child
 replaces itself with that binary (engines that are not the installed dbt-core)
-after the same sealing.
+after the same sealing. With `sandbox` set the child contains itself first
+(services/runner/sandbox.py), still warm: nothing is exec'd for it.
 
 sys.path never holds the working directory (started with -P), so a project file
 named like a module (`click.py`) is never imported.
@@ -34,6 +35,8 @@ import signal
 import socket
 import sys
 import threading
+
+from services.runner import sandbox
 
 PRELOAD = (
     "dbt.cli.main",
@@ -211,6 +214,11 @@ def _child(
         os.dup2(out_fd, 2)
         os.close(null)
         os.close(out_fd)
+        if request.get("sandbox"):
+            try:
+                sandbox.enter(request["sandbox"], [1, 2, *events_fd])
+            except Exception as exc:  # noqa: BLE001 - said, and the child ends at once
+                sandbox.fail(exc)
         os.chdir(request["cwd"])
         dropped = flags - set(request.get("keep", ()))
         env = {k: v for k, v in request["env"].items() if k not in dropped}

@@ -19,6 +19,7 @@ import msgspec
 from nats.js.errors import ObjectNotFoundError
 
 from services.runner import engine, workspace
+from services.runner.containment import JobSandbox, SandboxMissing
 from services.runner.context import RunnerContext
 from services.runner.dbt_process import DbtInvocation, dbt_env
 from services.runner.plan import Plan, PlanRefused, make_plan
@@ -63,6 +64,7 @@ class Prepared:
     executable: list[str] | None
     env: dict[str, str]
     partial_parse: Path
+    sandbox: JobSandbox | None = None
 
     def cleanup(self) -> None:
         """Keep what dbt parsed for the next job of the same kind, then remove this job."""
@@ -84,6 +86,7 @@ class Prepared:
             self.job.profiles,
             self.env,
             executable=self.executable,
+            sandbox=self.sandbox,
             **kw,
         )
 
@@ -121,6 +124,10 @@ async def prepare(
     args: dict[str, Any] | None = None,
 ) -> Prepared:
     try:
+        await ctx.containment.check()
+    except SandboxMissing as exc:
+        raise Refused(str(exc)) from None
+    try:
         job = await workspace.prepare(
             ctx.bus, ctx.settings.runner_cache, version, name, packages_digest
         )
@@ -139,6 +146,7 @@ async def prepare(
         executable = engine.command(desc.engine, ctx.settings.engines_dir)
         resolver = ctx.resolver()
         plan = make_plan(desc, cmd, args, wh, resolver, job.project, desc.engine)
+        ctx.containment.check_writable(plan.duckdb_folder)
     except _REFUSALS as exc:
         job.cleanup()
         raise Refused(str(exc)) from None
@@ -158,4 +166,5 @@ async def prepare(
         executable=executable,
         env=dbt_env(plan.env),
         partial_parse=partial_parse,
+        sandbox=JobSandbox(ctx.containment, job.root, plan) if ctx.containment.enabled else None,
     )

@@ -71,6 +71,10 @@ class Plan(msgspec.Struct, frozen=True, kw_only=True):
     environment: Environment | None = None
     unlocated: str | None = None  # why `environment` is None
     lease_scope: str = ""  # what one build at a time is kept to (see _lease_scope)
+    # What a sandboxed invocation may reach and write (services/runner/containment.py):
+    # the warehouse's real host and port, and a DuckDB warehouse's folder.
+    endpoint: tuple[str, int] | None = None
+    duckdb_folder: str | None = None
 
     def publishes_ownership(self) -> bool:
         """A run whose graph is what the project owns: no override, nothing dynamic."""
@@ -229,6 +233,23 @@ def _lease_scope(
     return f"warehouse {warehouse!r}, target {target!r}"
 
 
+def _endpoint(output: dict[str, Any]) -> tuple[str, int] | None:
+    """The one host and port a networked warehouse's connection goes to, or None; a host
+    that is a path is the folder of Postgres's socket."""
+    host, port = output.get("host"), output.get("port")
+    if isinstance(host, str) and host and isinstance(port, int) and 0 < port < 65536:
+        return host, port
+    return None
+
+
+def _duckdb_folder(output: dict[str, Any]) -> str | None:
+    """A DuckDB warehouse's folder, which its invocations write (its file and WAL)."""
+    path = output.get("path")
+    if output.get("type") != "duckdb" or not isinstance(path, str) or not path.startswith("/"):
+        return None
+    return str(Path(path).resolve().parent)
+
+
 def make_plan(
     desc: Descriptor,
     cmd: BuildCommand | None,
@@ -281,6 +302,8 @@ def make_plan(
         environment=environment,
         unlocated=unlocated,
         lease_scope=lease_scope,
+        endpoint=_endpoint(output),
+        duckdb_folder=_duckdb_folder(output),
     )
     plan.selection_args()  # refuses a value that would reach dbt as a flag, before it runs
     plan.common_args()

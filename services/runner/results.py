@@ -152,8 +152,42 @@ class Overlay:
     def __init__(self) -> None:
         self.nodes: dict[str, NodeResult] = {}
         self.merged: dict | None = None  # run_results.json of every node, its last result
+        # What dbt reported live in the invocation going on: it stands when the invocation
+        # ends without run_results.json (killed for memory, cancelled, timed out).
+        self._started: dict[str, tuple[NodeStart, int]] = {}
+        self._finished: dict[str, NodeResult] = {}
+
+    def begin(self) -> None:
+        """A new invocation: nothing of it reported yet."""
+        self._started, self._finished = {}, {}
+
+    def started(self, start: NodeStart, round_: int) -> None:
+        self._started[start.unique_id] = (start, round_)
+
+    def finished(self, node: NodeResult) -> None:
+        self._finished[node.unique_id] = node
+
+    def close(self, status: str, message: str | None) -> None:
+        """The invocation ended without run_results.json: the nodes dbt finished stand as it
+        reported them, and one it started but never finished ends with `status`."""
+        self.nodes.update(self._finished)
+        for uid, (start, round_) in self._started.items():
+            if uid not in self._finished:
+                self.nodes[uid] = NodeResult(
+                    unique_id=uid,
+                    status=status,
+                    outcome=outcome(status),
+                    resource_type=start.resource_type,
+                    name=start.name,
+                    relation=start.relation,
+                    message=message,
+                    started_at=start.started_at,
+                    round=round_,
+                )
+        self.begin()
 
     def add(self, run_results: dict, manifest: dict | None, round_: int) -> None:
+        self.begin()  # the invocation's own record replaces what it reported live
         for node in from_artifacts(run_results, manifest, round_):
             self.nodes[node.unique_id] = node
         if self.merged is None:

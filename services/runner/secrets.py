@@ -8,8 +8,11 @@ one is masked before it is published.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import os
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -38,10 +41,34 @@ def load_variables(path: Path | None) -> dict[str, str]:
     return {str(k): str(v) for k, v in data.items()}
 
 
+def _base64_cores(data: bytes) -> set[str]:
+    """What base64 (standard and URL-safe) writes for `data` wherever it stands in a longer
+    text: for each of the three alignments, the characters that depend on `data` alone."""
+    cores = set()
+    for shift in range(3):
+        encoded = base64.b64encode(b"\0" * shift + data).decode()
+        start = -(-shift * 4 // 3)  # characters that still carry the padding bytes
+        end = ((shift + len(data)) // 3) * 4
+        core = encoded[start:end]
+        if len(core) >= MIN_SECRET:
+            cores |= {core, core.translate(str.maketrans("+/", "-_"))}
+    return cores
+
+
+def _encoded(secret: str) -> set[str]:
+    """Encodings that cost nothing to look for: hex, base64, URL-encoding. A defence in
+    depth only: the sandbox, not this list, keeps secrets from a project's code."""
+    data = secret.encode()
+    hexed = binascii.hexlify(data).decode()
+    return {hexed, hexed.upper(), urllib.parse.quote(secret, safe=""),
+            urllib.parse.quote_plus(secret), *_base64_cores(data)}  # fmt: skip
+
+
 class Masker:
     """Every secret this runner resolved, in every spelling it may leave in: as is,
-    reversed, upper- and lower-cased, and each of those as JSON escapes it. One
-    instance per runner, applied where anything leaves it (events, log lines, logs)."""
+    reversed, upper- and lower-cased, each of those as JSON escapes it, and as hex, base64
+    and URL-encoded. One instance per runner, applied where anything leaves it (events,
+    log lines, logs)."""
 
     def __init__(self):
         self._spellings: list[str] = []
@@ -53,6 +80,7 @@ class Masker:
         self._known.add(secret)
         variants = {secret, secret[::-1], secret.upper(), secret.lower()}
         variants |= {json.dumps(v)[1:-1] for v in variants}
+        variants |= _encoded(secret)
         self._spellings = sorted(set(self._spellings) | variants, key=len, reverse=True)
 
     def mask(self, text: str) -> str:

@@ -183,10 +183,12 @@ async def spawn(
     keep: list[str] = (),
     events_fd: int | None = None,
     events: tuple[str, ...] = (),
+    sandbox: dict | None = None,
 ) -> Child:
     """A sealed child running `dbt <argv>` (or the binary `exec_`), its output on `out_fd`
     and, with `events_fd`, the dbt events named in `events` as JSON lines there; of dbt's
-    flag variables in `env`, only those named in `keep` reach it."""
+    flag variables in `env`, only those named in `keep` reach it; `sandbox` is what the child
+    contains itself in (services/runner/containment.py), None to run it uncontained."""
     server = _current()
     request_id = str(next(_ids))
     started = server.expect(request_id, "pid")
@@ -199,6 +201,7 @@ async def spawn(
         "exec": exec_,
         "keep": list(keep),
         "events": list(events),
+        "sandbox": sandbox,
     }
     fds = [out_fd] if events_fd is None else [out_fd, events_fd]
     socket.send_fds(server.control, [json.dumps(request).encode()], fds)

@@ -20,6 +20,7 @@ import msgspec
 from services.runner import admission, spawn
 from services.runner.attempt import Cancel, settled
 from services.runner.build import build
+from services.runner.containment import SandboxMissing
 from services.runner.context import RunnerContext
 from services.runner.dbt_retry import retry
 from services.runner.deploy import deploy
@@ -66,7 +67,9 @@ class Runner:
         # The consumer's live ack wait, not this runner's setting: one owner for it.
         self.ack_wait = (await js.consumer_info(COMMANDS, CONSUMER)).config.ack_wait
         cancels = await self.ctx.bus.nc.subscribe("dbt.cmd.cancel.>", cb=self._on_cancel)
-        self.log.info("runner_started")
+        with contextlib.suppress(SandboxMissing):  # said on the start line; runs are refused
+            await self.ctx.containment.check()
+        self.log.info("runner_started", sandbox=self.ctx.containment.describe())
         try:
             while not stop.is_set():
                 try:
