@@ -25,7 +25,7 @@ from services.stack import Stack
 from shared import events as ev
 from shared.commands import BuildCommand, RunCommand
 from shared.config import load
-from tests.helpers import collect_everything, get_json, use_token, wait_for
+from tests.helpers import collect_everything, get_json, pg_parts, use_token, wait_for
 
 pytestmark = [pytest.mark.dbt, pytest.mark.asyncio(loop_scope="module")]
 
@@ -255,5 +255,45 @@ async def test_sandbox_off_is_explicit_and_reported(settings, tmp_path):
         folder = _project(tmp_path / "p", "open_shop", {"a.sql": "select 1 as id"})
         final, _ = await _build(st, folder, "open_shop")
         assert final.result.status == "passed"
+    finally:
+        await st.stop()
+
+
+async def _forward(reader, writer, path: str) -> None:
+    """One TCP connection joined to Postgres's socket."""
+    up_reader, up_writer = await asyncio.open_unix_connection(path)
+
+    async def pipe(src, dst):
+        try:
+            while data := await src.read(65536):
+                dst.write(data)
+                await dst.drain()
+        finally:
+            dst.close()
+
+    await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer), return_exceptions=True)
+
+
+async def test_a_networked_warehouse_is_reached_through_the_relay_by_its_own_name(
+    settings, tmp_path, project_copy, pg_url
+):
+    """The warehouse is `localhost:<port>` over TCP (a forwarder to the suite's Postgres):
+    dbt's profile is as written, the sandbox has no network but the relay to it."""
+    parts = pg_parts(pg_url)
+    socket_path = f"{parts['host']}/.s.PGSQL.{parts['port']}"
+    server = await asyncio.start_server(lambda r, w: _forward(r, w, socket_path), "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    schema = f"relay_{uuid.uuid4().hex[:8]}"
+    warehouses = tmp_path / "warehouses.yaml"
+    warehouse = {"type": "postgres", "host": "localhost", "port": port, "user": parts["user"],
+                 "dbname": parts["dbname"], "schema": schema}  # fmt: skip
+    warehouses.write_text(yaml.safe_dump({"warehouses": {"main": warehouse}}))
+    st = await Stack(msgspec.structs.replace(settings, warehouses_file=warehouses)).start()
+    try:
+        async with server:
+            final, nodes = await _build(st, project_copy, "jaffle_shop")
+        assert final.result.status == "passed", final.result.error
+        assert nodes["customers"]["outcome"] == "passed"
+        assert '"postgres"' in nodes["customers"]["relation"]
     finally:
         await st.stop()

@@ -304,15 +304,15 @@ def _start_relay(network: dict, keep: list[int], uid: int | None) -> socket.sock
         null = os.open(os.devnull, os.O_RDWR)
         for fd in (0, 1, 2):
             os.dup2(null, fd)
-        host, port = network["host"], int(network["port"])
+        # Resolved once, before the uid is dropped (a lookup may import what it cannot read).
+        addresses = socket.getaddrinfo(network["host"], int(network["port"]), 0, socket.SOCK_STREAM)
         if uid is not None:
             os.setgroups([])
             os.setresgid(uid, uid, uid)
             os.setresuid(uid, uid, uid)
         while outside.recv(16):
-            try:
-                conn = socket.create_connection((host, port), timeout=30)
-            except OSError:
+            conn = _connect(addresses)
+            if conn is None:
                 outside.send(b"e")
                 continue
             with conn:
@@ -320,6 +320,21 @@ def _start_relay(network: dict, keep: list[int], uid: int | None) -> socket.sock
     except BaseException:  # noqa: BLE001 - the relay ends; the sandbox's connects fail
         code = 1
     os._exit(code)
+
+
+def _connect(addresses: list) -> socket.socket | None:
+    """A connection to the first of `addresses` that answers, or None."""
+    for family, kind, proto, _, address in addresses:
+        conn = socket.socket(family, kind, proto)
+        conn.settimeout(30)
+        try:
+            conn.connect(address)
+        except OSError:
+            conn.close()
+            continue
+        conn.settimeout(None)
+        return conn
+    return None
 
 
 def _listen(channel: socket.socket, address: str, port: int) -> None:
