@@ -54,6 +54,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     run_memory: int = 2 << 30
     run_cpus: float = 2.0
     cgroup: Path | None = None
+    # Folders every run may read besides its job (shared reference files); JETDBT_HOME
+    # stays hidden even inside one of them.
+    sandbox_read: tuple[Path, ...] = ()
 
     @property
     def warehouse_dir(self) -> Path:
@@ -159,6 +162,11 @@ def load(env=None) -> Settings:
         run_memory=_bytes(env, "RUN_MEMORY", 2 << 30),
         run_cpus=_cpus(env, "RUN_CPUS", 2.0),
         cgroup=_path(env, "JETDBT_CGROUP"),
+        sandbox_read=tuple(
+            Path(p.strip()).absolute()
+            for p in (env.get("JETDBT_SANDBOX_READ") or "").split(",")
+            if p.strip()
+        ),
         env_references=tuple(
             n.strip() for n in (env.get("JETDBT_ENV_REFERENCES") or "").split(",") if n.strip()
         ),

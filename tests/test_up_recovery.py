@@ -50,9 +50,11 @@ async def test_a_killed_up_leaves_no_build_and_a_restart_completes_the_run(tmp_p
     release = tmp_path / "release"
     add_gate(project_copy, release)
     env = {k: v for k, v in os.environ.items() if k not in ("NATS_URL", "DATABASE_URL")}
+    tmp_path.chmod(0o755)  # runs read the gate's release file here, as their sandbox uid
     env.update(
         {
             "JETDBT_HOME": str(home),
+            "JETDBT_SANDBOX_READ": str(tmp_path),
             "JETDBT_API_PORT": str(free_port()),
             "RUN_ACK_WAIT_SECONDS": "4",
         }

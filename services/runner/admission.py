@@ -8,11 +8,16 @@ the lease's beat and lost with its runner (the bucket's TTL):
     slot.<i>                one of MAX_CONCURRENT_RUNS run slots, across every runner
     wait.env-<hash>.<seq>   a run waiting for that environment (seq: its command's)
     wait.team-<hash>.<seq>  a run waiting in that team's queue
+    wait.prep.<seq>         a run being prepared: its environment is not known yet
 
 A waiting run holds no slot: it keeps its wait entries alive and may try to take only
 when no run submitted before it waits for its environment or in its team, so waiting
 runs start in the order they were submitted, per environment and per team, whichever
-runner holds them. Each runner follows the bucket with one watcher (`Mirror`); waiting
+runner holds them. A run announces itself (`announce`) before it is prepared, so one
+submitted after it cannot take the environment first while it still reads its descriptor;
+the announcement goes once its wait entries are written. Deploys and parses come in the
+same way, each with a scope of its own, so they take a team slot and a run slot too.
+Each runner follows the bucket with one watcher (`Mirror`); waiting
 runs read it and wake when a key changes, instead of each asking the server.
 """
 
@@ -142,6 +147,23 @@ def _waiting_seq(key: str) -> int:
     return int(key.rsplit(".", 1)[1])
 
 
+def _preparing_key(seq: int) -> str:
+    return f"wait.prep.{seq:0{SEQ_DIGITS}d}"
+
+
+async def announce(bus: Bus, seq: int, holder: dict) -> None:
+    """Say that the command `seq` is being prepared, before its environment is known."""
+    kv = await bus.js.key_value(LEASES)
+    await kv.put(_preparing_key(seq), msgspec.json.encode(holder))
+
+
+async def withdraw(bus: Bus, seq: int) -> None:
+    """The announcement of `seq` is gone (its wait entries say it now, or it never waits)."""
+    with contextlib.suppress(Exception):
+        kv = await bus.js.key_value(LEASES)
+        await kv.delete(_preparing_key(seq))
+
+
 class Admission:
     """One attempt's way in: wait in order, then take every key or none."""
 
@@ -192,9 +214,12 @@ class Admission:
                 blocked = self.blocked()
                 try:
                     if blocked is None and (taken := await self._take()) is not None:
+                        await withdraw(self.bus, self.seq)
                         return taken
                     if renew_at is None or loop.time() >= renew_at:
                         await self._write_waiting()
+                        if renew_at is None:
+                            await withdraw(self.bus, self.seq)
                         renew_at = loop.time() + (self.mirror.ttl or 60) / 4
                 except TRANSIENT as exc:  # NATS away a moment: the run goes on waiting
                     self.log.warning("admission_retried", error=repr(exc))
@@ -234,8 +259,14 @@ class Admission:
             for k, v in m.live(f"wait.{self.team_key}.").items()
             if (s := _waiting_seq(k)) < self.seq
         }
-        position = len(env_ahead.keys() | team_ahead.keys()) + 1
+        preparing = {
+            s: v for k, v in m.live("wait.prep.").items() if (s := _waiting_seq(k)) < self.seq
+        }
+        position = len(env_ahead.keys() | team_ahead.keys() | preparing.keys()) + 1
         on = f"on environment {self.environment}"
+        if preparing:
+            first = preparing[min(preparing)].get("run_id")
+            return Blocked(f"waiting for run {first!r}, submitted before it, to start", position)
         holder = m.live(self.env_key).get(self.env_key)
         if holder is not None:
             return Blocked(f"waiting for run {holder.get('run_id')!r} {on}", position)
@@ -299,3 +330,33 @@ class Admission:
             kv = await self.bus.js.key_value(LEASES)
             for key in self._wait_keys:
                 await kv.delete(key)
+
+
+@contextlib.asynccontextmanager
+async def admitted(ctx, *, scope: str, team: str, seq: int, holder: dict):
+    """Hold `scope`, a team slot and a run slot while the block runs (a deploy's dbt): its
+    place is only logged while it waits, and a lease lost meanwhile ends nothing."""
+    settings = ctx.settings
+    entry = Admission(
+        ctx.bus,
+        environment=scope,
+        team=team,
+        seq=seq,
+        holder=holder,
+        runs=settings.max_concurrent_runs,
+        per_team=settings.max_runs_per_team,
+    )
+
+    async def said(blocked: Blocked) -> None:
+        """`enter` logs each new reason and place already: a deploy publishes none."""
+
+    leases = await entry.enter(asyncio.Event(), said)
+    lost = asyncio.Event()
+    keepers = [asyncio.create_task(lease.keep(lost)) for lease in leases]
+    try:
+        yield
+    finally:
+        for keeper in keepers:
+            keeper.cancel()
+        for lease in leases:
+            await lease.release()

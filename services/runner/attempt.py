@@ -17,7 +17,7 @@ from typing import Any
 
 import msgspec
 
-from services.runner import results, run_log
+from services.runner import admission, results, run_log
 from services.runner.admission import Admission, Blocked
 from services.runner.containment import MemoryExceeded
 from services.runner.context import RunnerContext
@@ -135,6 +135,9 @@ class Attempt:
         """Run to the end and publish RunFinished, or RunRefused when the run cannot start."""
         log = jlog.get("runner", project=self.project, run_id=self.run_id, attempt=self.number)
         s = self.source
+        seq, team = await self._requested()
+        # Announced before it is prepared: a run submitted later cannot start first.
+        await admission.announce(self.ctx.bus, seq, self._holder())
         try:
             self.prepared = await prepare(
                 self.ctx,
@@ -145,6 +148,7 @@ class Attempt:
                 args=s.args,
             )
         except Refused as exc:
+            await admission.withdraw(self.ctx.bus, seq)
             return await refuse(self.ctx, self.project, self.run_id, str(exc))
         leases: list[Lease] = []
         keepers: list[asyncio.Task] = []
@@ -152,18 +156,17 @@ class Attempt:
             reason = await self.check()
             if reason:
                 return await refuse(self.ctx, self.project, self.run_id, reason)
-            if self.writes:
-                leases = await self._admit()
-                if leases is None:  # cancelled before it started: dbt never runs for it
-                    self.number -= 1  # the last attempt that started, 0 when none did
-                    return await self._finish(-1, "cancelled")
-                keepers = [asyncio.create_task(x.keep(self._fenced)) for x in leases]
-                # While it waited, the run may have ended (a duplicate command) or
-                # another attempt of it started: the log says, after the lease.
-                final = await settled(self.ctx.bus, self.project, self.run_id)
-                if final is not None:
-                    return final
-                await self._renumber()
+            leases = await self._admit(seq, team)
+            if leases is None:  # cancelled before it started: dbt never runs for it
+                self.number -= 1  # the last attempt that started, 0 when none did
+                return await self._finish(-1, "cancelled")
+            keepers = [asyncio.create_task(x.keep(self._fenced)) for x in leases]
+            # While it waited, the run may have ended (a duplicate command) or
+            # another attempt of it started: the log says, after the lease.
+            final = await settled(self.ctx.bus, self.project, self.run_id)
+            if final is not None:
+                return final
+            await self._renumber()
             if self.number > 1:  # only now: a live earlier attempt would still hold the lease
                 await self.ctx.bus.publish(
                     ev.RunAttemptLost(
@@ -187,25 +190,36 @@ class Attempt:
             log.info("run_finished", status=finished.result.status, exit_code=code)
             return finished
         finally:
+            await admission.withdraw(self.ctx.bus, seq)
             for keeper in keepers:
                 keeper.cancel()
             for lease in leases or ():
                 await lease.release()
             self.prepared.cleanup()
 
-    async def _admit(self) -> list[Lease] | None:
-        """Wait, holding no slot, until the run holds its environment, a team slot and a run
-        slot (services/runner/admission.py); None when it was cancelled before that, here
-        or by a cancel recorded in the log (one sent before the run was delivered)."""
-        bus, settings = self.ctx.bus, self.ctx.settings
+    async def _requested(self) -> tuple[int, str]:
+        """The run's command sequence (its place in every queue) and its team."""
+        bus = self.ctx.bus
         requested = await bus.last_event(subjects.run_event(self.project, self.run_id, "requested"))
         seq = requested.command_seq if isinstance(requested, ev.RunRequested) else 0
         team = (requested.team if isinstance(requested, ev.RunRequested) else "") or (
             await team_of(bus, self.body.requested_by)
         )
-        admission = Admission(
+        return seq, team
+
+    def scope(self) -> str:
+        """What the run holds while dbt runs: a build its environment (one at a time); a
+        run that builds nothing a scope of its own, so it takes only its slots."""
+        return self.prepared.plan.lease_scope if self.writes else f"run {self.run_id}"
+
+    async def _admit(self, seq: int, team: str) -> list[Lease] | None:
+        """Wait, holding no slot, until the run holds its scope, a team slot and a run
+        slot (services/runner/admission.py); None when it was cancelled before that, here
+        or by a cancel recorded in the log (one sent before the run was delivered)."""
+        bus, settings = self.ctx.bus, self.ctx.settings
+        entry = Admission(
             bus,
-            environment=self.prepared.plan.lease_scope,
+            environment=self.scope(),
             team=team,
             seq=seq,
             holder=self._holder(),
@@ -231,7 +245,7 @@ class Attempt:
 
         watch = asyncio.create_task(self._watch_cancel_record())
         try:
-            leases = await admission.enter(self.cancelled, queued)
+            leases = await entry.enter(self.cancelled, queued)
         finally:
             watch.cancel()
         if leases is not None and await self._cancel_recorded():

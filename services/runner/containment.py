@@ -148,6 +148,7 @@ class Containment:
         }
         if self.settings.engines_dir is not None:
             spec["readonly"].append(str(self.settings.engines_dir))
+        spec["readonly"] += [str(p) for p in self.settings.sandbox_read]
         if plan is not None:
             if plan.duckdb_folder:
                 spec["writable"].append(plan.duckdb_folder)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 
-from services.runner import engine, graph, workspace
+from services.runner import admission, engine, graph, workspace
 from services.runner.containment import MemoryExceeded
 from services.runner.context import RunnerContext
 from services.runner.job_setup import Prepared, Refused, prepare
@@ -30,9 +30,12 @@ async def deploy(
     *,
     team: str = "",
     door: str = "",
+    seq: int = 0,
 ) -> ev.Event:
     """Run one deploy to its end; returns the final event it published. `cmd.requested_by`
-    is the authenticated principal, `team` and `door` how it came in (the worker's)."""
+    is the authenticated principal, `team` and `door` how it came in (the worker's), `seq`
+    its command's place in the queues: a deploy's dbt takes a team slot and a run slot,
+    and one deploy of a project at a time, in the order they were submitted."""
     bus = ctx.bus
     await bus.publish(
         ev.DeployRequested(
@@ -50,14 +53,20 @@ async def deploy(
         final = ev.DeployUnchanged(project=project, deploy_id=deploy_id, version=cmd.bundle_digest)
         await bus.publish(final)
         return final
+    holder = {"project": project, "run_id": f"deploy {deploy_id}", "runner": ctx.name}
+    await admission.announce(bus, seq, holder)
     try:
         prepared = await prepare(ctx, cmd.bundle_digest, f"deploy-{deploy_id}")
     except Refused as exc:
+        await admission.withdraw(bus, seq)
         final = ev.DeployRefused(project=project, deploy_id=deploy_id, reason=str(exc))
         await bus.publish(final)
         return final
     try:
-        return await _parse(ctx, project, cmd, deploy_id, prepared)
+        async with admission.admitted(
+            ctx, scope=f"deploy {project}", team=team, seq=seq, holder=holder
+        ):
+            return await _parse(ctx, project, cmd, deploy_id, prepared)
     except MemoryExceeded as exc:
         final = ev.DeployFailed(
             project=project, deploy_id=deploy_id, version=cmd.bundle_digest, reason=str(exc)
@@ -65,6 +74,7 @@ async def deploy(
         await bus.publish(final)
         return final
     finally:
+        await admission.withdraw(bus, seq)
         prepared.cleanup()
 
 

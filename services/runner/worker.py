@@ -316,4 +316,4 @@ class Runner:
             return
         deploy_id = body.deploy_id or f"c{seq}"
         body = msgspec.structs.replace(body, requested_by=caller.principal)
-        await deploy(self.ctx, project, body, deploy_id, team=team, door=caller.door)
+        await deploy(self.ctx, project, body, deploy_id, team=team, door=caller.door, seq=seq)

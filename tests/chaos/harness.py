@@ -361,9 +361,11 @@ async def open_world(
             {"warehouses": {"main": {"type": "duckdb", "path": str(folder / "wh.duckdb")}}}
         )
     )
+    folder.chmod(0o755)  # runs read the gate's release file here, as their sandbox uid
     settings = load(
         {
             "JETDBT_HOME": str(folder / "home"),
+            "JETDBT_SANDBOX_READ": str(folder),
             "NATS_URL": nats_url,
             "DATABASE_URL": pg_url,
             "JETDBT_SCHEMA": f"chaos_{name}_{uuid.uuid4().hex[:8]}",
