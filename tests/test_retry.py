@@ -27,7 +27,9 @@ def model(dbt, session):
     return dbt.ref("stg_payments")
 """
 
-# Fails on its first execution only: a transient warehouse error.
+# Fails on its first execution only: a transient warehouse error. Its marker lies in the job
+# folder (its path is relative to the project), the one place a sandboxed run may write
+# that lasts from one retry round to the next.
 FLAKY = """
 import os
 
@@ -131,7 +133,7 @@ async def test_dbt_retry_from_another_runner_rebuilds_only_what_failed(
 async def test_node_retry_recovers_a_transient_failure_in_the_same_run(
     stack, project_copy, tmp_path
 ):
-    _add_model(project_copy, "flaky", FLAKY, {"marker_file": str(tmp_path / "seen-once")})
+    _add_model(project_copy, "flaky", FLAKY, {"marker_file": "../seen-once"})
     (project_copy / "jetdbt.yaml").write_text(
         "retry_failed_nodes: {attempts: 2, delay_seconds: 0.2}\n"
     )
@@ -162,7 +164,7 @@ async def test_node_retry_recovers_a_transient_failure_in_the_same_run(
 async def test_a_failing_data_test_is_not_retried_when_its_model_was_not_rebuilt(
     stack, project_copy, tmp_path
 ):
-    _add_model(project_copy, "flaky", FLAKY, {"marker_file": str(tmp_path / "seen-once")})
+    _add_model(project_copy, "flaky", FLAKY, {"marker_file": "../seen-once"})
     (project_copy / "jetdbt.yaml").write_text("retry_failed_nodes: {attempts: 1}\n")
     await client.deploy(stack.bus, project_copy, "jaffle_shop")
     seen = Seen()
