@@ -24,10 +24,13 @@ from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
 from services import client
+from services.cli.stack_commands import _announce_up
 from services.mcp import resources
+from services.mcp.http_app import McpHttp, McpPortInUse
 from services.stack import Stack
 from shared import events as ev
 from shared import identity
+from shared.config import load
 from tests.conftest import EXAMPLE
 from tests.helpers import JETDBT, up_stack, wait_for
 
@@ -96,21 +99,28 @@ async def _http(site: Site, who: str, mode: str = "auto"):
 
 
 @asynccontextmanager
-async def _stdio(site: Site, who: str, *, token_file: bool = True):
-    """`jetdbt mcp` as a desktop agent starts it: from its configuration, in a fresh process
-    that finds the stack through JETDBT_HOME; the token from a file or from JETDBT_TOKEN."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("JETDBT_", "NATS_"))}
-    env["JETDBT_HOME"] = str(site.home)
+async def _stdio(site: Site, who: str | None, *, how: str = "token file"):
+    """`jetdbt mcp` as a desktop agent starts it (README): the SDK's stdio client gives it
+    its default environment plus the configuration's `env`. The token from a file, from
+    JETDBT_TOKEN (with the API named by `--api`), or none: the admin token `jetdbt up` keeps."""
+    env = {"JETDBT_HOME": str(site.home)}
     args = ["mcp"]
-    if token_file:
+    if how == "token file":
         args += ["--token-file", str(site.token_files[who])]
-    else:
-        env["JETDBT_TOKEN"] = site.tokens[who]
+    elif how == "env":
+        env = {"JETDBT_TOKEN": site.tokens[who], "JETDBT_HOME": str(site.home / "elsewhere")}
+        args += ["--api", site.stack.api_url]
     async with Client(StdioServerParameters(command=JETDBT, args=args, env=env)) as mcp:
         yield mcp
 
 
-TRANSPORTS = {"http": _http, "stdio": _stdio}
+@asynccontextmanager
+async def _stdio_env(site: Site, who: str):
+    async with _stdio(site, who, how="env") as mcp:
+        yield mcp
+
+
+TRANSPORTS = {"http": _http, "stdio": _stdio, "stdio JETDBT_TOKEN": _stdio_env}
 
 
 def _refusal(result) -> dict:
@@ -189,6 +199,34 @@ async def test_another_teams_project_is_refused_as_the_rest_route_refuses_it(sit
             assert "not a project of team 'billing'" in expected["error"]
 
 
+async def test_stdio_without_a_token_speaks_for_the_admin_token_up_keeps(site):
+    async with _stdio(site, None, how="admin") as mcp:
+        me = (await mcp.call_tool("whoami", {})).structured_content
+        listed = {t.name for t in (await mcp.list_tools()).tools}
+    assert me["role"] == "admin" and "get_relation" in listed
+
+
+async def test_up_prints_the_mcp_address_beside_the_apis(site, capsys):
+    _announce_up(site.stack)
+    printed = capsys.readouterr().out
+    assert f"API {site.stack.api_url}" in printed
+    assert f"MCP for agents: {site.stack.mcp_url} (streamable HTTP)" in printed
+    assert site.stack.mcp_url.endswith("/mcp") and site.stack.mcp_url != site.stack.api_url
+
+
+async def test_the_mcp_port_is_its_own_setting_next_to_the_apis():
+    assert load({}).mcp_listen_port == 8581
+    assert load({"JETDBT_API_PORT": "9000"}).mcp_listen_port == 9001
+    assert load({"JETDBT_API_PORT": "0"}).mcp_listen_port == 0
+    assert load({"JETDBT_MCP_PORT": "7000"}).mcp_listen_port == 7000
+
+
+async def test_an_mcp_port_in_use_is_refused_naming_the_setting(site):
+    port = int(site.stack.mcp_url.rsplit(":", 1)[1].split("/")[0])
+    with pytest.raises(McpPortInUse, match="JETDBT_MCP_PORT"):
+        await McpHttp.start("127.0.0.1", port, site.stack.api_url)
+
+
 async def test_an_agent_on_the_handshake_era_protocol_is_served_the_same(site):
     async with _http(site, "vera", mode="legacy") as mcp:
         assert mcp.protocol_version < "2026"
@@ -242,7 +280,7 @@ async def test_stdio_with_a_wrong_token_stops_at_start_with_the_apis_reason(site
     assert done.stdout == ""
 
 
-@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("transport", ["http", "stdio"])
 async def test_a_runner_builds_the_example_follows_it_and_reads_the_failed_nodes_message(
     site, transport
 ):
@@ -307,9 +345,12 @@ async def test_resources_are_the_readmes_sections_and_the_descriptors_keys(site)
         listed = {str(r.uri) for r in (await mcp.list_resources()).resources}
         assert listed == set(resources.RESOURCES)
         security = await mcp.read_resource("jetdbt://docs/security-model")
+        agents = await mcp.read_resource("jetdbt://docs/agents")
         keys = await mcp.read_resource("jetdbt://docs/descriptor")
     readme = resources.README.read_text()
     text = security.contents[0].text
     assert text.startswith("## Security model") and "## Access" in text
     assert text.strip() in readme
+    assert agents.contents[0].text.startswith("## AI agents (MCP)")
+    assert '"mcpServers"' in agents.contents[0].text
     assert "`retry_failed_nodes.delay_seconds`" in keys.contents[0].text
