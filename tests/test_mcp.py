@@ -22,11 +22,14 @@ import pytest
 import pytest_asyncio
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
 
 from services import client
 from services.cli.stack_commands import _announce_up
 from services.mcp import resources
+from services.mcp.api_client import Api
 from services.mcp.http_app import McpHttp, McpPortInUse
+from services.mcp.server import build_server
 from services.stack import Stack
 from shared import events as ev
 from shared import identity
@@ -155,6 +158,9 @@ async def test_a_viewer_lists_only_read_tools_and_is_refused_a_changing_one_by_n
             assert tool.annotations.read_only_hint is True, tool.name
             assert tool.input_schema["type"] == "object" and tool.output_schema, tool.name
         refused = await mcp.call_tool("start_run", {"project": SHOP, "command": {"label": "build"}})
+        admins = _refusal(await mcp.call_tool("get_relation", {"key": "dbt://main/main/orders"}))
+    status, body = await _rest(site, "GET", "/v1/relations/dbt://main/main/orders", "vera")
+    assert admins == {"status": 403, **body} and "needs role 'admin'" in body["error"]
     status, body = await _rest(
         site, "POST", f"/v1/projects/{SHOP}/runs", "vera", {"command": {"label": "build"}}
     )
@@ -203,7 +209,15 @@ async def test_stdio_without_a_token_speaks_for_the_admin_token_up_keeps(site):
     async with _stdio(site, None, how="admin") as mcp:
         me = (await mcp.call_tool("whoami", {})).structured_content
         listed = {t.name for t in (await mcp.list_tools()).tools}
+        lineage = (await mcp.call_tool("get_lineage", {"project": SHOP})).structured_content
+        orders = next(n for n in lineage["nodes"] if n["unique_id"] == "model.jaffle_shop.orders")
+        page = (await mcp.call_tool("get_relation", {"key": orders["relation"]})).structured_content
+        climbed = _refusal(await mcp.call_tool("get_relation", {"key": "../../whoami"}))
     assert me["role"] == "admin" and "get_relation" in listed
+    assert page["relation"] == orders["relation"].lower()
+    assert {"kind": "dbt", "project": SHOP, "unique_id": orders["unique_id"]} in page["producers"]
+    assert any(r["unique_id"] == "model.jaffle_shop.customers" for r in page["readers"])
+    assert climbed["status"] == 400 and "is not a relation key" in climbed["error"]
 
 
 async def test_up_prints_the_mcp_address_beside_the_apis(site, capsys):
@@ -219,6 +233,18 @@ async def test_the_mcp_port_is_its_own_setting_next_to_the_apis():
     assert load({"JETDBT_API_PORT": "9000"}).mcp_listen_port == 9001
     assert load({"JETDBT_API_PORT": "0"}).mcp_listen_port == 0
     assert load({"JETDBT_MCP_PORT": "7000"}).mcp_listen_port == 7000
+
+
+async def test_an_api_that_does_not_answer_is_said_so_never_a_traceback():
+    async with aiohttp.ClientSession() as session:
+        api = Api("http://127.0.0.1:9", session)  # the discard port: nothing listens
+        async with Client(build_server(api, lambda ctx: "jdbt_0123456789ab_x")) as mcp:
+            result = await mcp.call_tool("list_projects", {})
+            with pytest.raises(MCPError, match="did not answer"):
+                await mcp.list_tools()
+    refused = _refusal(result)
+    assert refused["status"] == 503
+    assert refused["error"].startswith("the API at http://127.0.0.1:9 did not answer")
 
 
 async def test_an_mcp_port_in_use_is_refused_naming_the_setting(site):

@@ -11,11 +11,12 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+import aiohttp
 import jsonschema
 import mcp_types as types
 from mcp.server import Server, ServerRequestContext
 from mcp.shared.exceptions import MCPError
-from mcp_types.jsonrpc import INVALID_PARAMS, INVALID_REQUEST
+from mcp_types.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST
 
 from services.mcp.api_client import Api, ApiRefused
 from services.mcp.resources import RESOURCES
@@ -65,6 +66,10 @@ def _refused(status: int | None, error: str) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(type="text", text=body)], is_error=True)
 
 
+def _unreachable(api: Api, exc: Exception) -> str:
+    return f"the API at {api.base_url} did not answer: {exc}"
+
+
 def _argument_problem(tool: Tool, arguments: dict) -> str | None:
     error = jsonschema.exceptions.best_match(
         jsonschema.Draft202012Validator(tool.input_schema).iter_errors(arguments)
@@ -83,6 +88,8 @@ def build_server(api: Api, bearer: Bearer) -> Server:
             return (await whoami(api, bearer(ctx)))["role"]
         except ApiRefused as exc:
             raise MCPError(INVALID_REQUEST, exc.error) from None
+        except aiohttp.ClientError as exc:
+            raise MCPError(INTERNAL_ERROR, _unreachable(api, exc)) from None
 
     async def list_tools(ctx, params) -> types.ListToolsResult:
         have = await role(ctx)
@@ -101,6 +108,9 @@ def build_server(api: Api, bearer: Bearer) -> Server:
         except ApiRefused as exc:
             log.info("tool_refused", tool=tool.name, status=exc.status)
             return _refused(exc.status, exc.error)
+        except aiohttp.ClientError as exc:
+            log.warning("api_unreachable", tool=tool.name, api=api.base_url, error=str(exc))
+            return _refused(503, _unreachable(api, exc))
         text = json.dumps(answer)
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=text)], structured_content=answer
