@@ -87,7 +87,10 @@ class McpHttp:
 
     @classmethod
     async def start(cls, host: str, port: int, api_url: str) -> McpHttp:
-        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+        # IPPROTO_TCP named, or asyncio leaves Nagle on for accepted connections (it sets
+        # TCP_NODELAY only on sockets that say TCP): 40 ms of delayed ACK on every answer.
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))

@@ -60,6 +60,11 @@ def _listed(tool: Tool) -> types.Tool:
     )
 
 
+# Built once: a tool's schemas never change while the server runs, and on the 2026 protocol
+# every HTTP tool call checks its arguments against the listing.
+_LISTED = {tool.name: _listed(tool) for tool in TOOLS}
+
+
 def _refused(status: int | None, error: str) -> types.CallToolResult:
     """A tool's refusal: the API's `{"error": ...}` with its status, as text."""
     body = json.dumps({"status": status, "error": error})
@@ -93,7 +98,7 @@ def build_server(api: Api, bearer: Bearer) -> Server:
 
     async def list_tools(ctx, params) -> types.ListToolsResult:
         have = await role(ctx)
-        return types.ListToolsResult(tools=[_listed(t) for t in TOOLS if allowed(t, have)])
+        return types.ListToolsResult(tools=[_LISTED[t.name] for t in TOOLS if allowed(t, have)])
 
     async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
         tool = BY_NAME.get(params.name)
@@ -137,9 +142,13 @@ def build_server(api: Api, bearer: Bearer) -> Server:
         contents = types.TextResourceContents(uri=params.uri, text=text, mime_type=found.mime_type)
         return types.ReadResourceResult(contents=[contents])
 
+    def input_schema(name: str) -> dict | None:
+        return BY_NAME[name].input_schema if name in BY_NAME else None
+
     return Server(
         NAME,
         instructions=INSTRUCTIONS,
+        get_tool_input_schema=input_schema,
         on_list_tools=list_tools,
         on_call_tool=call_tool,
         on_list_resources=list_resources,

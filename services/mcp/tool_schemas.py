@@ -33,9 +33,9 @@ def object_schema(struct: type) -> dict:
     return {**defs[name], "$defs": defs}
 
 
-def route_input_schema(op: openapi.Operation, params: tuple[str, ...], extra: dict) -> dict:
-    """The parameters `params` of `op` (path ones required), the properties of its request
-    Struct, and `extra` properties a tool adds; nothing else is accepted."""
+def route_input_schema(op: openapi.Operation, params: tuple[str, ...]) -> dict:
+    """The parameters `params` of `op` (path ones required) and the properties of its request
+    Struct; nothing else is accepted."""
     properties: dict = {}
     required: list[str] = []
     for key in params:
@@ -49,5 +49,4 @@ def route_input_schema(op: openapi.Operation, params: tuple[str, ...], extra: di
         properties.update(body["properties"])
         required += body.get("required", [])
         schema["$defs"] = body["$defs"]
-    properties.update(extra)
     return {**schema, "properties": properties, "required": required, "additionalProperties": False}

@@ -87,7 +87,7 @@ def _route_tool(
         title=title,
         description=f"{description} ({method} {route})",
         routes=((method, route),),
-        input_schema=route_input_schema(op, params, {}),
+        input_schema=route_input_schema(op, params),
         output=op.body,
         run=run,
         changes=changes,
