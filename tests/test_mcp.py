@@ -361,6 +361,12 @@ async def test_arguments_are_checked_against_the_tools_schema(site):
         wrong = _refusal(await mcp.call_tool("list_runs", {"project": SHOP, "limit": 0}))
         extra = _refusal(await mcp.call_tool("get_run", {"run_id": "r1", "sql": "drop"}))
         unknown = _refusal(await mcp.call_tool("drop_everything", {}))
+        flag = {"label": "build", "select": ["--threads=64"]}
+        smuggled = _refusal(await mcp.call_tool("start_run", {"project": SHOP, "command": flag}))
+    status, body = await _rest(
+        site, "POST", f"/v1/projects/{SHOP}/runs", "alice", {"command": flag}
+    )
+    assert smuggled == {"status": 400, **body} and "select[0]" in body["error"]
     assert wrong["status"] == 400 and "limit" in wrong["error"]
     assert extra["status"] == 400 and "sql" in extra["error"]
     assert unknown["status"] == 404 and "start_run" in unknown["error"]

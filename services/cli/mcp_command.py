@@ -10,6 +10,13 @@ from shared.config import Settings
 __all__ = ["cmd_mcp"]
 
 
+def _stack_api(settings: Settings) -> str:
+    try:
+        return endpoints(settings)[1]
+    except CliError as exc:
+        raise CliError(f"{exc}; or name the API with --api URL") from None
+
+
 async def cmd_mcp(args, settings: Settings) -> int:
     from services.access.local import cli_token
     from services.mcp import stdio
@@ -22,7 +29,7 @@ async def cmd_mcp(args, settings: Settings) -> int:
                 "no API token: pass --token-file, set JETDBT_TOKEN, or start `jetdbt up` here"
                 " (it keeps an admin token)"
             )
-        api_url = args.api or endpoints(settings)[1]
+        api_url = args.api or _stack_api(settings)
         await stdio.serve_stdio(api_url, token)
     except stdio.StdioRefused as exc:
         raise CliError(str(exc)) from None
