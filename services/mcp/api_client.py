@@ -39,17 +39,20 @@ class Api:
 
     async def call(
         self,
-        bearer: str,
+        auth: str,
         method: str,
         path: str,
         *,
         query: dict[str, Any] | None = None,
         body: dict[str, Any] | None = None,
     ) -> Any:
-        """The route's JSON answer; raises ApiRefused when it refused."""
+        """The route's JSON answer; raises ApiRefused when it refused. `auth` is the caller's
+        `Authorization` header value, sent as it is (none when empty): the API alone reads it."""
         url = URL(self.base_url + path, encoded=True)
         params = {k: str(v) for k, v in (query or {}).items()}
-        headers = {"Authorization": f"Bearer {bearer}", "Accept": "application/json"}
+        headers = {"Accept": "application/json"}
+        if auth:
+            headers["Authorization"] = auth
         data = None
         if body is not None:
             data = msgspec.json.encode(body)

@@ -1,9 +1,10 @@
 """The MCP server over streamable HTTP, on its own port beside the API (JETDBT_MCP_PORT).
 
-Every HTTP request must carry `Authorization: Bearer <token>`; the gate asks the API who
-the token is (`GET /v1/whoami`) and answers the API's own 401 when it is not valid, so a
-revoked token is refused at its next request here too. Tools then call the API with the
-same header. Stateless: each POST is answered on its own, no session is kept.
+Every HTTP request must carry `Authorization: Bearer <token>`; the gate sends the header
+as it came to the API (`GET /v1/whoami`) and answers the API's own 401 when it is missing,
+malformed or not valid, so a revoked token is refused at its next request here too. Tools
+then call the API with the same header. Stateless: each POST is answered on its own, no
+session is kept.
 """
 
 from __future__ import annotations
@@ -36,11 +37,6 @@ class _Embedded(uvicorn.Server):
         yield
 
 
-def _bearer_of(headers) -> str | None:
-    scheme, _, token = (headers.get("authorization") or "").partition(" ")
-    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
-
-
 async def _answer_401(send, message: str) -> None:
     body = msgspec.json.encode({"error": message})
     await send(
@@ -57,19 +53,14 @@ async def _answer_401(send, message: str) -> None:
 
 
 def _gate(app, api: Api):
-    """The ASGI app `app` behind the API's authentication of the request's bearer token."""
+    """The ASGI app `app` behind the API's authentication of the request's credentials."""
 
     async def gated(scope, receive, send):
         if scope["type"] != "http":
             return await app(scope, receive, send)
-        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-        token = _bearer_of(headers)
-        if token is None:
-            return await _answer_401(
-                send, "missing credentials: send 'Authorization: Bearer <token>'"
-            )
+        given = [v.decode("latin-1") for k, v in scope["headers"] if k == b"authorization"]
         try:
-            await whoami(api, token)
+            await whoami(api, given[0] if given else "")
         except ApiRefused as exc:
             if exc.status == 401:
                 return await _answer_401(send, exc.error)
@@ -102,7 +93,7 @@ class McpHttp:
             ) from None
         session = aiohttp.ClientSession()
         api = Api(api_url, session)
-        mcp = build_server(api, lambda ctx: _bearer_of(ctx.request.headers) or "")
+        mcp = build_server(api, lambda ctx: ctx.request.headers.get("authorization", ""))
         app = mcp.streamable_http_app(
             streamable_http_path=PATH, stateless_http=True, json_response=True, host=host
         )

@@ -37,12 +37,12 @@ class ModelDetails(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     last_runs: list[NodeRun]
 
 
-async def _whole_graph(api: Api, bearer: str, project: str) -> tuple[dict, list, list]:
+async def _whole_graph(api: Api, auth: str, project: str) -> tuple[dict, list, list]:
     path = route_path(GRAPH, {"project": project})
-    page = await api.call(bearer, "GET", path)
+    page = await api.call(auth, "GET", path)
     head, nodes, edges = page, list(page["nodes"]), list(page["edges"])
     while page["next"] is not None:
-        page = await api.call(bearer, "GET", path, query=page["next"])
+        page = await api.call(auth, "GET", path, query=page["next"])
         nodes += page["nodes"]
         edges += page["edges"]
     return head, nodes, edges
@@ -68,19 +68,19 @@ def _is_test(node: dict | None) -> bool:
     return node is not None and node["resource_type"] == "test"
 
 
-async def model_details(api: Api, bearer: str, project: str, node: str) -> dict:
-    head, nodes, edges = await _whole_graph(api, bearer, project)
+async def model_details(api: Api, auth: str, project: str, node: str) -> dict:
+    head, nodes, edges = await _whole_graph(api, auth, project)
     found = _find(project, nodes, node)
     uid = found["unique_id"]
     by_id = {n["unique_id"]: n for n in nodes}
     children = [e for e in edges if e["parent"] == uid]
     tests = [by_id[c] for c in (e["child"] for e in children) if _is_test(by_id.get(c))]
     runs = await api.call(
-        bearer, "GET", route_path(RUNS, {"project": project}), query={"limit": RUNS_READ}
+        auth, "GET", route_path(RUNS, {"project": project}), query={"limit": RUNS_READ}
     )
     last_runs = []
     for run in runs["runs"]:
-        full = await api.call(bearer, "GET", route_path(RUN, {"run_id": run["run_id"]}))
+        full = await api.call(auth, "GET", route_path(RUN, {"run_id": run["run_id"]}))
         for row in full["nodes"]:
             if row["unique_id"] == uid:
                 last_runs.append(

@@ -1,8 +1,9 @@
 """The MCP server both transports run: tools filtered by the caller's role, each call made
 to the API with the caller's own token, and the resources.
 
-`bearer` says where a request's token is: the one `jetdbt mcp` was started with (stdio),
-or the `Authorization` header of the HTTP request that carried the message.
+`credentials` gives a request's `Authorization` header value, sent to the API as it is:
+`Bearer <the token jetdbt mcp was started with>` (stdio), or the header of the HTTP
+request that carried the message.
 """
 
 from __future__ import annotations
@@ -35,11 +36,11 @@ INSTRUCTIONS = (
     " is the API's own. Read jetdbt://docs/security-model and jetdbt://docs/descriptor."
 )
 _MAX_ERROR = 600  # characters of an argument error quoted back
-Bearer = Callable[[ServerRequestContext], str]
+Credentials = Callable[[ServerRequestContext], str]
 
 
-async def whoami(api: Api, bearer: str) -> dict:
-    return await api.call(bearer, "GET", "/v1/whoami")
+async def whoami(api: Api, auth: str) -> dict:
+    return await api.call(auth, "GET", "/v1/whoami")
 
 
 def _listed(tool: Tool) -> types.Tool:
@@ -85,12 +86,12 @@ def _argument_problem(tool: Tool, arguments: dict) -> str | None:
     return shorten(f"tool {tool.name!r}: {where}: {error.message}", _MAX_ERROR)
 
 
-def build_server(api: Api, bearer: Bearer) -> Server:
+def build_server(api: Api, credentials: Credentials) -> Server:
     log = jlog.get("mcp")
 
     async def role(ctx: ServerRequestContext) -> str:
         try:
-            return (await whoami(api, bearer(ctx)))["role"]
+            return (await whoami(api, credentials(ctx)))["role"]
         except ApiRefused as exc:
             raise MCPError(INVALID_REQUEST, exc.error) from None
         except aiohttp.ClientError as exc:
@@ -109,7 +110,7 @@ def build_server(api: Api, bearer: Bearer) -> Server:
         if problem is not None:
             return _refused(400, problem)
         try:
-            answer = await tool.run(api, bearer(ctx), arguments)
+            answer = await tool.run(api, credentials(ctx), arguments)
         except ApiRefused as exc:
             log.info("tool_refused", tool=tool.name, status=exc.status)
             return _refused(exc.status, exc.error)

@@ -34,14 +34,15 @@ def read_token_file(path: Path) -> str:
 
 
 async def serve_stdio(api_url: str, token: str) -> None:
+    auth = f"Bearer {token}"
     async with aiohttp.ClientSession() as session:
         api = Api(api_url, session)
         try:
-            await whoami(api, token)
+            await whoami(api, auth)
         except ApiRefused as exc:
             raise StdioRefused(f"the API at {api_url} refused the token: {exc.error}") from None
         except aiohttp.ClientError as exc:
             raise StdioRefused(f"the API at {api_url} did not answer: {exc}") from None
-        server = build_server(api, lambda ctx: token)
+        server = build_server(api, lambda ctx: auth)
         async with stdio_server() as (read, write):
             await server.run(read, write, server.create_initialization_options())

@@ -71,10 +71,10 @@ def _route_tool(
     names = [p.split(":")[0] for p in params]
     in_path = [n for n in names if "{" + n + "}" in route]
 
-    async def run(api: Api, bearer: str, args: dict) -> Any:
+    async def run(api: Api, auth: str, args: dict) -> Any:
         body = {k: v for k, v in args.items() if k not in names} if op.request else None
         answer = await api.call(
-            bearer,
+            auth,
             method,
             route_path(route, {n: args[n] for n in in_path}),
             query={n: args[n] for n in names if n not in in_path and n in args},
@@ -102,19 +102,19 @@ def _failures_first(run: dict) -> dict:
     return run
 
 
-async def _model(api: Api, bearer: str, args: dict) -> Any:
-    return await model_details.model_details(api, bearer, args["project"], args["node"])
+async def _model(api: Api, auth: str, args: dict) -> Any:
+    return await model_details.model_details(api, auth, args["project"], args["node"])
 
 
 _RUNS_POST = "/v1/projects/{project}/runs"
 _RUN = "/v1/runs/{run_id}"
 
 
-async def _retry(api: Api, bearer: str, args: dict) -> Any:
-    run = await api.call(bearer, "GET", route_path(_RUN, {"run_id": args["run_id"]}))
+async def _retry(api: Api, auth: str, args: dict) -> Any:
+    run = await api.call(auth, "GET", route_path(_RUN, {"run_id": args["run_id"]}))
     body = {"command": {"label": "retry", "dbt_retry_job": args["run_id"]}}
     return await api.call(
-        bearer, "POST", route_path(_RUNS_POST, {"project": run["project"]}), body=body
+        auth, "POST", route_path(_RUNS_POST, {"project": run["project"]}), body=body
     )
 
 
