@@ -362,6 +362,20 @@ async def test_arguments_are_checked_against_the_tools_schema(site):
     assert unknown["status"] == 404 and "start_run" in unknown["error"]
 
 
+async def test_a_viewer_reads_a_projects_deploys_environments_and_retry_state(site):
+    async with _http(site, "vera") as mcp:
+        for tool, key in [
+            ("list_deploys", "deploys"),
+            ("list_environments", "environments"),
+            ("get_retry_state", "retry_state"),
+        ]:
+            page = await mcp.call_tool(tool, {"project": SHOP, "limit": 5})
+            assert not page.is_error and page.structured_content["project"] == SHOP, tool
+            assert isinstance(page.structured_content[key], list), tool
+        deploys = (await mcp.call_tool("list_deploys", {"project": SHOP})).structured_content
+        assert deploys["deploys"][0]["requested_by"] == "ann"
+
+
 async def test_resources_are_the_readmes_sections_and_the_descriptors_keys(site):
     async with _http(site, "vera") as mcp:
         listed = {str(r.uri) for r in (await mcp.list_resources()).resources}
