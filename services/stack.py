@@ -76,7 +76,10 @@ class Stack:
         one that stopped is a bug or a fatal condition: /healthz says so)."""
         if self._stop.is_set():
             return []
-        return [t.get_name() for t in self._tasks if t.done()]
+        dead = [t.get_name() for t in self._tasks if t.done()]
+        if self._mcp is not None and self._mcp.stopped():
+            dead.append("mcp http")
+        return dead
 
     def _serve(self, name: str, work) -> None:
         self._tasks.append(asyncio.create_task(work, name=name))

@@ -1,5 +1,6 @@
-"""The MCP tools' schemas against the OpenAPI document: both come from the same Structs and
-parameter rules, and a tool whose schema drifts from its route's fails here."""
+"""The MCP door's parts that need no dbt: the tools' schemas against the OpenAPI document
+(both come from the same Structs and parameter rules, and a tool whose schema drifts from
+its route's fails here), the descriptor's resource, and /healthz naming a stopped server."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from services.api import openapi
 from services.mcp import tools
 from services.mcp.tool_schemas import REF
 from shared.descriptor import Descriptor
+from tests.helpers import get_json
 
 _DOC = openapi.document()
 _COMPONENTS = _DOC["components"]["schemas"]
@@ -102,3 +104,12 @@ def test_the_descriptor_resource_names_every_key_the_descriptor_takes():
         assert f"- `{field.name}`:" in doc
     assert '- `profile.warehouse`: string; default `"main"`' in doc
     assert "`retry_failed_nodes.attempts`: integer (at least 0, at most 10)" in doc
+
+
+async def test_healthz_is_503_when_the_mcp_server_stopped(stack):
+    """The MCP server is a task of the API's process like the others: /healthz names it."""
+    status, _ = await get_json(f"{stack.api_url}/healthz")
+    assert status == 200
+    await stack._mcp.stop()
+    status, body = await get_json(f"{stack.api_url}/healthz")
+    assert status == 503 and body["problems"] == ["mcp http stopped"]
