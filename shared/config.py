@@ -31,6 +31,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     run_retention: int = 30
     api_host: str = "127.0.0.1"
     api_port: int = 8580
+    # The MCP server's port (streamable HTTP, beside the API); None: see `mcp_listen_port`.
+    mcp_port: int | None = None
     schema: str = "jetdbt"
     warehouses_file: Path | None = None
     variables_file: Path | None = None
@@ -59,6 +61,13 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     sandbox_read: tuple[Path, ...] = ()
 
     @property
+    def mcp_listen_port(self) -> int:
+        """JETDBT_MCP_PORT, else the API's port + 1 (any free port when the API's is 0)."""
+        if self.mcp_port is not None:
+            return self.mcp_port
+        return self.api_port + 1 if self.api_port else 0
+
+    @property
     def warehouse_dir(self) -> Path:
         return self.home / "warehouse"
 
@@ -74,7 +83,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         return self.home / "runner"
 
 
-def _int(env, name: str, default: int) -> int:
+def _int(env, name: str, default: int | None) -> int | None:
     raw = env.get(name)
     if raw in (None, ""):
         return default
@@ -148,6 +157,7 @@ def load(env=None) -> Settings:
         run_retention=_positive(env, "RUN_RETENTION", 30),
         api_host=env.get("JETDBT_API_HOST") or "127.0.0.1",
         api_port=_int(env, "JETDBT_API_PORT", 8580),
+        mcp_port=_int(env, "JETDBT_MCP_PORT", None),
         schema=env.get("JETDBT_SCHEMA") or "jetdbt",
         warehouses_file=_path(env, "JETDBT_WAREHOUSES"),
         variables_file=_path(env, "JETDBT_VARIABLES"),

@@ -45,6 +45,28 @@ async def wait_for(predicate, timeout: float = 30.0, interval: float = 0.1):
             await asyncio.sleep(interval)
 
 
+async def up_stack(home: Path, pg_url: str):
+    """A stack as `jetdbt up` runs it in `home`: its own nats-server with the generated users
+    and admin token, `pg_url` in a fresh schema, any free API and MCP ports, and the stack
+    file a CLI in another process finds it by."""
+    import uuid
+
+    from services.stack import Stack
+    from shared.config import load
+
+    settings = load(
+        {
+            "JETDBT_HOME": str(home),
+            "DATABASE_URL": pg_url,
+            "JETDBT_SCHEMA": f"t_{uuid.uuid4().hex[:12]}",
+            "JETDBT_API_PORT": "0",
+        }
+    )
+    stack = await Stack(settings).start()
+    stack.write_stack_file()
+    return stack
+
+
 def duckdb_tables(path) -> set[str]:
     con = duckdb.connect(str(path), read_only=True)
     try:
