@@ -112,6 +112,12 @@ def build_parser() -> argparse.ArgumentParser:
     acc_sys.add_argument(
         "--project", action="append", required=True, help="a project it may run ('*': all)"
     )
+    acc_sys.add_argument(
+        "--role",
+        choices=("runner", "deployer"),
+        default="runner",
+        help="the verbs it may publish: runner (run, cancel) or deployer (and deploy)",
+    )
     con = sub.add_parser("contract", help="apply streams.yaml as the operator")
     con.add_subparsers(dest="contract_cmd", required=True).add_parser("apply")
     dead = sub.add_parser("dead-letters", help="events a projection could not apply")

@@ -91,7 +91,7 @@ class Runner:
                 return
             caller = await identity.caller_of(self.ctx.bus, msg.subject, msg.headers)
             if identity.claim_problem(body.requested_by, caller.principal) is None and (
-                await self._team_problem(caller, project) is None
+                await self._caller_problem(caller, "cancel", project) is None
             ):
                 cancel.request(caller.principal)
 
@@ -171,7 +171,7 @@ class Runner:
             problem = problem or identity.claim_problem(body.requested_by, caller.principal)
         except commands.CommandRejected as exc:
             problem = problem or str(exc)
-        problem = problem or await self._team_problem(caller, project)
+        problem = problem or await self._caller_problem(caller, "cancel", project)
         if problem is not None:
             await self.ctx.bus.publish(
                 ev.RunRefused(project=project, run_id=f"c{seq}", reason=problem)
@@ -200,12 +200,15 @@ class Runner:
             )
         )
 
-    async def _team_problem(self, caller: identity.Caller, project: str) -> str | None:
-        """Why `caller` may not act in `project`, whose team is its deployers'."""
-        if not caller.own_user:
-            return None
+    async def _owner_team(self, project: str) -> str:
+        """The team a project's deploys recorded ("" before its first deploy)."""
         owner = await self.ctx.bus.last_event(subjects.deploy_event(project, "requested"))
-        return identity.team_problem(caller, project, getattr(owner, "team", ""))
+        return getattr(owner, "team", "")
+
+    async def _caller_problem(self, caller: identity.Caller, verb: str, project: str) -> str | None:
+        """Why `caller` may not send a `verb` command for `project`, whose team is its
+        first deployer's (identity.command_problem: one rule for both doors)."""
+        return identity.command_problem(caller, verb, project, await self._owner_team(project))
 
     async def _owner(self, run_id: str) -> str | None:
         """The project that first asked for `run_id`, from the log: run ids are unique
@@ -230,7 +233,7 @@ class Runner:
             claimed = identity.claim_problem(body.requested_by, caller.principal)
         except commands.CommandRejected as exc:
             claimed = str(exc)
-        claimed = claimed or await self._team_problem(caller, project)
+        claimed = claimed or await self._caller_problem(caller, "run", project)
         if claimed is not None:
             # Under the command's own id: a run id in a refused body names nobody's run.
             await bus.publish(ev.RunRefused(project=project, run_id=f"c{seq}", reason=claimed))
@@ -304,8 +307,10 @@ class Runner:
             problem = str(exc)
         team = ""
         if problem is None:
-            owner = await bus.last_event(subjects.deploy_event(project, "requested"))
-            team, problem = identity.deploy_team(caller, project, getattr(owner, "team", ""))
+            owner = await self._owner_team(project)
+            problem = identity.command_problem(caller, "deploy", project, owner)
+            team, refused = identity.deploy_team(caller, project, owner)
+            problem = problem or refused
         if problem is not None:
             await bus.publish(
                 ev.DeployRefused(project=project, deploy_id=f"c{seq}", reason=problem)
