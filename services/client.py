@@ -16,7 +16,7 @@ from pathlib import Path
 import msgspec
 import yaml
 
-from shared import bundle, commands, config, subjects
+from shared import bundle, commands, config, subjects, uploads
 from shared import events as ev
 from shared.bus import Bus
 
@@ -86,6 +86,7 @@ async def deploy(
     packed = bundle.pack(path)
     digest = await bus.put_blob(packed.data)
     deploy_id = uuid.uuid4().hex
+    await uploads.record(bus, deploy_id, digest)
     cmd = commands.DeployCommand(
         bundle_digest=digest,
         bundle_size=packed.size,

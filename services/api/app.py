@@ -29,13 +29,17 @@ from services.api.ui_routes import add_ui_routes
 from shared import commands
 from shared.bus import Bus
 
-__all__ = ["create_app", "POOL", "BUS"]
+__all__ = ["create_app", "POOL", "BUS", "HEADER_TIMEOUT_SECONDS"]
 
 POOL = web.AppKey("pool", asyncpg.Pool)
 BUS = web.AppKey("bus", Bus)
 DEAD_TASKS = web.AppKey("dead_tasks", object)
 # How long NATS may be away before the service says it is unhealthy (a restart is quick).
 NATS_GRACE_SECONDS = 15.0
+# How long a connection may take to send a request's head (and stay idle between
+# requests): aiohttp's keep-alive timer runs from the connection's start and is not reset
+# by partial data, so a client trickling a header a byte at a time is closed by then.
+HEADER_TIMEOUT_SECONDS = 10.0
 # How long /healthz waits for JetStream to answer its round trip.
 NATS_DEADLINE_SECONDS = 2.0
 

@@ -25,8 +25,9 @@ from services.runner.dbt_retry import retry
 from services.runner.deploy import deploy
 from services.runner.lease import LeaseLost
 from services.runner.parse import parse
+from services.runner.principal_rate import PrincipalRate
 from services.runner.spawn import ForkServerLost
-from shared import commands, identity, subjects, supervise
+from shared import commands, identity, subjects, supervise, uploads
 from shared import events as ev
 from shared import logging as jlog
 from shared.bus import COMMANDS, TRANSIENT
@@ -45,6 +46,8 @@ class Runner:
         self.log = jlog.get("runner", runner=ctx.name)
         self.active: dict[tuple[str, str], Cancel] = {}
         self.ack_wait = float(ctx.settings.run_ack_wait_seconds)
+        # An external system's share of the never-purged log, per runner.
+        self.rate = PrincipalRate(ctx.settings.external_publishes_per_minute)
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
         """Serve commands until `stop`; a failed loop (NATS away) starts again a second
@@ -145,6 +148,19 @@ class Runner:
         except subjects.InvalidName as exc:
             caller = identity.Caller(principal=subjects.ANONYMOUS, team="", door="")
             problem = problem or str(exc)
+        if caller.own_user:
+            admitted = self.rate.admit(caller.principal)
+            if admitted == "drop":
+                self.log.warning("command_dropped", subject=msg.subject, principal=caller.principal)
+                return
+            if admitted == "refuse":
+                reason = self.rate.reason(caller.principal)
+                await self.ctx.bus.publish(
+                    ev.DeployRefused(project=project, deploy_id=f"c{seq}", reason=reason)
+                    if verb == "deploy"
+                    else ev.RunRefused(project=project, run_id=f"c{seq}", reason=reason)
+                )
+                return
         if verb == "run":
             await self._run(msg, project, problem, seq, caller)
         elif verb == "deploy":
@@ -310,12 +326,31 @@ class Runner:
             owner = await self._owner_team(project)
             problem = identity.command_problem(caller, "deploy", project, owner)
             team, refused = identity.deploy_team(caller, project, owner)
-            problem = problem or refused
+            problem = problem or refused or await _upload_problem(bus, body)
         if problem is not None:
             await bus.publish(
                 ev.DeployRefused(project=project, deploy_id=f"c{seq}", reason=problem)
             )
             return
-        deploy_id = body.deploy_id or f"c{seq}"
         body = msgspec.structs.replace(body, requested_by=caller.principal)
-        await deploy(self.ctx, project, body, deploy_id, team=team, door=caller.door)
+        await deploy(self.ctx, project, body, body.deploy_id, team=team, door=caller.door)
+        await uploads.forget(bus, body.deploy_id)
+
+
+async def _upload_problem(bus, body: commands.DeployCommand) -> str | None:
+    """Why a deploy may not use the bundle it names: only the digest its own upload recorded
+    (shared/uploads.py), never another version's that happens to be stored."""
+    if not body.deploy_id:
+        return "a deploy names its deploy_id, under which its upload recorded the bundle"
+    found = await uploads.recorded(bus, body.deploy_id)
+    if found == body.bundle_digest:
+        return None
+    if found is None:
+        return (
+            f"deploy {body.deploy_id!r} names bundle {body.bundle_digest} but uploaded none:"
+            " a deploy uses only the bundle its own upload stored (jetdbt deploy PATH)"
+        )
+    return (
+        f"deploy {body.deploy_id!r} names bundle {body.bundle_digest} but its upload stored"
+        f" {quote(found[:80])}: a deploy uses only the bundle its own upload stored"
+    )
