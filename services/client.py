@@ -63,7 +63,7 @@ async def _await_final(
     async def collect(msg) -> None:
         queue.put_nowait(msg.data)
 
-    sub = await bus.nc.subscribe(pattern, cb=collect)
+    sub = await bus.follow(pattern, collect)
     try:
         await publish()
         async with asyncio.timeout(timeout):

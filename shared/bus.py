@@ -270,6 +270,22 @@ class Bus:
             return False
         return kept.subject == subject and kept.data == data
 
+    async def follow(self, pattern: str, cb):
+        """Events on `pattern` from now on, as the log stores them, through an ordered
+        consumer delivering to this user's inbox. Never a plain subscription to a fact or
+        command subject: that would be interest a push consumer of another stream could
+        deliver to, and the stream on the subject would store what it delivered."""
+        from nats.js import api
+
+        return await self.js.subscribe(
+            pattern,
+            stream=EVENTS,
+            cb=cb,
+            ordered_consumer=True,
+            config=api.ConsumerConfig(deliver_policy=api.DeliverPolicy.NEW, mem_storage=True),
+            inactive_threshold=30,
+        )
+
     async def bucket(self, name: str):
         """The key-value bucket `name`, looked up once per connection (a lookup is a
         round trip; the API reads the identity bucket on every request)."""

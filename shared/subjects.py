@@ -34,6 +34,7 @@ __all__ = [
     "deploy_event",
     "run_event",
     "run_event_of_any_project",
+    "CANCELS_REQUESTED",
     "node_event",
     "graph_event",
     "relation_event",
@@ -196,6 +197,10 @@ def deploy_event(project: str, kind: str) -> str:
 
 def run_event(project: str, run_id: str, kind: str) -> str:
     return f"dbt.evt.run.{token(project)}.{token(run_id)}.{kind}"
+
+
+# Every run's recorded cancel: what runners follow to stop the run they hold.
+CANCELS_REQUESTED = "dbt.evt.run.*.*.cancel_requested"
 
 
 def run_event_of_any_project(run_id: str, kind: str) -> str:

@@ -202,8 +202,9 @@ def permissions(name: str, user: dict) -> dict:
     deny = [*_NEVER, *_durable_denials(name == "runner")]
     if name == "projector":  # it folds events: it needs no principal and no token
         deny += _identity_reads()
-    subscribe = [inbox, "dbt.cmd.cancel.>"] if name == "runner" else [inbox]
-    return {"publish": {"allow": allow, "deny": deny}, "subscribe": {"allow": subscribe}}
+    # Every user subscribes to its inbox only: no core interest on a fact or command subject
+    # exists, so no push consumer can deliver there (runners follow cancels from the log).
+    return {"publish": {"allow": allow, "deny": deny}, "subscribe": {"allow": [inbox]}}
 
 
 def _role(user: dict) -> str:

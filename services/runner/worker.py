@@ -5,8 +5,9 @@ many runs build at once is admission's (services/runner/admission.py): a run wai
 for its slots in its handler, holding its command with in_progress(), so the
 consumer's max_ack_pending caps only the commands held, not the runs.
 Long runs heartbeat with in_progress(); a runner that dies is noticed by
-redelivery, and the next attempt says the previous one was lost. Cancels reach
-every runner on a plain subscription, and the one holding the run kills it.
+redelivery, and the next attempt says the previous one was lost. A cancel command is
+checked and recorded in the log (run.cancel_requested); every runner follows those facts,
+and the one holding the run kills it.
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ class Runner:
         sub = await js.pull_subscribe_bind(CONSUMER, stream=COMMANDS)
         # The consumer's live ack wait, not this runner's setting: one owner for it.
         self.ack_wait = (await js.consumer_info(COMMANDS, CONSUMER)).config.ack_wait
-        cancels = await self.ctx.bus.nc.subscribe("dbt.cmd.cancel.>", cb=self._on_cancel)
+        cancels = await self.ctx.bus.follow(subjects.CANCELS_REQUESTED, self._on_cancel)
         self.log.info("runner_started")
         try:
             while not stop.is_set():
@@ -84,19 +85,14 @@ class Runner:
                 await cancels.unsubscribe()
 
     async def _on_cancel(self, msg) -> None:
-        """A cancel reaches only the run of the project it names (a malformed one is refused
-        from the durable consumer, once)."""
-        with contextlib.suppress(commands.CommandRejected, subjects.InvalidName):
-            body = commands.decode_cancel(msg.data)
-            project = subjects.subject_key(msg.subject)
-            cancel = self.active.get((project, body.run_id))
-            if cancel is None:
-                return
-            caller = await identity.caller_of(self.ctx.bus, msg.subject, msg.headers)
-            if identity.claim_problem(body.requested_by, caller.principal) is None and (
-                await self._caller_problem(caller, "cancel", project) is None
-            ):
-                cancel.request(caller.principal)
+        """A cancel the log recorded (`_check_cancel` checked who asked, and for which
+        project's run) reaches every runner; the one holding the run stops it."""
+        with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError):
+            event = ev.decode(msg.data)
+            if isinstance(event, ev.RunCancelRequested) and ev.fits(event, msg.subject):
+                cancel = self.active.get((event.project, event.run_id))
+                if cancel is not None:
+                    cancel.request(event.requested_by)
 
     async def _heartbeat(self, msg) -> None:
         while True:
