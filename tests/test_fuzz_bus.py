@@ -461,15 +461,14 @@ async def test_hostile_events_are_dead_lettered_and_later_events_project(stack, 
 
     await drive(each_is_dead_lettered_or_applied)
     assert not [t for t in stack._tasks if t.done()]
-    # The runners' check of declared writes lives on too: a write to no warehouse is refused.
+    # The runners' check of declared writes lives on too: a write to no warehouse, sent to
+    # the intake as a system's account files it, is refused.
     nowhere = ev.RelationMaterialized(relation="dbt://nowhere/s/t", producer="p", at=T0)
-    write = await stack.bus.publish(nowhere)
+    await stack.bus.js.publish(subjects.intake_write("p", nowhere.relation), ev.encode(nowhere))
 
     async def refused():
-        async with stack.pool.acquire() as conn:
-            return await conn.fetchval(
-                "SELECT refused_reason FROM relation_writes WHERE stream_seq = $1", write.seq
-            )
+        found = await stack.bus.last_event(subjects.relation_event(nowhere.relation, "refused"))
+        return found.reason if found is not None else None
 
     assert "'nowhere' is not configured" in await wait_for(refused, timeout=20)
 
