@@ -410,13 +410,14 @@ def _save(home: Path, found: dict) -> None:
 
 
 def ensure_users(home: Path) -> Path:
-    """Generate the service and admin users on first start (kept after); returns the
-    server configuration file."""
+    """Generate the service and admin users on first start (kept after) and the server's
+    configuration from today's rules; returns the configuration file."""
     found = _load(home)
     missing = [name for name in _RESERVED if name not in found["users"]]
     for name in missing:
         found["users"][name] = {"kind": "service", "password": secrets.token_urlsafe(32)}
-    if missing or not conf_file(home).exists():
+    current = conf_file(home).read_text() if conf_file(home).exists() else ""
+    if missing or current != render_conf(found["users"]):  # rules of an earlier version too
         _save(home, found)
     return conf_file(home)
 
