@@ -25,7 +25,6 @@ __all__ = [
     "command_pattern",
     "via_api",
     "API_COMMANDS",
-    "DECLARED_WRITES",
     "INTAKE",
     "intake_writes",
     "intake_write",
@@ -61,9 +60,8 @@ COMMAND_VERBS = ("deploy", "run", "cancel")
 # user may publish `dbt.cmd.<verb>.<project>.<principal>.api`, so the server vouches for it.
 _API = "api"
 API_COMMANDS = f"dbt.cmd.*.*.*.{_API}"
-# What an external system publishes to declare a write (its account maps it into the
-# intake under its own principal: `dbt.in.<principal>.relation.<relation>.materialized`).
-DECLARED_WRITES = "dbt.evt.relation.*.materialized"
+# Where external systems declare their writes, each under its own principal
+# (`dbt.in.<principal>.relation.<relation>.materialized`); runners record the facts.
 INTAKE = "dbt.in"
 # The principal of a command whose subject names none (`dbt.cmd.<verb>.<project>`): only
 # an operator's NATS user may publish such a subject, so it stands for nobody in particular.
