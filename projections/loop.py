@@ -128,6 +128,7 @@ class Projector:
         # Unnamed: the server names it, and refuses to make it durable (readers may create
         # only ephemeral consumers on the log, which go when their reader does).
         config = api.ConsumerConfig(
+            description=f"proj-{self.fold.name}",
             filter_subject=covering(self.subjects),
             ack_policy=api.AckPolicy.ALL,
             inactive_threshold=60,
