@@ -59,6 +59,7 @@ __all__ = [
 
 SERVICE_USERS = ("runner", "projector", "api")
 HOME = "JETDBT"  # the account of the streams, the runners and the operator
+SYSTEMS = "SYSTEMS"  # every external system's account (its users change; its imports never)
 _RESERVED = (*SERVICE_USERS, ADMIN)
 # A system runs (run, retry, parse, cancel) or deploys as well; it is never an admin.
 SYSTEM_ROLES = ("runner", "deployer")
@@ -211,9 +212,6 @@ def _role(user: dict) -> str:
     return user.get("role", "runner")
 
 
-SYSTEMS = "SYSTEMS"  # every external system's account (its users change; its imports never)
-
-
 def account_of(name: str, user: dict) -> str:
     """The NATS account a user lives in: the runners and the operator beside the streams
     (HOME), the API and the projectors each in their own, external systems in SYSTEMS."""
@@ -278,18 +276,14 @@ def _value(value) -> str:
     return json.dumps(value)
 
 
-def _entry(item: dict) -> str:
-    """One import or export on one line: `{service: {account: HOME, subject: ...}, to: ...}`."""
+def _entry(item: dict, imported: bool = False) -> str:
+    """One export (`{service: "dbt.cmd.>", accounts: [...]}`) or import from HOME
+    (`{service: {account: JETDBT, subject: ...}}`) on one line."""
     kind = "service" if "service" in item else "stream"
+    subject = json.dumps(item[kind])
+    source = f"{{account: {HOME}, subject: {subject}}}" if imported else subject
     rest = "".join(f", {k}: {_value(v)}" for k, v in item.items() if k != kind)
-    return f"{{{kind}: {json.dumps(item[kind])}{rest}}}"
-
-
-def _import_entry(item: dict) -> str:
-    """One import from HOME: `{service: {account: HOME, subject: ...}, to: ...}`."""
-    kind = "service" if "service" in item else "stream"
-    rest = "".join(f", {k}: {_value(v)}" for k, v in item.items() if k != kind)
-    return f"{{{kind}: {{account: {HOME}, subject: {json.dumps(item[kind])}}}{rest}}}"
+    return f"{{{kind}: {source}{rest}}}"
 
 
 def _listed(items: list[str], indent: str) -> str:
@@ -330,7 +324,8 @@ def _account(account: str, users: list[tuple[str, str, dict]], users_file: str =
         lines.append(f"{pad}jetstream: enabled")
         lines.append(f"{pad}exports: {_listed([_entry(e) for e in _exports()], pad)}")
     else:
-        lines.append(f"{pad}imports: {_listed([_import_entry(i) for i in _imports(account)], pad)}")
+        imports = [_entry(i, imported=True) for i in _imports(account)]
+        lines.append(f"{pad}imports: {_listed(imports, pad)}")
     if users_file:
         lines.append(f"{pad}include {json.dumps(users_file)}")
     else:
