@@ -53,7 +53,7 @@ async def _await_final(
     bus: Bus,
     pattern: str,
     publish: Callable[[], Awaitable[object]],
-    wanted: Callable[[ev.Event], bool],
+    wanted: Callable[[ev.Event, object], bool],
     final: tuple,
     on_event: Callable[[ev.Event], Awaitable[None]] | None,
     timeout: float | None,
@@ -65,11 +65,11 @@ async def _await_final(
 
     sub = await bus.follow(pattern, collect)
     try:
-        await publish()
+        ack = await publish()
         async with asyncio.timeout(timeout):
             while True:
                 event = ev.decode(await queue.get())
-                if not wanted(event):
+                if not wanted(event, ack):
                     continue
                 if on_event is not None:
                     await on_event(event)
@@ -98,7 +98,8 @@ async def deploy(
         bus,
         subjects.deploy_pattern(project),
         lambda: bus.publish_command("deploy", project, cmd, deploy_id, principal=cmd.requested_by),
-        lambda e: getattr(e, "deploy_id", None) == deploy_id,
+        # A deploy refused before it started is filed under its command's own id.
+        lambda e, ack: getattr(e, "deploy_id", None) in (deploy_id, f"c{ack.seq}"),
         DEPLOY_FINAL,
         None,
         timeout,
@@ -125,7 +126,7 @@ async def run(
         lambda: bus.publish_command(
             "run", project, command, run_id, principal=command.requested_by
         ),
-        lambda e: getattr(e, "run_id", None) == run_id,
+        lambda e, ack: getattr(e, "run_id", None) == run_id,
         RUN_FINAL,
         on_event,
         timeout,

@@ -29,8 +29,8 @@ from services.access.local import nats_logins
 from services.export import export
 from services.runner.relations_watch import INTAKE, MAX_DECLARED_WRITE_BYTES
 from services.stack import Stack
-from shared import commands, identity, subjects, uploads
 from shared import events as ev
+from shared import identity, subjects
 from shared.bus import EVENTS
 from shared.config import load
 from tests.helpers import not_runners_events, wait_for
@@ -317,20 +317,11 @@ async def test_a_project_has_a_team_from_its_first_deploy(site):
     assert isinstance(final, ev.Deployed), final
     requested = await site.stack.bus.last_event(subjects.deploy_event("orphan", "requested"))
     assert requested.team == "default"
-    # bill (team beta) deploys it as the CLI would: the same bundle, uploaded for his deploy.
-    await uploads.record(site.stack.bus, "takeover-1", final.version)
-    body = commands.DeployCommand(
-        bundle_digest=final.version, bundle_size=1, deploy_id="takeover-1", requested_by="bill"
+    _, taken = await client.deploy(
+        site.stack.bus, folder, "orphan", requested_by="bill", timeout=120
     )
-    ack = await site.stack.bus.publish_command(
-        "deploy", "orphan", body, "takeover-1", principal="bill"
-    )
-
-    async def refused():
-        found = await site.stack.bus.last_event(subjects.deploy_event("orphan", "refused"))
-        return found if found is not None and found.deploy_id == f"c{ack.seq}" else None
-
-    assert "belongs to team 'default'" in (await wait_for(refused)).reason
+    assert isinstance(taken, ev.DeployRefused), taken
+    assert "belongs to team 'default'" in taken.reason
     status, body = await _call(site, "GET", "/v1/projects", "ops")
     assert status == 200 and "orphan" in [p["project"] for p in body["projects"]]
 
