@@ -20,7 +20,7 @@ from projections.registry import FOLDS
 from services.access import nats_users
 from services.access.local import ADMIN, nats_logins
 from services.access.tokens import admin_token
-from services.api.app import create_app
+from services.api.app import HEADER_TIMEOUT_SECONDS, create_app
 from services.embedded import InUse, NatsServer, start_postgres
 from services.runner.context import RunnerContext
 from services.runner.relations_watch import RelationWatch
@@ -113,7 +113,7 @@ class Stack:
             self._serve("relation watch", RelationWatch(runner.ctx).run(self._stop))
         if self.api:
             api = create_app(self.pool, self._buses["api"], self.dead_tasks, sandbox)
-            self._site_runner = web.AppRunner(api)
+            self._site_runner = web.AppRunner(api, keepalive_timeout=HEADER_TIMEOUT_SECONDS)
             await self._site_runner.setup()
             site = web.TCPSite(self._site_runner, s.api_host, s.api_port)
             try:

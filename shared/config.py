@@ -29,6 +29,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     run_ack_wait_seconds: int = 60  # how long a silent runner keeps a run before redelivery
     # Finished runs per project and environment that keep their log object and files.
     run_retention: int = 30
+    # An external system's commands and declared writes a runner handles a minute: the log
+    # is never purged, so one principal's share of it is bounded.
+    external_publishes_per_minute: int = 120
     api_host: str = "127.0.0.1"
     api_port: int = 8580
     # The MCP server's port (streamable HTTP, beside the API); None: see `mcp_listen_port`.
@@ -155,6 +158,7 @@ def load(env=None) -> Settings:
         run_timeout_seconds=_int(env, "RUN_TIMEOUT_SECONDS", 3600),
         run_ack_wait_seconds=_int(env, "RUN_ACK_WAIT_SECONDS", 60),
         run_retention=_positive(env, "RUN_RETENTION", 30),
+        external_publishes_per_minute=_positive(env, "EXTERNAL_PUBLISHES_PER_MINUTE", 120),
         api_host=env.get("JETDBT_API_HOST") or "127.0.0.1",
         api_port=_int(env, "JETDBT_API_PORT", 8580),
         mcp_port=_int(env, "JETDBT_MCP_PORT", None),
