@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import uuid
 from typing import Protocol
 
 import asyncpg
@@ -126,8 +125,10 @@ class Projector:
         self._position: int | None = None  # the checkpoint this projector last committed
 
     async def _subscribe(self, after: int):
+        # Unnamed: the server names it, and refuses to make it durable (readers may create
+        # only ephemeral consumers on the log, which go when their reader does).
         config = api.ConsumerConfig(
-            name=f"proj-{self.fold.name}-{uuid.uuid4().hex[:12]}",
+            description=f"proj-{self.fold.name}",
             filter_subject=covering(self.subjects),
             ack_policy=api.AckPolicy.ALL,
             inactive_threshold=60,

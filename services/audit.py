@@ -112,11 +112,14 @@ async def _command(js, seq: int) -> Entry | None:
     return _entry(COMMANDS, msg.seq, msg.time, msg.subject, msg.data or b"")
 
 
-def _typed(data: bytes) -> ev.Event | None:
+def _typed(data: bytes, subject: str) -> ev.Event | None:
+    """The event a message holds, when it is a fact of the subject it is on (its family and
+    keys are the subject's); else None: shown verbatim, never summarised as a fact."""
     try:
-        return ev.decode(data)
-    except msgspec.DecodeError:
+        event = ev.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError):
         return None
+    return event if ev.fits(event, subject) else None
 
 
 async def run_history(bus: Bus, run_id: str, project: str | None = None) -> RunHistory:
@@ -133,11 +136,11 @@ async def run_history(bus: Bus, run_id: str, project: str | None = None) -> RunH
         names = ", ".join(sorted(projects))
         raise ValueError(f"run id {run_id!r} is used by projects {names}; name one with --project")
     project = projects.pop()
-    typed = [(entry, _typed(data)) for entry, data in found]
+    typed = [(entry, _typed(data, entry.subject)) for entry, data in found]
     states = [
         entry
         for entry, data in await _read(js, EVENTS, subjects.state_pattern(project), first.seq - 1)
-        if isinstance(e := _typed(data), ev.StatePublished) and e.run_id == run_id
+        if isinstance(e := _typed(data, entry.subject), ev.StatePublished) and e.run_id == run_id
     ]
 
     requested = next((e for _, e in typed if isinstance(e, ev.RunRequested)), None)

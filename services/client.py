@@ -16,7 +16,7 @@ from pathlib import Path
 import msgspec
 import yaml
 
-from shared import bundle, commands, config, subjects
+from shared import bundle, commands, config, subjects, uploads
 from shared import events as ev
 from shared.bus import Bus
 
@@ -53,7 +53,7 @@ async def _await_final(
     bus: Bus,
     pattern: str,
     publish: Callable[[], Awaitable[object]],
-    wanted: Callable[[ev.Event], bool],
+    wanted: Callable[[ev.Event, object], bool],
     final: tuple,
     on_event: Callable[[ev.Event], Awaitable[None]] | None,
     timeout: float | None,
@@ -63,13 +63,13 @@ async def _await_final(
     async def collect(msg) -> None:
         queue.put_nowait(msg.data)
 
-    sub = await bus.nc.subscribe(pattern, cb=collect)
+    sub = await bus.follow(pattern, collect)
     try:
-        await publish()
+        ack = await publish()
         async with asyncio.timeout(timeout):
             while True:
                 event = ev.decode(await queue.get())
-                if not wanted(event):
+                if not wanted(event, ack):
                     continue
                 if on_event is not None:
                     await on_event(event)
@@ -86,6 +86,7 @@ async def deploy(
     packed = bundle.pack(path)
     digest = await bus.put_blob(packed.data)
     deploy_id = uuid.uuid4().hex
+    await uploads.record(bus, deploy_id, digest)
     cmd = commands.DeployCommand(
         bundle_digest=digest,
         bundle_size=packed.size,
@@ -97,7 +98,8 @@ async def deploy(
         bus,
         subjects.deploy_pattern(project),
         lambda: bus.publish_command("deploy", project, cmd, deploy_id, principal=cmd.requested_by),
-        lambda e: getattr(e, "deploy_id", None) == deploy_id,
+        # A deploy refused before it started is filed under its command's own id.
+        lambda e, ack: getattr(e, "deploy_id", None) in (deploy_id, f"c{ack.seq}"),
         DEPLOY_FINAL,
         None,
         timeout,
@@ -124,7 +126,7 @@ async def run(
         lambda: bus.publish_command(
             "run", project, command, run_id, principal=command.requested_by
         ),
-        lambda e: getattr(e, "run_id", None) == run_id,
+        lambda e, ack: getattr(e, "run_id", None) == run_id,
         RUN_FINAL,
         on_event,
         timeout,

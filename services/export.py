@@ -1,5 +1,7 @@
 """The event log as Parquet, one row per event, streamed so memory stays flat.
 
+Each row is classified by its subject's family: a payload whose type or project is not its
+subject's is kept verbatim with no type, project or run (it is not a fact of anything).
 Messages are read in stream order in batches, each batch becomes one record
 batch written through a ParquetWriter, and nothing else is held: a million
 events cost what one batch costs. A time window is turned into a sequence range
@@ -17,6 +19,7 @@ import pyarrow.parquet as pq
 
 from shared import subjects
 from shared.bus import EVENTS, Bus
+from shared.events import heads_its_subject
 from shared.reader import Slice, seq_at
 
 __all__ = ["SCHEMA", "Exported", "export", "parse_time"]
@@ -68,7 +71,11 @@ def _batch(pairs, project: str | None) -> pa.RecordBatch:
     for seq, m in pairs:
         try:
             head = _head.decode(m.data)
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            head = _Head()
+        if not heads_its_subject(head.type, head.project, m.subject):
+            # Not a fact of its subject's family and project (a run.finished payload on a
+            # relation subject): kept as stored, attributed to no type, project or run.
             head = _Head()
         if project is not None and head.project != project:
             continue  # a relation's subject token may equal a project name

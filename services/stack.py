@@ -20,7 +20,7 @@ from projections.registry import FOLDS
 from services.access import nats_users
 from services.access.local import ADMIN, nats_logins
 from services.access.tokens import admin_token
-from services.api.app import create_app
+from services.api.app import HEADER_TIMEOUT_SECONDS, create_app
 from services.embedded import InUse, NatsServer, start_postgres
 from services.runner.context import RunnerContext
 from services.runner.relations_watch import RelationWatch
@@ -47,6 +47,7 @@ class Stack:
     nats_url: str = ""
     database_url: str = ""
     api_url: str = ""
+    mcp_url: str = ""  # the MCP server's streamable HTTP endpoint, beside the API
     bus: Bus | None = None  # the operator's (admin) connection when this stack runs NATS
     pool: object = None
     admin_token: str | None = None  # when this stack could bootstrap one (`jetdbt up`)
@@ -56,6 +57,7 @@ class Stack:
     _nats: NatsServer | None = None
     _pg: object = None
     _site_runner: web.AppRunner | None = None
+    _mcp: object = None
     _wrote_stack_file: bool = False
 
     async def start(self) -> Stack:
@@ -74,7 +76,10 @@ class Stack:
         one that stopped is a bug or a fatal condition: /healthz says so)."""
         if self._stop.is_set():
             return []
-        return [t.get_name() for t in self._tasks if t.done()]
+        dead = [t.get_name() for t in self._tasks if t.done()]
+        if self._mcp is not None and self._mcp.stopped():
+            dead.append("mcp http")
+        return dead
 
     def _serve(self, name: str, work) -> None:
         self._tasks.append(asyncio.create_task(work, name=name))
@@ -108,7 +113,7 @@ class Stack:
             self._serve("relation watch", RelationWatch(runner.ctx).run(self._stop))
         if self.api:
             api = create_app(self.pool, self._buses["api"], self.dead_tasks, sandbox)
-            self._site_runner = web.AppRunner(api)
+            self._site_runner = web.AppRunner(api, keepalive_timeout=HEADER_TIMEOUT_SECONDS)
             await self._site_runner.setup()
             site = web.TCPSite(self._site_runner, s.api_host, s.api_port)
             try:
@@ -120,8 +125,26 @@ class Stack:
                 ) from None
             port = self._site_runner.addresses[0][1]
             self.api_url = f"http://{s.api_host}:{port}"
-        log.info("stack_started", nats=shown(self.nats_url), api=self.api_url, schema=s.schema)
+            await self._start_mcp()
+        log.info(
+            "stack_started",
+            nats=shown(self.nats_url),
+            api=self.api_url,
+            mcp=self.mcp_url,
+            schema=s.schema,
+        )
         return self
+
+    async def _start_mcp(self) -> None:
+        """The MCP server beside the API: a client of the API's routes (imported only here)."""
+        from services.mcp.http_app import McpHttp, McpPortInUse
+
+        s = self.settings
+        try:
+            self._mcp = await McpHttp.start(s.api_host, s.mcp_listen_port, self.api_url)
+        except McpPortInUse as exc:
+            raise StackFailed(str(exc)) from None
+        self.mcp_url = self._mcp.url
 
     async def _connect(self, overrides: dict) -> None:
         """The operator's connection applies the contract; each service then connects as
@@ -161,7 +184,7 @@ class Stack:
         """What a CLI in another process needs to reach this stack. A configured NATS_URL may
         carry a password, so the file is its owner's only; a configured Postgres is not
         written (the embedded one is a local socket without a password)."""
-        found = {"nats_url": self.nats_url, "api_url": self.api_url}
+        found = {"nats_url": self.nats_url, "api_url": self.api_url, "mcp_url": self.mcp_url}
         if self._pg is not None:
             found["database_url"] = self.database_url
         return found
@@ -182,6 +205,8 @@ class Stack:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._mcp is not None:
+            await self._mcp.stop()
         if self._site_runner:
             await self._site_runner.cleanup()
         if self.pool:

@@ -128,6 +128,25 @@ class Bus:
         self._reviving = False
         self._watcher: asyncio.Task | None = None
         self._away_since: float | None = None
+        self._unanswered_since: float | None = None
+
+    async def round_trip(self, deadline: float) -> bool:
+        """Whether JetStream answers a request within `deadline` seconds now: a server that
+        is stopped (SIGSTOP) keeps its socket open, so the connection's state says nothing.
+        A failure starts the clock `unanswered_for` reads; an answer stops it."""
+        try:
+            await asyncio.wait_for(self.js.account_info(), deadline)
+        except Exception:  # noqa: BLE001 - any failure to answer is the answer
+            if self._unanswered_since is None:
+                self._unanswered_since = time.monotonic()
+            return False
+        self._unanswered_since = None
+        return True
+
+    def unanswered_for(self) -> float:
+        """Seconds since round trips began to fail; 0 while they are answered."""
+        since = self._unanswered_since
+        return 0.0 if since is None else time.monotonic() - since
 
     def away_for(self) -> float:
         """Seconds since the connection to NATS was lost; 0 while connected."""
@@ -228,8 +247,10 @@ class Bus:
     ):
         """Publish a command (a msgspec Struct) on its principal's subject. Its message id,
         `cmd:<verb>:<project>:<key>`, makes a repeated publish a duplicate the stream drops.
-        The API names the token it checked (`token_id`): the runner records that door."""
-        subject, data = subjects.command(verb, project, principal), msgspec.json.encode(command)
+        The API names the token it checked (`token_id`) on the API's own subject: the runner
+        checks that token again and records that door."""
+        subject = subjects.command(verb, project, principal, via_api=bool(token_id))
+        data = msgspec.json.encode(command)
         headers = {"Nats-Msg-Id": f"cmd:{verb}:{project}:{key}"}
         if token_id:
             headers[identity.TOKEN_HEADER] = token_id
@@ -248,6 +269,22 @@ class Bus:
         except NotFoundError:
             return False
         return kept.subject == subject and kept.data == data
+
+    async def follow(self, pattern: str, cb):
+        """Events on `pattern` from now on, as the log stores them, through an ordered
+        consumer delivering to this user's inbox. Never a plain subscription to a fact or
+        command subject: that would be interest a push consumer of another stream could
+        deliver to, and the stream on the subject would store what it delivered."""
+        from nats.js import api
+
+        return await self.js.subscribe(
+            pattern,
+            stream=EVENTS,
+            cb=cb,
+            ordered_consumer=True,
+            config=api.ConsumerConfig(deliver_policy=api.DeliverPolicy.NEW, mem_storage=True),
+            inactive_threshold=30,
+        )
 
     async def bucket(self, name: str):
         """The key-value bucket `name`, looked up once per connection (a lookup is a
@@ -289,11 +326,15 @@ class Bus:
         except NotFoundError:
             return None
         try:
-            return events.decode(msg.data)
+            event = events.decode(msg.data)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            # Not a fact anyone may write there (NATS permissions keep it so): as absent.
+            # Not a fact anyone may write there (NATS accounts keep it so): as absent.
             jlog.get("bus").warning("last_event_unreadable", subject=subject, error=str(exc))
             return None
+        if not events.fits(event, msg.subject):
+            jlog.get("bus").warning("last_event_off_its_subject", subject=msg.subject)
+            return None
+        return event
 
     async def close(self) -> None:
         """Flush what was published without an ack (log lines), then close.

@@ -29,8 +29,13 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     run_ack_wait_seconds: int = 60  # how long a silent runner keeps a run before redelivery
     # Finished runs per project and environment that keep their log object and files.
     run_retention: int = 30
+    # An external system's commands and declared writes a runner handles a minute: the log
+    # is never purged, so one principal's share of it is bounded.
+    external_publishes_per_minute: int = 120
     api_host: str = "127.0.0.1"
     api_port: int = 8580
+    # The MCP server's port (streamable HTTP, beside the API); None: see `mcp_listen_port`.
+    mcp_port: int | None = None
     schema: str = "jetdbt"
     warehouses_file: Path | None = None
     variables_file: Path | None = None
@@ -59,6 +64,13 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     sandbox_read: tuple[Path, ...] = ()
 
     @property
+    def mcp_listen_port(self) -> int:
+        """JETDBT_MCP_PORT, else the API's port + 1 (any free port when the API's is 0)."""
+        if self.mcp_port is not None:
+            return self.mcp_port
+        return self.api_port + 1 if self.api_port else 0
+
+    @property
     def warehouse_dir(self) -> Path:
         return self.home / "warehouse"
 
@@ -74,7 +86,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         return self.home / "runner"
 
 
-def _int(env, name: str, default: int) -> int:
+def _int(env, name: str, default: int | None) -> int | None:
     raw = env.get(name)
     if raw in (None, ""):
         return default
@@ -146,8 +158,10 @@ def load(env=None) -> Settings:
         run_timeout_seconds=_int(env, "RUN_TIMEOUT_SECONDS", 3600),
         run_ack_wait_seconds=_int(env, "RUN_ACK_WAIT_SECONDS", 60),
         run_retention=_positive(env, "RUN_RETENTION", 30),
+        external_publishes_per_minute=_positive(env, "EXTERNAL_PUBLISHES_PER_MINUTE", 120),
         api_host=env.get("JETDBT_API_HOST") or "127.0.0.1",
         api_port=_int(env, "JETDBT_API_PORT", 8580),
+        mcp_port=_int(env, "JETDBT_MCP_PORT", None),
         schema=env.get("JETDBT_SCHEMA") or "jetdbt",
         warehouses_file=_path(env, "JETDBT_WAREHOUSES"),
         variables_file=_path(env, "JETDBT_VARIABLES"),

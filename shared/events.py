@@ -19,6 +19,8 @@ from shared.bundle import Skipped
 from shared.environments import Environment
 
 __all__ = [
+    "fits",
+    "heads_its_subject",
     "Event",
     "NodeResult",
     "RunResult",
@@ -47,6 +49,23 @@ __all__ = [
     "encode",
     "decode",
 ]
+
+
+def fits(event: Event, subject: str) -> bool:
+    """Whether `event` is a fact of the subject it was stored on: every event names its own
+    subject, so one of another family (a run.finished payload on a relation subject) or of
+    another project is never read as a fact there."""
+    return event.subject() == subject
+
+
+def heads_its_subject(type_tag: str | None, project: str | None, subject: str) -> bool:
+    """`fits` from a payload's type and project alone (an export reads no more of a million
+    events): the type's family is the subject's (`run.finished.v1` on `dbt.evt.run.…`), and
+    an event keyed by a project names the subject's project."""
+    parts = subject.split(".")
+    if not type_tag or len(parts) < 4 or type_tag.split(".")[0] != parts[2]:
+        return False
+    return parts[2] == "relation" or subjects.token(project or "") == parts[3]
 
 
 def _now() -> datetime:
@@ -336,8 +355,11 @@ class GraphIngested(Event, frozen=True, kw_only=True, tag="graph.ingested.v1"):
 class RelationMaterialized(Event, frozen=True, kw_only=True, tag="relation.materialized.v1"):
     """A write another system declares on a warehouse relation (no project: any producer).
 
-    Published with a plain NATS publish on subjects.relation_event(relation, "materialized").
-    `at` is required: decoding must not stamp it, or a replay would fold another time.
+    The system publishes it with a plain NATS publish; its account files it in the intake
+    under its principal, and a runner records it here, on subjects.relation_event(relation,
+    "materialized"), naming the `publisher` the server vouched for (services/runner/
+    relations_watch.py). `at` is required: decoding must not stamp it, or a replay would
+    fold another time.
     """
 
     project: str = ""
@@ -346,6 +368,7 @@ class RelationMaterialized(Event, frozen=True, kw_only=True, tag="relation.mater
     producer: str
     status: str = "success"
     row_count: int | None = None
+    publisher: str = ""  # the NATS principal whose write a runner checked ("": the operator)
 
     def subject(self) -> str:
         return subjects.relation_event(self.relation, "materialized")
@@ -355,18 +378,23 @@ class RelationMaterialized(Event, frozen=True, kw_only=True, tag="relation.mater
 
 
 class RelationRefused(Event, frozen=True, kw_only=True, tag="relation.refused.v1"):
-    """The declared write at stream sequence `write_seq` names no configured warehouse."""
+    """A declared write a runner did not record, and why: the one at intake sequence
+    `intake_seq` (earlier logs: the one at event stream sequence `write_seq`)."""
 
     project: str = ""
     relation: str
     producer: str = ""
-    write_seq: int
+    write_seq: int = 0
     reason: str
+    intake_seq: int = 0
+    publisher: str = ""
 
     def subject(self) -> str:
         return subjects.relation_event(self.relation, "refused")
 
     def event_id(self) -> str:
+        if self.intake_seq:
+            return f"relation-refused:in:{self.intake_seq}"
         return f"relation-refused:{self.write_seq}"
 
 

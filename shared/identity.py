@@ -30,8 +30,12 @@ __all__ = [
     "Token",
     "BadToken",
     "Caller",
+    "VERB_ROLES",
     "caller_of",
     "claim_problem",
+    "command_problem",
+    "scope_problem",
+    "token_named",
     "deploy_team",
     "IdentityError",
     "authenticate",
@@ -53,6 +57,8 @@ _ID_CHARS = 12
 DEFAULT_TEAM = "default"
 # Ordered: a role can do everything a role before it can.
 ROLES = ("viewer", "runner", "deployer", "admin")
+# The least role each command verb needs, on either door (run covers build, retry, parse).
+VERB_ROLES = {"run": "runner", "cancel": "runner", "deploy": "deployer"}
 Role = Literal["viewer", "runner", "deployer", "admin"]
 
 
@@ -275,63 +281,134 @@ async def authenticate(bus, bearer: str) -> Token:
     return token
 
 
-async def _door(bus, principal: str, known: Principal | None, token_id: str | None) -> str:
-    """How a command for `principal` came in: the API token it names when that token is
-    the principal's, else NATS, as the system's user when the principal is one."""
-    if token_id and len(token_id) == _ID_CHARS and token_id.isalnum():
-        token = await _get(await _bucket(bus), token_key(token_id), Token)
-        if token is not None and token.principal == principal:
-            return f"api token {token_id}"
-    if known is not None and known.nats_user:
-        return f"nats user {known.nats_user}"
-    return "nats operator"
+async def token_named(bus, token_id: str | None) -> Token | None:
+    """The token record `token_id` names, or None (malformed, unknown or revoked)."""
+    if not token_id or len(token_id) != _ID_CHARS or not token_id.isalnum():
+        return None
+    return await _get(await _bucket(bus), token_key(token_id), Token)
 
 
 class Caller(msgspec.Struct, frozen=True, kw_only=True):
     """Who published a command: the principal its subject names, that principal's team,
-    and the door it came in by."""
+    and the door it came in by (what the server vouches for: the subject, under the
+    permissions of the only users who may publish it)."""
 
     principal: str
     team: str
     door: str
     known: bool = False  # the principal has a configuration (else: the operator's own name)
     own_user: bool = False  # came in as the principal's own NATS user (no token checked it)
+    grants: list[Grant] = []  # the principal's, for a system's own user
+    via_api: bool = False  # on the API's own subject: the door is the token it names
+    token: Token | None = None  # the API's command: the token it names, read again here
+    token_id: str = ""  # what the API's command named, found or not
 
 
 async def caller_of(bus, subject: str, headers: dict | None) -> Caller:
-    """The authenticated caller of a command on `subject` (NATS permissions tie the
-    principal token to its publisher). Raises subjects.InvalidName for a bad token."""
+    """The authenticated caller of a command on `subject`. A token id is read only on the
+    API's own subject (`subjects.via_api`): on any other, a header is anyone's to write and
+    is ignored. Raises subjects.InvalidName for a bad token."""
     principal = subjects.command_principal(subject)
     known = await load_principal(bus, principal)
-    door = await _door(bus, principal, known, (headers or {}).get(TOKEN_HEADER))
+    team = known.team if known else DEFAULT_TEAM
+    if subjects.via_api(subject):
+        token_id = str((headers or {}).get(TOKEN_HEADER, ""))[:64]
+        token = await token_named(bus, token_id)
+        return Caller(
+            principal=principal,
+            team=token.team if token is not None else team,
+            door=f"api token {subjects.filed_under(token_id)}" if token_id else "api",
+            known=known is not None,
+            via_api=True,
+            token=token,
+            token_id=token_id or "",
+        )
+    own = known is not None and bool(known.nats_user)
     return Caller(
         principal=principal,
-        team=known.team if known else DEFAULT_TEAM,
-        door=door,
+        team=team,
+        door=f"nats user {known.nats_user}" if own else "nats operator",
         known=known is not None,
-        own_user=door.startswith("nats user "),
+        own_user=own,
+        grants=list(known.grants) if own else [],
     )
 
 
-def team_problem(caller: Caller, project: str, owner: str) -> str | None:
-    """Why `caller` may not run or cancel in `project`, owned by team `owner` ("" before a
-    team deployed it). A token was scoped by the API; a principal's own NATS user acts only
-    within its team, as a token of that team would."""
-    if not caller.own_user or not owner or owner == caller.team:
+def scope_problem(token: Token, project: str, team: str | None) -> str | None:
+    """Why `token` may not act on `project`, whose team is `team` (None: no deploy named
+    one): the one rule of both doors. An admin token acts on every project."""
+    if token.role == "admin":
         return None
-    return (
-        f"project {project!r} belongs to team {owner!r}; principal {caller.principal!r}"
-        f" is in team {caller.team!r} and may run or cancel only its own team's projects"
-    )
+    if not project_matches(token.project, project):
+        return f"token {token.id} covers projects matching {token.project!r}, not {project!r}"
+    if team != token.team:
+        return (
+            f"project {project!r} is not a project of team {token.team!r}"
+            " (a project's team is the team of its deployer)"
+        )
+    return None
+
+
+def _token_problem(caller: Caller, verb: str, project: str, owner: str) -> str | None:
+    token, need = caller.token, VERB_ROLES[verb]
+    if token is None:
+        return (
+            f"the API's command names token {quote(caller.token_id)}, which is unknown or"
+            " revoked: send it again with a valid token"
+        )
+    if token.principal != caller.principal:
+        return (
+            f"token {token.id} speaks for {quote(token.principal)}, not for the command's"
+            f" principal {quote(caller.principal)}"
+        )
+    if token.expires_at is not None and token.expires_at <= now():
+        return f"token {token.id} expired at {token.expires_at.isoformat()}"
+    if not role_allows(token.role, need):
+        return f"a {verb} command needs role {need!r}; token {token.id} has {token.role!r}"
+    # A first deploy gives the project its deployer's team.
+    return scope_problem(token, project, owner or (token.team if verb == "deploy" else None))
+
+
+def _grant_problem(caller: Caller, verb: str, project: str, owner: str) -> str | None:
+    need = VERB_ROLES[verb]
+    if not any(
+        role_allows(g.role, need) and project_matches(g.project, project) for g in caller.grants
+    ):
+        held = ", ".join(f"{g.role} on {g.project!r}" for g in caller.grants) or "none"
+        return (
+            f"a {verb} command needs role {need!r} on {project!r}; principal"
+            f" {caller.principal!r} holds {held}"
+        )
+    if owner and owner != caller.team:
+        return (
+            f"project {project!r} belongs to team {owner!r}; principal {caller.principal!r}"
+            f" is in team {caller.team!r} and may act only in its own team's projects"
+        )
+    return None
+
+
+def command_problem(caller: Caller, verb: str, project: str, owner: str) -> str | None:
+    """Why `caller` may not send a `verb` command for `project`, owned by team `owner`
+    ("" before its first deploy), or None. The API's command is checked again here, as the
+    API checked it (the token's principal, expiry, role, pattern and team); a system's own
+    user by its grants and team; the operator's NATS user may do anything."""
+    if verb not in VERB_ROLES:
+        return None  # the worker refuses an unknown verb, naming it
+    if caller.via_api:
+        return _token_problem(caller, verb, project, owner)
+    if caller.own_user:
+        return _grant_problem(caller, verb, project, owner)
+    return None
 
 
 def deploy_team(caller: Caller, project: str, owner: str) -> tuple[str, str | None]:
     """The team a deploy of `project` records, or why it is refused. A project belongs to
-    its deployers' team (`owner`, "" before its first deploy by a configured principal): a
-    configured principal of another team may not take it over; an unconfigured one (only
-    an operator's NATS user can publish as one) keeps the owner."""
-    if not caller.known:
-        return owner, None
+    its first deployer's team (`owner`, "" before its first deploy): a principal of another
+    team may not take it over. The operator's own principal (configured nowhere) is in
+    DEFAULT_TEAM, the same in deploys, runs and tokens, so its first deploy gives the project
+    that team; a later deploy by the operator keeps the owner."""
+    if not caller.known and caller.token is None:
+        return owner or DEFAULT_TEAM, None
     if owner and owner != caller.team:
         return owner, (
             f"project {project!r} belongs to team {owner!r}; principal"

@@ -23,10 +23,17 @@ __all__ = [
     "command",
     "command_principal",
     "command_pattern",
+    "via_api",
+    "API_COMMANDS",
+    "INTAKE",
+    "intake_writes",
+    "intake_write",
+    "intake_publisher",
     "ANONYMOUS",
     "deploy_event",
     "run_event",
     "run_event_of_any_project",
+    "CANCELS_REQUESTED",
     "node_event",
     "graph_event",
     "relation_event",
@@ -49,6 +56,13 @@ _SAFE = re.compile(r"[a-z0-9][a-z0-9_-]{0,127}\Z")
 # a subject stays far below the server's limit: one over 4 KB closes the connection.
 MAX_TOKEN_CHARS = 256
 COMMAND_VERBS = ("deploy", "run", "cancel")
+# A command the API published for a token it checked ends in this token: only the API's NATS
+# user may publish `dbt.cmd.<verb>.<project>.<principal>.api`, so the server vouches for it.
+_API = "api"
+API_COMMANDS = f"dbt.cmd.*.*.*.{_API}"
+# Where external systems declare their writes, each under its own principal
+# (`dbt.in.<principal>.relation.<relation>.materialized`); runners record the facts.
+INTAKE = "dbt.in"
 # The principal of a command whose subject names none (`dbt.cmd.<verb>.<project>`): only
 # an operator's NATS user may publish such a subject, so it stands for nobody in particular.
 ANONYMOUS = "anonymous"
@@ -113,15 +127,43 @@ def untoken(tok: str) -> str:
     return base64.b32decode(raw + "=" * (-len(raw) % 8)).decode()
 
 
-def command(verb: str, project: str, principal: str) -> str:
+def command(verb: str, project: str, principal: str, *, via_api: bool = False) -> str:
     """`dbt.cmd.<verb>.<project>.<principal>`: the principal is who published, and NATS
-    permissions let a system's user publish only its own principal's subjects."""
-    return f"dbt.cmd.{verb}.{token(project)}.{token(principal or ANONYMOUS)}"
+    permissions let a system's user publish only its own principal's subjects; the API's
+    commands end in `.api`, a subject only the API may publish."""
+    tail = f".{_API}" if via_api else ""
+    return f"dbt.cmd.{verb}.{token(project)}.{token(principal or ANONYMOUS)}{tail}"
+
+
+def via_api(subject: str) -> bool:
+    """Whether a command subject is one only the API's NATS user may publish."""
+    parts = subject.split(".")
+    return len(parts) == 6 and parts[5] == _API
+
+
+def intake_writes(principal: str) -> str:
+    """Every declared write of one publisher, in the intake."""
+    return f"{INTAKE}.{token(principal)}.relation.*.materialized"
+
+
+def intake_write(principal: str, relation: str) -> str:
+    return f"{INTAKE}.{token(principal)}.relation.{token(relation)}.materialized"
+
+
+def intake_publisher(subject: str) -> tuple[str, str]:
+    """(publisher, relation token) of an intake subject; raises InvalidName for another."""
+    parts = subject.split(".")
+    if len(parts) != 6 or ".".join(parts[:2]) != INTAKE or parts[3] != "relation":
+        raise InvalidName(f"{quote(subject)} is not an intake subject")
+    try:
+        return untoken(parts[2]), parts[4]
+    except ValueError:
+        raise InvalidName(f"publisher token {quote(parts[2])} is not a subject token") from None
 
 
 def command_pattern(verb: str, project: str) -> str:
-    """Every principal's `verb` commands of `project`."""
-    return f"dbt.cmd.{verb}.{token(project)}.*"
+    """Every principal's `verb` commands of `project`, through either door."""
+    return f"dbt.cmd.{verb}.{token(project)}.>"
 
 
 def command_principal(subject: str) -> str:
@@ -129,6 +171,8 @@ def command_principal(subject: str) -> str:
     has none. Raises InvalidName for a token that is not a `token()` spelling or for
     tokens past the principal."""
     parts = subject.split(".")
+    if via_api(subject):
+        parts = parts[:5]
     if len(parts) < 5:
         return ANONYMOUS
     if len(parts) > 5:
@@ -151,6 +195,10 @@ def deploy_event(project: str, kind: str) -> str:
 
 def run_event(project: str, run_id: str, kind: str) -> str:
     return f"dbt.evt.run.{token(project)}.{token(run_id)}.{kind}"
+
+
+# Every run's recorded cancel: what runners follow to stop the run they hold.
+CANCELS_REQUESTED = "dbt.evt.run.*.*.cancel_requested"
 
 
 def run_event_of_any_project(run_id: str, kind: str) -> str:

@@ -45,6 +45,28 @@ async def wait_for(predicate, timeout: float = 30.0, interval: float = 0.1):
             await asyncio.sleep(interval)
 
 
+async def up_stack(home: Path, pg_url: str):
+    """A stack as `jetdbt up` runs it in `home`: its own nats-server with the generated users
+    and admin token, `pg_url` in a fresh schema, any free API and MCP ports, and the stack
+    file a CLI in another process finds it by."""
+    import uuid
+
+    from services.stack import Stack
+    from shared.config import load
+
+    settings = load(
+        {
+            "JETDBT_HOME": str(home),
+            "DATABASE_URL": pg_url,
+            "JETDBT_SCHEMA": f"t_{uuid.uuid4().hex[:12]}",
+            "JETDBT_API_PORT": "0",
+        }
+    )
+    stack = await Stack(settings).start()
+    stack.write_stack_file()
+    return stack
+
+
 def duckdb_tables(path) -> set[str]:
     con = duckdb.connect(str(path), read_only=True)
     try:
@@ -128,3 +150,31 @@ async def jetdbt(stack, *args: str, timeout: float = 300) -> subprocess.Complete
         text=True,
         timeout=timeout,
     )
+
+
+async def not_runners_events(js, after: int = 0) -> list[str]:
+    """Every message of DBT_EVENTS past sequence `after` that is not an event as a runner
+    publishes it (decodes, is a fact of the subject it is on, carries its event id as its
+    message id), described; [] when the fact stream holds only runners' events."""
+    import msgspec
+    from nats.js.errors import NotFoundError
+
+    from shared import events as ev
+    from shared.bus import EVENTS
+
+    found = []
+    last = (await js.stream_info(EVENTS)).state.last_seq
+    for seq in range(after + 1, last + 1):
+        try:
+            msg = await js.get_msg(EVENTS, seq)
+        except NotFoundError:
+            continue
+        try:
+            event = ev.decode(msg.data or b"")
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            found.append(f"#{seq} {msg.subject}: {(msg.data or b'')[:80]!r}")
+            continue
+        msg_id = (msg.headers or {}).get("Nats-Msg-Id", "")
+        if not ev.fits(event, msg.subject) or not msg_id.startswith(event.event_id()):
+            found.append(f"#{seq} {msg.subject}: {type(event).__name__} id {msg_id!r}")
+    return found

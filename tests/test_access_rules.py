@@ -19,7 +19,8 @@ from services.access.nats_users import (
     add_system,
     ensure_users,
     permissions,
-    render_deploy_users,
+    render_deploy_accounts,
+    render_deploy_system,
 )
 from services.cli.access_commands import parse_duration
 from services.cli.common import CliError
@@ -73,10 +74,13 @@ def test_a_system_user_may_publish_only_its_own_commands_and_declared_writes(tmp
     add_system(tmp_path, "ingest", ["shop", "depot"])
     users = json.loads((tmp_path / "access" / "nats-users.json").read_text())
     granted = permissions("ingest", users["users"]["ingest"])
+    # A runner's grant: run and cancel, never deploy.
     assert granted["publish"]["allow"] == [
-        "dbt.cmd.*.depot.ingest",
-        "dbt.cmd.*.shop.ingest",
-        "dbt.evt.relation.*.materialized",
+        "dbt.cmd.run.depot.ingest",
+        "dbt.cmd.run.shop.ingest",
+        "dbt.cmd.cancel.depot.ingest",
+        "dbt.cmd.cancel.shop.ingest",
+        "dbt.in.ingest.relation.*.materialized",
     ]
     assert granted["subscribe"]["allow"] == ["_INBOX_ingest.>"]
     for bad in (("runner", ["shop"]), ("Bad Name", ["shop"]), ("ok", ["a.b"]), ("ok", [])):
@@ -150,11 +154,11 @@ async def test_a_command_claiming_another_principal_is_refused_naming_the_field(
 
 
 def test_the_deployment_nats_users_are_the_generated_rules():
-    """deploy/nats/users.conf is rendered from the rules the embedded stack runs with, and
-    nats-server accepts the deployment's configuration."""
+    """deploy/nats/accounts.conf is rendered from the rules the embedded stack runs with, and
+    nats-server accepts the deployment's configuration, with a system's account beside."""
     deploy = DEPLOY
-    assert (deploy / "users.conf").read_text() == render_deploy_users(), (
-        "regenerate: python -m services.access.nats_users > deploy/nats/users.conf"
+    assert (deploy / "accounts.conf").read_text() == render_deploy_accounts(), (
+        "regenerate: python -m services.access.nats_users > deploy/nats/accounts.conf"
     )
     env = {"NATS_SERVER_NAME": "n1"}
     env |= {f"{u.upper()}_PASSWORD": f"pw{u}" for u in ("runner", "projector", "api", "admin")}
@@ -171,15 +175,17 @@ def test_the_deployment_nats_users_are_the_generated_rules():
 async def test_a_deployment_runs_on_its_users_once_the_operator_applied_the_contract(
     tmp_path, monkeypatch, pg_url
 ):
-    """deploy/nats/users.conf in a real nats-server: services reached as `user:password@`
+    """deploy/nats/accounts.conf in a real nats-server: services reached as `user:password@`
     in NATS_URL only check the contract (refusing to start before `admin` applied it),
     read replies under their own inbox prefix, and the API answers with a token."""
     passwords = {u: f"pw-{u}-{uuid.uuid4().hex}" for u in ("runner", "projector", "api", "admin")}
     for user, password in passwords.items():
         monkeypatch.setenv(f"{user.upper()}_PASSWORD", password)
     conf = tmp_path / "nats.conf"
-    shutil.copy(DEPLOY / "users.conf", tmp_path / "users.conf")
-    conf.write_text('accounts { JETDBT { jetstream: enabled\n include "users.conf" } }\n')
+    shutil.copy(DEPLOY / "accounts.conf", tmp_path / "accounts.conf")
+    (tmp_path / "systems.conf").write_text(render_deploy_system("sched", ["shop"]))
+    monkeypatch.setenv("SCHED_PASSWORD", "pw-sched")
+    conf.write_text('accounts {\n include "accounts.conf"\n}\n')
     server = NatsServer(tmp_path / "nats", config=conf).start()
     try:
         url = server.url.replace("://", "://{user}:{password}@")

@@ -273,3 +273,66 @@ async def test_a_graph_reads_in_pages_of_nodes_with_each_edge_once(stack):
     status, rel = await get_json(f"{stack.api_url}/v1/relations/dbt:%2F%2Fmain%2Fs%2Fm3")
     assert status == 200 and rel["truncated"] == []
     assert [n["unique_id"] for n in rel["nodes"]] == [f"model.{P}.m3"]
+
+
+async def test_a_connection_that_trickles_its_header_is_closed_by_the_header_timeout(
+    stack, monkeypatch
+):
+    """A client that sends a request's head a byte at a time holds a connection for as long
+    as the server lets it: the API closes it once HEADER_TIMEOUT_SECONDS passed, while a
+    prompt request on another connection is answered."""
+    import asyncio
+    from urllib.parse import urlsplit
+
+    from services.api.app import HEADER_TIMEOUT_SECONDS
+
+    assert stack._site_runner._kwargs["keepalive_timeout"] == HEADER_TIMEOUT_SECONDS <= 10
+    url = urlsplit(stack.api_url)
+    slow = []
+    for _ in range(20):
+        reader, writer = await asyncio.open_connection(url.hostname, url.port)
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+        await writer.drain()
+        slow.append((reader, writer))
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+
+    async def trickle(reader, writer) -> float:
+        while True:
+            try:
+                writer.write(b"a")
+                await writer.drain()
+            except ConnectionError:
+                return loop.time() - started
+            try:
+                if await asyncio.wait_for(reader.read(1), 1.0) == b"":
+                    return loop.time() - started  # closed by the server
+            except TimeoutError:
+                pass
+            if loop.time() - started > HEADER_TIMEOUT_SECONDS + 20:
+                return float("inf")
+
+    tasks = [asyncio.create_task(trickle(r, w)) for r, w in slow]
+    status, _ = await get_json(f"{stack.api_url}/healthz")
+    assert status == 200  # served beside them
+    closed_after = await asyncio.gather(*tasks)
+    for _, writer in slow:
+        writer.close()
+    assert max(closed_after) <= HEADER_TIMEOUT_SECONDS + 3, closed_after
+
+
+def test_every_path_the_viewer_fetches_carries_values_as_encoded_segments():
+    """A run id read from the page's address (`#/runs/..%2F..%2Fv1%2Fdead-letters`) would
+    otherwise take the viewer's token to another route: every value interpolated into a
+    fetched path goes through seg() (encodeURIComponent)."""
+    import re
+    from pathlib import Path
+
+    ui = Path(__file__).resolve().parent.parent / "ui" / "src"
+    checked = 0
+    for source in ui.glob("*.js"):
+        for call in re.findall(r"(?:api|fetch)\(`(/v1/[^`?]*)", source.read_text()):
+            for value in re.findall(r"\$\{([^}]*)\}", call):
+                checked += 1
+                assert value.startswith(("seg(", "encodeURIComponent(")), (source.name, call)
+    assert checked >= 8

@@ -110,6 +110,7 @@ async def test_ensure_creates_the_contract_and_is_idempotent(js):
         COMMANDS,
         EVENTS,
         "DBT_LOGS",
+        "DBT_INTAKE",  # other systems' declared writes, before a runner checks them
         "OBJ_DBT_BLOBS",  # the object store
         "KV_DBT_LEASES",  # the key-value bucket
         "KV_DBT_RETENTION",  # which finished runs keep their files

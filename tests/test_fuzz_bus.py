@@ -461,15 +461,14 @@ async def test_hostile_events_are_dead_lettered_and_later_events_project(stack, 
 
     await drive(each_is_dead_lettered_or_applied)
     assert not [t for t in stack._tasks if t.done()]
-    # The runners' check of declared writes lives on too: a write to no warehouse is refused.
+    # The runners' check of declared writes lives on too: a write to no warehouse, sent to
+    # the intake as a system's account files it, is refused.
     nowhere = ev.RelationMaterialized(relation="dbt://nowhere/s/t", producer="p", at=T0)
-    write = await stack.bus.publish(nowhere)
+    await stack.bus.js.publish(subjects.intake_write("p", nowhere.relation), ev.encode(nowhere))
 
     async def refused():
-        async with stack.pool.acquire() as conn:
-            return await conn.fetchval(
-                "SELECT refused_reason FROM relation_writes WHERE stream_seq = $1", write.seq
-            )
+        found = await stack.bus.last_event(subjects.relation_event(nowhere.relation, "refused"))
+        return found.reason if found is not None else None
 
     assert "'nowhere' is not configured" in await wait_for(refused, timeout=20)
 
@@ -487,3 +486,151 @@ async def test_an_event_whose_error_quotes_a_nul_stalls_no_projection(stack):
             return await conn.fetchval("SELECT run_id FROM retry_state WHERE principal = 'u'")
 
     assert await wait_for(projected, timeout=3) == "r1"
+
+
+# ---- the NATS door: nothing but a runner puts a message in the fact stream ---------------
+
+FAMILIES = ("deploy", "graph", "run", "node", "retry", "state", "relation")
+fact_subjects = st.builds(
+    lambda family, project, rest: ".".join(["dbt.evt", family, project, *rest]),
+    st.sampled_from(FAMILIES),
+    st.sampled_from(["alpha_shop", "beta_shop", "jaffle_shop"]) | project_tokens,
+    st.lists(st.sampled_from(["requested", "deployed", "alice", "saved", "r1", "finished"]),
+             min_size=1, max_size=3),
+)  # fmt: skip
+reply_subjects = st.one_of(
+    st.none(),
+    fact_subjects,
+    st.sampled_from(["dbt.cmd.run.alpha_shop.alice", "dbt.cmd.cancel.alpha_shop.alice.api",
+                     "dbt.in.sys_a.relation.x.materialized", "_INBOX_runner.x", "_R_.x.y",
+                     "$JS.API.STREAM.INFO.DBT_EVENTS", "dbt.log.r1", "$KV.DBT_IDENTITY.x"]),
+)  # fmt: skip
+header_names = st.sampled_from(
+    ["Nats-Msg-Id", "Jetdbt-Token-Id", "Nats-Expected-Stream", "Nats-Rollup", "Nats-TTL",
+     "Nats-Expected-Last-Sequence", "X-Any"]
+)  # fmt: skip
+header_values = st.text(st.characters(min_codepoint=33, max_codepoint=126), min_size=1, max_size=30)
+fuzz_tokens = st.from_regex(r"[a-z0-9][a-z0-9_-]{0,11}", fullmatch=True) | st.sampled_from(
+    ["alpha_shop", "beta_shop", "alice", "sys_a", "sys_b", "DBT_EVENTS", "DBT_COMMANDS",
+     "runners", "relation_watch", "_mfwgsy3f"]
+)  # fmt: skip
+payloads = st.one_of(
+    st.binary(max_size=200),
+    json_values.map(lambda v: json.dumps(v).encode()),
+    st.sampled_from(sorted(p.name for p in GOLDEN.glob("*.json"))).map(
+        lambda name: (GOLDEN / name).read_bytes()
+    ),
+    st.sampled_from([b'{"batch": 5}', b'{"stream_name": "DBT_EVENTS", "config": {}}',
+                     b'{"command": {"label": "build"}}', b'{"run_id": "r1"}']),
+)  # fmt: skip
+
+
+@st.composite
+def concrete(draw, pattern: str) -> str:
+    """A subject a permission pattern allows: each `*` one token, a final `>` one to three."""
+    out = []
+    for part in pattern.split("."):
+        if part == "*":
+            out.append(draw(fuzz_tokens))
+        elif part == ">":
+            out += draw(st.lists(fuzz_tokens, min_size=1, max_size=3))
+        else:
+            out.append(part)
+    return ".".join(out)
+
+
+@pytest.fixture
+async def door(tmp_path, pg_url):
+    """A stack as `jetdbt up` runs it: the generated accounts, two systems of two teams;
+    a connection of every user but the runner and the operator, with what it may publish."""
+    import uuid
+
+    from services.access import nats_users
+    from services.access.local import nats_logins, users_file
+    from services.stack import Stack
+    from shared import identity
+    from shared.bus import inbox_prefix
+    from shared.config import load
+
+    settings = load(
+        {
+            "JETDBT_HOME": str(tmp_path / "home"),
+            "DATABASE_URL": pg_url,
+            "JETDBT_SCHEMA": f"t_{uuid.uuid4().hex[:12]}",
+            "JETDBT_API_PORT": "0",
+            "EXTERNAL_PUBLISHES_PER_MINUTE": "100000",
+        }
+    )
+    stack = await Stack(settings).start()
+    for name, team in (("sys_a", "alpha"), ("sys_b", "beta")):
+        nats_users.add_system(settings.home, name, ["*"])
+        await identity.put_principal(
+            stack.bus,
+            identity.Principal(
+                name=name, team=team, kind="system", nats_user=name,
+                grants=[identity.Grant(role="runner", project="*")],
+            ),
+        )  # fmt: skip
+    assert nats_users.reload_server(settings.home)
+    await asyncio.sleep(0.5)
+    users = json.loads(users_file(settings.home).read_text())["users"]
+    logins = nats_logins(settings.home)
+    conns = {}
+
+    async def ignored(exc) -> None:
+        """A permission violation or a protocol error is the publisher's own business."""
+
+    for user in ("api", "projector", "sys_a", "sys_b"):
+        nc = await nats.connect(
+            stack.nats_url,
+            user=user,
+            password=logins[user],
+            inbox_prefix=inbox_prefix(user),
+            error_cb=ignored,
+            max_reconnect_attempts=-1,
+        )
+        conns[user] = (nc, nats_users.permissions(user, users[user])["publish"]["allow"])
+    yield stack, conns
+    for nc, _ in conns.values():
+        await nc.close()
+    await stack.stop()
+
+
+async def test_no_publish_but_a_runners_lands_in_the_fact_stream(door):
+    """Every user but the runners and the operator publishes on every subject its
+    permissions allow, with random reply subjects, headers and payloads: the fact stream
+    holds only runners' events (each decodes, is a fact of its subject and carries its
+    event id), so no reply, header or payload becomes a fact."""
+    from shared.bus import EVENTS
+    from tests.helpers import not_runners_events
+
+    stack, conns = door
+    run = OnLoop()
+    js = stack.bus.js
+    checked = [(await js.stream_info(EVENTS)).state.last_seq]
+
+    @st.composite
+    def publishes(draw):
+        user = draw(st.sampled_from(sorted(conns)))
+        subject = draw(concrete(draw(st.sampled_from(conns[user][1]))))
+        headers = draw(st.dictionaries(header_names, header_values, max_size=3))
+        return user, subject, draw(reply_subjects), headers or None, draw(payloads)
+
+    async def publish_and_check(user, subject, reply, headers, data) -> list[str]:
+        nc = conns[user][0]
+        await nc.publish(subject, data, reply=reply or "", headers=headers)
+        await nc.flush()
+        await asyncio.sleep(0.05)
+        found = await not_runners_events(js, checked[0])
+        checked[0] = (await js.stream_info(EVENTS)).state.last_seq
+        return found
+
+    @BUS
+    @given(publishes())
+    def only_runners_write_facts(sent):
+        assert run(publish_and_check(*sent)) == [], sent
+
+    await drive(only_runners_write_facts)
+    await asyncio.sleep(2)  # what a runner answers late, and any reply the server sends late
+    assert await not_runners_events(js, 0) == []
+    assert not [t for t in stack._tasks if t.done()]

@@ -224,6 +224,9 @@ async def test_two_projects_and_a_declared_write_share_one_node(stack, tmp_path)
 
 
 async def test_write_to_unknown_warehouse_is_refused(stack):
+    """A system's write reaches the intake under its principal (its NATS account files it
+    there); a runner records it as a fact, or refuses it with the reason and records
+    nothing of it on the relation."""
     refused: list[ev.RelationRefused] = []
 
     async def collect(msg) -> None:
@@ -232,30 +235,35 @@ async def test_write_to_unknown_warehouse_is_refused(stack):
     async def both() -> bool:
         return len(refused) >= 2
 
+    def intake(subject: str) -> str:
+        return subject.replace("dbt.evt.relation.", "dbt.in.ingest.relation.", 1)
+
     sub = await stack.bus.nc.subscribe("dbt.evt.relation.*.refused", cb=collect)
     nc = await nats.connect(stack.nats_url)
     try:
         at = datetime(2025, 6, 2, 9, 12, tzinfo=UTC)
-        await nc.publish(*_declared_write("dbt://lake/raw/events", "ingest", 7, at))
-        await nc.publish("dbt.evt.relation.x.materialized", b'{"relation": "dbt://main/a/b"}')
-        await nc.publish(*_declared_write("dbt://main/raw/events", "ingest", 8, at))
+        lake, body = _declared_write("dbt://lake/raw/events", "ingest", 7, at)
+        await nc.publish(intake(lake), body)
+        await nc.publish("dbt.in.ingest.relation.x.materialized", b'{"relation": "dbt://main/a/b"}')
+        main, body = _declared_write("dbt://main/raw/events", "ingest", 8, at)
+        await nc.publish(intake(main), body)
         await nc.flush()
         await wait_for(both)
     finally:
         await nc.close()
         await sub.unsubscribe()
     assert "warehouse 'lake' is not configured; configured: main" in refused[0].reason
-    assert refused[0].relation == "dbt://lake/raw/events" and refused[0].producer == "ingest"
+    assert refused[0].relation == "dbt://lake/raw/events" and refused[0].publisher == "ingest"
     assert refused[1].reason.startswith("not a declared write")
 
-    async def marked():
-        status, rel = await get_json(_relation_url(stack, "dbt://lake/raw/events"))
-        return rel if rel["writes"] and rel["writes"][0]["refused_reason"] else None
+    async def recorded():
+        status, rel = await get_json(_relation_url(stack, "dbt://main/raw/events"))
+        return rel if rel["writes"] else None
 
-    rel = await wait_for(marked)
-    assert rel["producers"] == []  # a refused write claims nothing
-    status, ok = await get_json(_relation_url(stack, "dbt://main/raw/events"))
-    assert [w["refused_reason"] for w in ok["writes"]] == [None]
+    ok = await wait_for(recorded)
+    assert [(w["producer"], w["refused_reason"]) for w in ok["writes"]] == [("ingest", None)]
+    status, rel = await get_json(_relation_url(stack, "dbt://lake/raw/events"))
+    assert rel["producers"] == [] and rel["writes"] == []  # a refused write claims nothing
 
 
 BIG_ORDERS = (

@@ -38,6 +38,38 @@ async def test_healthz_is_503_when_nats_is_away_past_its_grace(stack, nats_serve
     await wait_for(healthy, timeout=30)
 
 
+async def test_healthz_asks_nats_and_is_503_while_the_server_is_stopped(
+    stack, nats_server, monkeypatch
+):
+    """A nats-server stopped with SIGSTOP keeps its socket open, so a connection's state says
+    connected; /healthz asks JetStream within its deadline and tells the truth."""
+    monkeypatch.setattr(api_app, "NATS_GRACE_SECONDS", 1.0)
+    monkeypatch.setattr(api_app, "NATS_DEADLINE_SECONDS", 0.5)
+    status, body = await get_json(f"{stack.api_url}/healthz")
+    assert status == 200 and body["nats"] is True
+    pid = nats_server._proc.pid
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        status, body = await get_json(f"{stack.api_url}/healthz")
+        assert body["nats"] is False  # at once: the first unanswered round trip
+        assert stack.bus.nc.is_connected  # what the old answer read
+
+        async def unhealthy():
+            status, body = await get_json(f"{stack.api_url}/healthz")
+            return body if status == 503 else None
+
+        body = await wait_for(unhealthy, timeout=20)
+        assert any(p.startswith("NATS away for") for p in body["problems"]), body
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+    async def healthy():
+        status, body = await get_json(f"{stack.api_url}/healthz")
+        return status == 200 and body["nats"]
+
+    await wait_for(healthy, timeout=30)
+
+
 async def test_healthz_is_503_when_a_service_task_died(stack):
     """Every service loop restarts itself on errors, so one that ends is a fatal bug: a
     task of the stack's that ended is reported by name."""

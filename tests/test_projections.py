@@ -313,7 +313,7 @@ async def test_a_fold_reads_one_covering_filter_and_skips_other_subjects(bus, po
         filters = [
             (c.config.filter_subject, c.config.filter_subjects)
             for c in await bus.js.consumers_info(EVENTS)
-            if c.name.startswith("proj-progress")
+            if c.config.description == "proj-progress"
         ]
     assert filters == [("dbt.evt.>", None)]
     assert fold.seqs == [s for s in range(1, target + 1) if s != other.seq]

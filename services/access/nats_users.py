@@ -1,15 +1,27 @@
-"""The NATS users of a jetdbt stack and what each may publish and subscribe to.
+"""The NATS accounts and users of a jetdbt stack, and what each may publish and read.
 
 One user per role, so a fact carries the authority of who could publish it:
-- `runner` alone publishes facts (run, node, state, retry, graph, deploy) and log lines,
-  and alone reads the contract's durable consumers (`runners`, `relation_watch`);
-- `projector` only reads events;
-- `api` reads, and publishes commands on behalf of the token it checked;
+- `runner` alone publishes facts (run, node, state, retry, graph, deploy, relation) and
+  log lines, and alone reads the contract's durable consumers (`runners`, `relation_watch`);
+- `projector` only reads events (never the identity bucket);
+- `api` reads, and publishes commands on behalf of the token it checked, on subjects only
+  it may publish (`dbt.cmd.<verb>.<project>.<principal>.api`);
 - `admin` (the operator and the CLI) may do anything: it applies streams.yaml;
-- an external system may publish only commands under its own principal's subject, for
-  its projects, and declared writes (`dbt.evt.relation.*.materialized`).
-No service user may create, update, purge or delete a stream, nor create or delete the
-contract's durable consumers; each user reads replies under its own inbox prefix.
+- an external system may publish only the command verbs its role grants, under its own
+  principal's subject, for its projects, and declared writes.
+No service user may create, update, purge or delete a stream, nor create a durable
+consumer or delete the contract's; each user reads replies under its own inbox prefix.
+
+Accounts keep replies out of the log. A client names any reply subject it likes, and the
+server's JetStream answers there unchecked: in one account, a publish with the reply
+subject `dbt.evt.deploy.<project>.requested` stored the server's ack on that fact subject.
+So the streams live in the account HOME with the runners and the operator only; the API,
+the projectors and every external system each have an account of their own and reach
+HOME through service imports of exactly their subjects. A reply to a service import
+travels on a response subject the server makes (`_R_.…`) back into the requester's own
+account, which holds no stream. A system's declared writes are imported into the intake
+stream under its principal (`dbt.in.<principal>.relation.…`), where a runner checks them
+before it records a fact.
 
 `jetdbt up` generates the users with random passwords into JETDBT_HOME/access (0600) and
 starts nats-server with the configuration rendered from them; deploy/nats holds the same
@@ -26,7 +38,7 @@ from pathlib import Path
 from services.access.local import ADMIN, access_dir, users_file, write_private
 from services.embedded import signal_server
 from shared import contract as contract_mod
-from shared import subjects
+from shared import identity, subjects
 from shared.bus import COMMANDS, EVENTS, inbox_prefix
 from shared.identity import BUCKET as IDENTITY
 from shared.run_logs import STREAM as LOGS
@@ -39,12 +51,18 @@ __all__ = [
     "ensure_users",
     "permissions",
     "reload_server",
+    "account_of",
     "render_conf",
-    "render_deploy_users",
+    "render_deploy_accounts",
+    "render_deploy_system",
 ]
 
 SERVICE_USERS = ("runner", "projector", "api")
+HOME = "JETDBT"  # the account of the streams, the runners and the operator
+SYSTEMS = "SYSTEMS"  # every external system's account (its users change; its imports never)
 _RESERVED = (*SERVICE_USERS, ADMIN)
+# A system runs (run, retry, parse, cancel) or deploys as well; it is never an admin.
+SYSTEM_ROLES = ("runner", "deployer")
 
 
 def _buckets() -> list[tuple[str, str]]:
@@ -73,10 +91,11 @@ _READ = [
     "$JS.FC.>",
 ]
 # Reading the event log through consumers of one's own (projector checkpoints, the API's
-# lag and event streams): created, fetched, acked and deleted by the reader.
+# lag and event streams): created, fetched, acked and deleted by the reader. Created only
+# on the subject without a name, where the server refuses a durable ("expected to be
+# ephemeral"): an ephemeral consumer goes when its reader does, a durable would stay.
 _READ_EVENTS = [
     f"$JS.API.CONSUMER.CREATE.{EVENTS}",
-    f"$JS.API.CONSUMER.CREATE.{EVENTS}.>",
     f"$JS.API.CONSUMER.MSG.NEXT.{EVENTS}.*",
     f"$JS.ACK.{EVENTS}.>",
     f"$JS.API.CONSUMER.DELETE.{EVENTS}.*",
@@ -114,7 +133,8 @@ _FACTS = [
         if prefix.startswith("$O.")
     ],
 ]
-_DECLARED_WRITES = "dbt.evt.relation.*.materialized"
+# The least role each command verb needs, on either door.
+VERB_ROLES = identity.VERB_ROLES
 
 
 class AccessError(ValueError):
@@ -146,81 +166,226 @@ def _runner_reads() -> list[str]:
     return found
 
 
-def _system_commands(principal: str, projects: list[str]) -> list[str]:
+def _system_commands(principal: str, projects: list[str], role: str) -> list[str]:
+    """The command subjects a system may publish: its own principal's, for its projects, and
+    only the verbs its role grants (a `runner` never deploys)."""
     tok = subjects.token(principal)
-    if "*" in projects:
-        return [f"dbt.cmd.*.*.{tok}"]
-    return [f"dbt.cmd.*.{subjects.token(p)}.{tok}" for p in projects]
+    verbs = [v for v in subjects.COMMAND_VERBS if identity.role_allows(role, VERB_ROLES[v])]
+    found = []
+    for verb in verbs:
+        if "*" in projects:
+            found.append(f"dbt.cmd.{verb}.*.{tok}")
+        else:
+            found += [f"dbt.cmd.{verb}.{subjects.token(p)}.{tok}" for p in projects]
+    return found
 
 
 def permissions(name: str, user: dict) -> dict:
-    """The nats-server permissions of one user of the users file."""
+    """The nats-server permissions of one user of the users file, inside its account."""
     inbox = f"{inbox_prefix(name)}.>"
     if name == ADMIN:
         return {"publish": {"allow": [">"]}, "subscribe": {"allow": [">"]}}
     if user.get("kind") == "system":
         return {
             "publish": {
-                "allow": [*_system_commands(user["principal"], user["projects"]), _DECLARED_WRITES]
+                "allow": [
+                    *_system_commands(user["principal"], user["projects"], _role(user)),
+                    subjects.intake_writes(user["principal"]),
+                ]
             },
             "subscribe": {"allow": [inbox]},
         }
     allow = {
         "runner": [*_READ, *_READ_EVENTS, *_FACTS, *_runner_reads()],
         "projector": [*_READ, *_READ_EVENTS],
-        "api": [*_READ, *_READ_EVENTS, "dbt.cmd.>"],
+        "api": [*_READ, *_READ_EVENTS, subjects.API_COMMANDS],
     }[name]
-    subscribe = [inbox, "dbt.cmd.cancel.>"] if name == "runner" else [inbox]
-    return {
-        "publish": {"allow": allow, "deny": [*_NEVER, *_durable_denials(name == "runner")]},
-        "subscribe": {"allow": subscribe},
-    }
+    deny = [*_NEVER, *_durable_denials(name == "runner")]
+    if name == "projector":  # it folds events: it needs no principal and no token
+        deny += _identity_reads()
+    # Every user subscribes to its inbox only: no core interest on a fact or command subject
+    # exists, so no push consumer can deliver there (runners follow cancels from the log).
+    return {"publish": {"allow": allow, "deny": deny}, "subscribe": {"allow": [inbox]}}
+
+
+def _role(user: dict) -> str:
+    return user.get("role", "runner")
+
+
+def account_of(name: str, user: dict) -> str:
+    """The NATS account a user lives in: the runners and the operator beside the streams
+    (HOME), the API and the projectors each in their own, external systems in SYSTEMS."""
+    if user.get("kind") == "system":
+        return SYSTEMS
+    return {"runner": HOME, ADMIN: HOME, "api": "API", "projector": "PROJECTOR"}[name]
+
+
+# What the API and the projectors reach in HOME: the JetStream API (a pull request's
+# messages are many responses to one request, hence `stream`), acks and flow control.
+_JS_SERVICES = ["$JS.API.>", "$JS.ACK.>", "$JS.FC.>"]
+
+
+def _imports(account: str) -> list[dict]:
+    """What crosses from an account into HOME: services only (their replies come back on
+    the server's own response subjects, never on a subject the requester named), and a
+    service user's push deliveries (ordered consumers: blobs, watches, event streams).
+    SYSTEMS imports every command and intake subject, and each system user's permissions
+    allow its own only: a system added later changes users, which the server reloads,
+    never imports, which it does not rewire for an account it did not start with."""
+    if account == SYSTEMS:
+        return [{"service": "dbt.cmd.>"}, {"service": f"{subjects.INTAKE}.>"}]
+    name = {"API": "api", "PROJECTOR": "projector"}[account]
+    found = [{"service": s} for s in _JS_SERVICES]
+    if name == "api":
+        found.append({"service": subjects.API_COMMANDS})
+    found.append({"stream": f"{inbox_prefix(name)}.>"})
+    return found
+
+
+def _exports() -> list[dict]:
+    """HOME's exports: the JetStream API to the service accounts alone, commands to the
+    API and the systems, the intake to the systems."""
+    services = ("api", "projector")
+    found = [
+        {"service": s, "accounts": [account_of(u, {}) for u in services]}
+        | ({"response_type": "stream"} if s == "$JS.API.>" else {})
+        for s in _JS_SERVICES
+    ]
+    found += [
+        {"service": "dbt.cmd.>", "accounts": ["API", SYSTEMS]},
+        {"service": f"{subjects.INTAKE}.>", "accounts": [SYSTEMS]},
+    ]
+    found += [{"stream": f"{inbox_prefix(u)}.>", "accounts": [account_of(u, {})]} for u in services]
+    return found
+
+
+def _identity_reads() -> list[str]:
+    stream = f"KV_{IDENTITY}"
+    return [
+        f"$JS.API.DIRECT.GET.{stream}",
+        f"$JS.API.DIRECT.GET.{stream}.>",
+        f"$JS.API.STREAM.MSG.GET.{stream}",
+        f"$JS.API.CONSUMER.CREATE.{stream}",
+        f"$JS.API.CONSUMER.CREATE.{stream}.>",
+    ]
+
+
+def _value(value) -> str:
+    if isinstance(value, list):
+        return "[" + ", ".join(json.dumps(v) for v in value) + "]"
+    return json.dumps(value)
+
+
+def _entry(item: dict, imported: bool = False) -> str:
+    """One export (`{service: "dbt.cmd.>", accounts: [...]}`) or import from HOME
+    (`{service: {account: JETDBT, subject: ...}}`) on one line."""
+    kind = "service" if "service" in item else "stream"
+    subject = json.dumps(item[kind])
+    source = f"{{account: {HOME}, subject: {subject}}}" if imported else subject
+    rest = "".join(f", {k}: {_value(v)}" for k, v in item.items() if k != kind)
+    return f"{{{kind}: {source}{rest}}}"
 
 
 def _listed(items: list[str], indent: str) -> str:
-    """A nats-server list, one subject a line (each grant readable on its own)."""
+    """A nats-server list, one item a line (each grant readable on its own)."""
     if not items:
         return "[]"
-    inner = "".join(f"{indent}  {json.dumps(i)}\n" for i in items)
+    inner = "".join(f"{indent}  {i}\n" for i in items)
     return f"[\n{inner}{indent}]"
 
 
-def _user_entry(name: str, password: str, granted: dict) -> str:
+def _user_entry(name: str, password: str, granted: dict, pad: str) -> str:
     """One user in nats-server's syntax; `password` is written as given (a quoted string,
     or a `$VARIABLE` the server reads from its environment)."""
-    publish, pad = granted["publish"], "      "
+    deeper = pad + "    "
+
+    def listed(items: list[str], indent: str) -> str:
+        return _listed([json.dumps(i) for i in items], indent)
+
+    publish = granted["publish"]
+    allow = listed(publish["allow"], deeper + "  ")
+    deny = listed(publish.get("deny", []), deeper + "  ")
+    subscribe = listed(granted["subscribe"]["allow"], deeper)
     return (
-        f"  {{\n    user: {json.dumps(name)}\n    password: {password}\n    permissions: {{\n"
-        f"      publish: {{\n        allow: {_listed(publish['allow'], pad + '  ')}\n"
-        f"        deny: {_listed(publish.get('deny', []), pad + '  ')}\n      }}\n"
-        f"      subscribe: {{allow: {_listed(granted['subscribe']['allow'], pad)}}}\n"
-        "    }\n  }"
+        f"{pad}{{\n{pad}  user: {json.dumps(name)}\n{pad}  password: {password}\n"
+        f"{pad}  permissions: {{\n"
+        f"{deeper}publish: {{\n{deeper}  allow: {allow}\n{deeper}  deny: {deny}\n{deeper}}}\n"
+        f"{deeper}subscribe: {{allow: {subscribe}}}\n"
+        f"{pad}  }}\n{pad}}}"
+    )
+
+
+def _account(account: str, users: list[tuple[str, str, dict]], users_file: str = "") -> str:
+    """One account block: its users (name, password as written, users-file entry) or an
+    include of them, HOME's JetStream and exports, or another account's imports."""
+    pad = "    "
+    lines = [f"  {account} {{"]
+    if account == HOME:
+        lines.append(f"{pad}jetstream: enabled")
+        lines.append(f"{pad}exports: {_listed([_entry(e) for e in _exports()], pad)}")
+    else:
+        imports = [_entry(i, imported=True) for i in _imports(account)]
+        lines.append(f"{pad}imports: {_listed(imports, pad)}")
+    if users_file:
+        lines.append(f"{pad}include {json.dumps(users_file)}")
+    else:
+        lines.append(f"{pad}users: {_users(users, pad)}")
+    lines.append("  }")
+    return "\n".join(lines)
+
+
+def _users(users: list[tuple[str, str, dict]], pad: str) -> str:
+    if not users:
+        return "[]"
+    entries = [_user_entry(n, pw, permissions(n, u), pad + "  ") for n, pw, u in users]
+    return "[\n" + "\n".join(entries) + f"\n{pad}]"
+
+
+def _accounts(users: list[tuple[str, str, dict]], systems_file: str = "") -> str:
+    grouped: dict[str, list] = {HOME: [], "API": [], "PROJECTOR": [], SYSTEMS: []}
+    for entry in users:
+        grouped[account_of(entry[0], entry[2])].append(entry)
+    return (
+        "\n".join(
+            _account(a, found, systems_file if a == SYSTEMS else "") for a, found in grouped.items()
+        )
+        + "\n"
     )
 
 
 def render_conf(users: dict[str, dict]) -> str:
-    """The embedded server's authorization block, from the users file."""
-    entries = [
-        _user_entry(name, json.dumps(user["password"]), permissions(name, user))
-        for name, user in sorted(users.items())
-    ]
+    """The embedded server's accounts and users, from the users file."""
+    found = [(n, json.dumps(u["password"]), u) for n, u in sorted(users.items())]
     header = "# Generated by jetdbt from nats-users.json: change it with `jetdbt access`.\n"
-    return header + "authorization {\n users: [\n" + "\n".join(entries) + "\n ]\n}\n"
+    return header + "accounts {\n" + _accounts(found) + "}\n"
 
 
-def render_deploy_users() -> str:
-    """deploy/nats/users.conf: the same users for a deployment, each password read from the
-    server's environment (RUNNER_PASSWORD...). `python -m services.access.nats_users`
+def _password_variable(name: str) -> str:
+    return "$" + name.upper().replace("-", "_") + "_PASSWORD"
+
+
+def render_deploy_accounts() -> str:
+    """deploy/nats/accounts.conf: the same accounts for a deployment, each password read from
+    the server's environment (RUNNER_PASSWORD...). `python -m services.access.nats_users`
     prints it; a test keeps the committed file equal to it."""
-    entries = [
-        _user_entry(name, f"${name.upper()}_PASSWORD", permissions(name, {"kind": "service"}))
-        for name in (*SERVICE_USERS, ADMIN)
+    found = [
+        (name, _password_variable(name), {"kind": "service"}) for name in (*SERVICE_USERS, ADMIN)
     ]
     header = (
-        "# Generated: python -m services.access.nats_users > deploy/nats/users.conf\n"
+        "# Generated: python -m services.access.nats_users > deploy/nats/accounts.conf\n"
         "# The rules and why: services/access/nats_users.py. Do not edit by hand.\n"
+        "# External systems' users: systems.conf (python -m services.access.nats_users\n"
+        "# --system NAME PROJECT... prints one).\n"
     )
-    return header + "users: [\n" + "\n".join(entries) + "\n]\n"
+    return header + _accounts(found, systems_file="systems.conf")
+
+
+def render_deploy_system(name: str, projects: list[str], role: str = "runner") -> str:
+    """One external system's user for a deployment's systems.conf (its password from
+    `$<NAME>_PASSWORD`): `users: [...]` of the SYSTEMS account."""
+    _check_system(name, projects, role)
+    user = {"kind": "system", "principal": name, "projects": sorted(set(projects)), "role": role}
+    return "users: " + _users([(name, _password_variable(name), user)], "") + "\n"
 
 
 def conf_file(home: Path) -> Path:
@@ -240,20 +405,19 @@ def _save(home: Path, found: dict) -> None:
 
 
 def ensure_users(home: Path) -> Path:
-    """Generate the service and admin users on first start (kept after); returns the
-    server configuration file."""
+    """Generate the service and admin users on first start (kept after) and the server's
+    configuration from today's rules; returns the configuration file."""
     found = _load(home)
     missing = [name for name in _RESERVED if name not in found["users"]]
     for name in missing:
         found["users"][name] = {"kind": "service", "password": secrets.token_urlsafe(32)}
-    if missing or not conf_file(home).exists():
+    current = conf_file(home).read_text() if conf_file(home).exists() else ""
+    if missing or current != render_conf(found["users"]):  # rules of an earlier version too
         _save(home, found)
     return conf_file(home)
 
 
-def add_system(home: Path, name: str, projects: list[str]) -> str:
-    """Add (or replace) an external system's NATS user, principal `name`, allowed to
-    publish commands for `projects` ("*": all); returns its password."""
+def _check_system(name: str, projects: list[str], role: str) -> None:
     if name in _RESERVED:
         raise AccessError(f"{name!r} is a jetdbt service user; choose another system name")
     try:
@@ -265,6 +429,14 @@ def add_system(home: Path, name: str, projects: list[str]) -> str:
         raise AccessError(f"{exc} (NATS user and project names follow the same rule)") from None
     if not projects:
         raise AccessError("a system needs at least one project (--project NAME, or '*')")
+    if role not in SYSTEM_ROLES:
+        raise AccessError(f"a system's role is one of {', '.join(SYSTEM_ROLES)}, not {role!r}")
+
+
+def add_system(home: Path, name: str, projects: list[str], role: str = "runner") -> str:
+    """Add (or replace) an external system's NATS user, principal `name`, allowed to
+    publish the commands `role` grants for `projects` ("*": all); returns its password."""
+    _check_system(name, projects, role)
     found = _load(home)
     if not found["users"]:
         raise AccessError(f"no generated NATS users under {access_dir(home)}: run `jetdbt up`")
@@ -274,6 +446,7 @@ def add_system(home: Path, name: str, projects: list[str]) -> str:
         "password": password,
         "principal": name,
         "projects": sorted(set(projects)),
+        "role": role,
     }
     _save(home, found)
     return password
@@ -285,5 +458,19 @@ def reload_server(home: Path) -> bool:
     return signal_server(home / "nats" / "nats-server.pid", b"nats-server", signal.SIGHUP)
 
 
+def main(argv: list[str]) -> None:
+    """`python -m services.access.nats_users` prints accounts.conf; `... --system NAME
+    [--role deployer] PROJECT...` prints the account of one external system."""
+    if argv[:1] != ["--system"]:
+        print(render_deploy_accounts(), end="")
+        return
+    role, rest = "runner", argv[2:]
+    if rest[:1] == ["--role"]:
+        role, rest = rest[1], rest[2:]
+    print(render_deploy_system(argv[1], rest, role), end="")
+
+
 if __name__ == "__main__":
-    print(render_deploy_users(), end="")
+    import sys
+
+    main(sys.argv[1:])

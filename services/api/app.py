@@ -26,10 +26,11 @@ from services.api.openapi import add_openapi_routes
 from services.api.ops_routes import add_ops_routes
 from services.api.project_routes import add_project_routes
 from services.api.ui_routes import add_ui_routes
+from services.api.whoami_routes import add_whoami_routes
 from shared import commands
 from shared.bus import Bus
 
-__all__ = ["create_app", "POOL", "BUS"]
+__all__ = ["create_app", "POOL", "BUS", "HEADER_TIMEOUT_SECONDS"]
 
 POOL = web.AppKey("pool", asyncpg.Pool)
 BUS = web.AppKey("bus", Bus)
@@ -37,6 +38,12 @@ DEAD_TASKS = web.AppKey("dead_tasks", object)
 SANDBOX = web.AppKey("sandbox", object)
 # How long NATS may be away before the service says it is unhealthy (a restart is quick).
 NATS_GRACE_SECONDS = 15.0
+# How long a connection may take to send a request's head (and stay idle between
+# requests): aiohttp's keep-alive timer runs from the connection's start and is not reset
+# by partial data, so a client trickling a header a byte at a time is closed by then.
+HEADER_TIMEOUT_SECONDS = 10.0
+# How long /healthz waits for JetStream to answer its round trip.
+NATS_DEADLINE_SECONDS = 2.0
 
 # A run as listed: its columns without the stored result, with the node counts.
 _RUN = ", ".join([c for c in RUN_COLUMNS if c != "result"] + list(COUNT_COLUMNS))
@@ -51,19 +58,23 @@ ENVIRONMENTS_PAGE = (100, 1000)
 
 
 async def healthz(request: web.Request) -> web.Response:
-    """503 when NATS has been away past a grace period or a service task died, so an
-    orchestrator restarts what cannot recover by itself."""
+    """503 when NATS has not answered a round trip past a grace period or a service task
+    died, so an orchestrator restarts what cannot recover by itself. `nats` is this
+    request's round trip (JetStream answered within NATS_DEADLINE_SECONDS), never the
+    connection's state: a stopped server keeps its socket open."""
     async with request.app[POOL].acquire() as conn:
         await conn.fetchval("SELECT 1")
-    away = request.app[BUS].away_for()
+    bus = request.app[BUS]
+    answered = await bus.round_trip(NATS_DEADLINE_SECONDS)
+    away = max(bus.unanswered_for(), bus.away_for())
     dead = request.app[DEAD_TASKS]()
     problems = [f"{name} stopped" for name in dead]
-    if away > NATS_GRACE_SECONDS:
-        problems.append(f"NATS away for {away:.0f}s")
+    if not answered and away > NATS_GRACE_SECONDS:
+        problems.append(f"NATS away for {away:.0f}s: no answer within {NATS_DEADLINE_SECONDS:.0f}s")
     sandbox, refusing = request.app[SANDBOX]()
     if refusing:
         problems.append(f"the runner refuses every project: its sandbox is {sandbox}")
-    body = {"ok": not problems, "nats": away == 0, "problems": problems, "sandbox": sandbox}
+    body = {"ok": not problems, "nats": answered, "problems": problems, "sandbox": sandbox}
     return respond(schemas.shaped(schemas.Health, body), 503 if problems else 200)
 
 
@@ -196,6 +207,7 @@ def create_app(
     add_log_routes(app, bus)
     add_event_stream_routes(app, bus)
     add_project_routes(app, pool)
+    add_whoami_routes(app)
     add_ui_routes(app)
     add_openapi_routes(app)
     check_routes(app)

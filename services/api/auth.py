@@ -30,6 +30,7 @@ __all__ = [
     "authorize",
     "project_problem",
     "project_team",
+    "route_role",
     "token_of",
 ]
 
@@ -57,6 +58,11 @@ def install(app: web.Application, pool, bus) -> None:
 def token_of(request: web.Request) -> identity.Token:
     """The authenticated token of a request (every route but PUBLIC has one)."""
     return request[_TOKEN]
+
+
+def route_role(method: str, route: str) -> str:
+    """The least role that may call `method route` (a route as registered, `{name}` and all)."""
+    return ROUTE_ROLES.get((method, route)) or METHOD_ROLES.get(method, "admin")
 
 
 def _route(request: web.Request) -> str | None:
@@ -161,7 +167,7 @@ async def authorize(request: web.Request, handler) -> web.StreamResponse:
     token = token_of(request)
     # HEAD is answered by the GET handler: it needs what GET needs.
     method = "GET" if request.method == "HEAD" else request.method
-    need = ROUTE_ROLES.get((method, route)) or METHOD_ROLES.get(method, "admin")
+    need = route_role(method, route)
     if not identity.role_allows(token.role, need):
         return error(
             403,

@@ -29,6 +29,7 @@ __all__ = [
     "Operation",
     "add_openapi_routes",
     "document",
+    "parameter",
     "render_html",
 ]
 
@@ -98,6 +99,8 @@ OPERATIONS = (
               errors=(400, 401, 403, 404, 410), also="application/x-ndjson"),
     Operation("GET", "/v1/runs/{run_id}/graph", "the graph a run used, a page of nodes",
               schemas.Graph, params=("run_id", "after", "limit")),
+    Operation("GET", "/v1/whoami", "the token this request carries: principal, team, role,"
+              " project pattern, expiry (never its secret)", schemas.Whoami, errors=(401,)),
     Operation("GET", "/v1/projects", "the projects the token may see: version, last run",
               schemas.Projects, params=_PAGE, errors=(400, 401, 403)),
     Operation("GET", "/v1/projects/{project}/runs", "a project's runs, newest first",
@@ -126,7 +129,7 @@ OPERATIONS = (
 )  # fmt: skip
 
 
-def _parameter(key: str) -> dict:
+def parameter(key: str) -> dict:
     """`key` is a parameter's name, or `name:variant` where routes give one name two rules."""
     where, schema = _PARAMS[key]
     name = key.split(":")[0]
@@ -171,7 +174,7 @@ def _operation(op: Operation, refs: dict[type, dict]) -> dict:
     out = {
         "summary": op.summary,
         "operationId": re.sub(r"[^a-zA-Z0-9]+", "_", f"{op.method} {op.path}").strip("_"),
-        "parameters": [_parameter(p) for p in op.params],
+        "parameters": [parameter(p) for p in op.params],
         "responses": responses,
     }
     if op.request is not None:

@@ -13,6 +13,7 @@ from aiohttp import web
 from projections import lag
 from services.api import schemas
 from services.api.boundary import page, query, respond
+from services.api.principal_metrics import principal_metrics
 from services.api.queue_metrics import queue_metrics
 from shared import contract
 from shared.bus import Bus
@@ -50,6 +51,14 @@ def prometheus(lags: lag.Lags) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _by_principal(found) -> str:
+    lines = []
+    for metric, help_text, counts in found:
+        lines += [f"# HELP {metric} {help_text}", f"# TYPE {metric} gauge"]
+        lines += [f'{metric}{{principal="{_label(p)}"}} {n}' for p, n in sorted(counts.items())]
+    return "\n".join(lines) + "\n"
+
+
 def add_ops_routes(app: web.Application, pool: asyncpg.Pool, bus: Bus) -> None:
     projections = contract.load().projections
 
@@ -60,8 +69,9 @@ def add_ops_routes(app: web.Application, pool: asyncpg.Pool, bus: Bus) -> None:
     async def metrics(request: web.Request) -> web.Response:
         async with pool.acquire() as conn:
             queue = await queue_metrics(conn)
+        principals = _by_principal(await principal_metrics(bus.js))
         return web.Response(
-            body=(prometheus(await current()) + queue).encode(),
+            body=(prometheus(await current()) + queue + principals).encode(),
             headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"},
         )
 

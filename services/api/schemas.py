@@ -56,6 +56,7 @@ __all__ = [
     "RunSummary",
     "Runs",
     "Upstream",
+    "Whoami",
     "shaped",
 ]
 
@@ -411,6 +412,17 @@ class Relation(_Body):
     writes: list[RelationWrite]
     runs: list[RelationRun]
     truncated: list[str]
+
+
+class Whoami(_Body):
+    """The token a request carries: who it speaks for, its team, role and project pattern."""
+
+    id: str
+    principal: str
+    team: str
+    role: str
+    project: str
+    expires_at: datetime | None
 
 
 class DeadLetter(_Body):

@@ -8,7 +8,7 @@ import re
 from datetime import timedelta
 
 from services.cli.common import CliError, open_bus
-from shared import identity
+from shared import identity, subjects
 from shared.config import Settings
 
 __all__ = ["cmd_token", "cmd_access", "cmd_contract", "parse_duration"]
@@ -75,10 +75,10 @@ async def cmd_access(args, settings: Settings) -> int:
                 " user would speak for them; choose another system name"
             )
         try:
-            password = nats_users.add_system(settings.home, args.name, args.project)
+            password = nats_users.add_system(settings.home, args.name, args.project, args.role)
         except nats_users.AccessError as exc:
             raise CliError(str(exc)) from None
-        grants = [identity.Grant(role="runner", project=p) for p in args.project]
+        grants = [identity.Grant(role=args.role, project=p) for p in args.project]
         await identity.put_principal(
             bus,
             identity.Principal(
@@ -88,9 +88,11 @@ async def cmd_access(args, settings: Settings) -> int:
     finally:
         await bus.close()
     reloaded = nats_users.reload_server(settings.home)
+    verbs = [v for v, need in identity.VERB_ROLES.items() if identity.role_allows(args.role, need)]
     print(
-        f"NATS user {args.name} (team {args.team}) may publish dbt.cmd.<verb>.<project>."
-        f"{args.name} for {', '.join(args.project)} and dbt.evt.relation.*.materialized"
+        f"NATS user {args.name} (team {args.team}, {args.role}) may publish dbt.cmd.<verb>."
+        f"<project>.{args.name} ({', '.join(verbs)}) for {', '.join(args.project)} and"
+        f" {subjects.intake_writes(args.name)} (declared writes a runner checks and records)"
     )
     print(f"password (shown once): {password}")
     if not reloaded:

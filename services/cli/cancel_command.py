@@ -41,7 +41,7 @@ async def _cancel(bus, run_id: str, timeout: float) -> int:
             ended.put_nowait(event)
 
     # Subscribed before the check: a run ending in between is seen either way.
-    sub = await bus.nc.subscribe(subjects.run_pattern(project, run_id), cb=collect)
+    sub = await bus.follow(subjects.run_pattern(project, run_id), collect)
     try:
         for kind in ("finished", "refused"):
             if await bus.last_event(subjects.run_event(project, run_id, kind)) is not None:

@@ -29,12 +29,13 @@ COMMANDS = {
     "token": "access_commands:cmd_token",
     "access": "access_commands:cmd_access",
     "contract": "access_commands:cmd_contract",
+    "mcp": "mcp_command:cmd_mcp",
 }
 
 # Commands that serve the API, an aiohttp application. Every other command reaches NATS at
 # nats:// only; nats-py imports aiohttp for websocket servers alone, a quarter of a second
 # of such a command's start, so their modules import nats without it.
-SERVING = frozenset({"up", "serve", "demo"})
+SERVING = frozenset({"up", "serve", "demo", "mcp"})
 
 # Errors a user can act on, printed as one line: (module, class). An error whose module was
 # never imported cannot have been raised, so they are looked up instead of imported.

@@ -112,6 +112,15 @@ def build_parser() -> argparse.ArgumentParser:
     acc_sys.add_argument(
         "--project", action="append", required=True, help="a project it may run ('*': all)"
     )
+    acc_sys.add_argument(
+        "--role",
+        choices=("runner", "deployer"),
+        default="runner",
+        help="the verbs it may publish: runner (run, cancel) or deployer (and deploy)",
+    )
+    mcp = sub.add_parser("mcp", help="serve MCP over stdio for a local agent (see the README)")
+    mcp.add_argument("--token-file", help="a file holding the API token (default: JETDBT_TOKEN)")
+    mcp.add_argument("--api", metavar="URL", help="the API's address (default: the stack's)")
     con = sub.add_parser("contract", help="apply streams.yaml as the operator")
     con.add_subparsers(dest="contract_cmd", required=True).add_parser("apply")
     dead = sub.add_parser("dead-letters", help="events a projection could not apply")

@@ -61,6 +61,7 @@ def _announce_up(stack: Stack) -> None:
     stack.write_stack_file()
     print(f"jetdbt is up: API {stack.api_url}  NATS {shown(stack.nats_url)}", flush=True)
     print(f"run viewer: {stack.api_url}/ui/ (it asks for a token: `jetdbt token create`)")
+    print(f"MCP for agents: {stack.mcp_url} (streamable HTTP), or `jetdbt mcp` (stdio)")
     print(
         "deploy with `jetdbt deploy PATH`, build with `jetdbt run PROJECT --watch`; Ctrl-C stops",
         flush=True,

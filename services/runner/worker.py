@@ -5,8 +5,9 @@ many runs build at once is admission's (services/runner/admission.py): a run wai
 for its slots in its handler, holding its command with in_progress(), so the
 consumer's max_ack_pending caps only the commands held, not the runs.
 Long runs heartbeat with in_progress(); a runner that dies is noticed by
-redelivery, and the next attempt says the previous one was lost. Cancels reach
-every runner on a plain subscription, and the one holding the run kills it.
+redelivery, and the next attempt says the previous one was lost. A cancel command is
+checked and recorded in the log (run.cancel_requested); every runner follows those facts,
+and the one holding the run kills it.
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ from services.runner.dbt_retry import retry
 from services.runner.deploy import deploy
 from services.runner.lease import LeaseLost
 from services.runner.parse import parse
+from services.runner.principal_rate import PrincipalRate
 from services.runner.spawn import ForkServerLost
-from shared import commands, identity, subjects, supervise
+from shared import commands, identity, subjects, supervise, uploads
 from shared import events as ev
 from shared import logging as jlog
 from shared.bus import COMMANDS, TRANSIENT
@@ -46,6 +48,8 @@ class Runner:
         self.log = jlog.get("runner", runner=ctx.name)
         self.active: dict[tuple[str, str], Cancel] = {}
         self.ack_wait = float(ctx.settings.run_ack_wait_seconds)
+        # An external system's share of the never-purged log, per runner.
+        self.rate = PrincipalRate(ctx.settings.external_publishes_per_minute)
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
         """Serve commands until `stop`; a failed loop (NATS away) starts again a second
@@ -66,7 +70,7 @@ class Runner:
         sub = await js.pull_subscribe_bind(CONSUMER, stream=COMMANDS)
         # The consumer's live ack wait, not this runner's setting: one owner for it.
         self.ack_wait = (await js.consumer_info(COMMANDS, CONSUMER)).config.ack_wait
-        cancels = await self.ctx.bus.nc.subscribe("dbt.cmd.cancel.>", cb=self._on_cancel)
+        cancels = await self.ctx.bus.follow(subjects.CANCELS_REQUESTED, self._on_cancel)
         with contextlib.suppress(SandboxMissing):  # said on the start line; runs are refused
             await self.ctx.containment.check()
         self.log.info("runner_started", sandbox=self.ctx.containment.describe())
@@ -84,19 +88,14 @@ class Runner:
                 await cancels.unsubscribe()
 
     async def _on_cancel(self, msg) -> None:
-        """A cancel reaches only the run of the project it names (a malformed one is refused
-        from the durable consumer, once)."""
-        with contextlib.suppress(commands.CommandRejected, subjects.InvalidName):
-            body = commands.decode_cancel(msg.data)
-            project = subjects.subject_key(msg.subject)
-            cancel = self.active.get((project, body.run_id))
-            if cancel is None:
-                return
-            caller = await identity.caller_of(self.ctx.bus, msg.subject, msg.headers)
-            if identity.claim_problem(body.requested_by, caller.principal) is None and (
-                await self._team_problem(caller, project) is None
-            ):
-                cancel.request(caller.principal)
+        """A cancel the log recorded (`_check_cancel` checked who asked, and for which
+        project's run) reaches every runner; the one holding the run stops it."""
+        with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError):
+            event = ev.decode(msg.data)
+            if isinstance(event, ev.RunCancelRequested) and ev.fits(event, msg.subject):
+                cancel = self.active.get((event.project, event.run_id))
+                if cancel is not None:
+                    cancel.request(event.requested_by)
 
     async def _heartbeat(self, msg) -> None:
         while True:
@@ -148,6 +147,19 @@ class Runner:
         except subjects.InvalidName as exc:
             caller = identity.Caller(principal=subjects.ANONYMOUS, team="", door="")
             problem = problem or str(exc)
+        if caller.own_user:
+            admitted = self.rate.admit(caller.principal)
+            if admitted == "drop":
+                self.log.warning("command_dropped", subject=msg.subject, principal=caller.principal)
+                return
+            if admitted == "refuse":
+                reason = self.rate.reason(caller.principal)
+                await self.ctx.bus.publish(
+                    ev.DeployRefused(project=project, deploy_id=f"c{seq}", reason=reason)
+                    if verb == "deploy"
+                    else ev.RunRefused(project=project, run_id=f"c{seq}", reason=reason)
+                )
+                return
         if verb == "run":
             await self._run(msg, project, problem, seq, caller)
         elif verb == "deploy":
@@ -174,7 +186,7 @@ class Runner:
             problem = problem or identity.claim_problem(body.requested_by, caller.principal)
         except commands.CommandRejected as exc:
             problem = problem or str(exc)
-        problem = problem or await self._team_problem(caller, project)
+        problem = problem or await self._caller_problem(caller, "cancel", project)
         if problem is not None:
             await self.ctx.bus.publish(
                 ev.RunRefused(project=project, run_id=f"c{seq}", reason=problem)
@@ -203,12 +215,15 @@ class Runner:
             )
         )
 
-    async def _team_problem(self, caller: identity.Caller, project: str) -> str | None:
-        """Why `caller` may not act in `project`, whose team is its deployers'."""
-        if not caller.own_user:
-            return None
+    async def _owner_team(self, project: str) -> str:
+        """The team a project's deploys recorded ("" before its first deploy)."""
         owner = await self.ctx.bus.last_event(subjects.deploy_event(project, "requested"))
-        return identity.team_problem(caller, project, getattr(owner, "team", ""))
+        return getattr(owner, "team", "")
+
+    async def _caller_problem(self, caller: identity.Caller, verb: str, project: str) -> str | None:
+        """Why `caller` may not send a `verb` command for `project`, whose team is its
+        first deployer's (identity.command_problem: one rule for both doors)."""
+        return identity.command_problem(caller, verb, project, await self._owner_team(project))
 
     async def _owner(self, run_id: str) -> str | None:
         """The project that first asked for `run_id`, from the log: run ids are unique
@@ -233,7 +248,7 @@ class Runner:
             claimed = identity.claim_problem(body.requested_by, caller.principal)
         except commands.CommandRejected as exc:
             claimed = str(exc)
-        claimed = claimed or await self._team_problem(caller, project)
+        claimed = claimed or await self._caller_problem(caller, "run", project)
         if claimed is not None:
             # Under the command's own id: a run id in a refused body names nobody's run.
             await bus.publish(ev.RunRefused(project=project, run_id=f"c{seq}", reason=claimed))
@@ -307,13 +322,34 @@ class Runner:
             problem = str(exc)
         team = ""
         if problem is None:
-            owner = await bus.last_event(subjects.deploy_event(project, "requested"))
-            team, problem = identity.deploy_team(caller, project, getattr(owner, "team", ""))
+            owner = await self._owner_team(project)
+            problem = identity.command_problem(caller, "deploy", project, owner)
+            team, refused = identity.deploy_team(caller, project, owner)
+            problem = problem or refused or await _upload_problem(bus, body)
         if problem is not None:
             await bus.publish(
                 ev.DeployRefused(project=project, deploy_id=f"c{seq}", reason=problem)
             )
             return
-        deploy_id = body.deploy_id or f"c{seq}"
         body = msgspec.structs.replace(body, requested_by=caller.principal)
-        await deploy(self.ctx, project, body, deploy_id, team=team, door=caller.door, seq=seq)
+        await deploy(self.ctx, project, body, body.deploy_id, team=team, door=caller.door, seq=seq)
+        await uploads.forget(bus, body.deploy_id)
+
+
+async def _upload_problem(bus, body: commands.DeployCommand) -> str | None:
+    """Why a deploy may not use the bundle it names: only the digest its own upload recorded
+    (shared/uploads.py), never another version's that happens to be stored."""
+    if not body.deploy_id:
+        return "a deploy names its deploy_id, under which its upload recorded the bundle"
+    found = await uploads.recorded(bus, body.deploy_id)
+    if found == body.bundle_digest:
+        return None
+    if found is None:
+        return (
+            f"deploy {body.deploy_id!r} names bundle {body.bundle_digest} but uploaded none:"
+            " a deploy uses only the bundle its own upload stored (jetdbt deploy PATH)"
+        )
+    return (
+        f"deploy {body.deploy_id!r} names bundle {body.bundle_digest} but its upload stored"
+        f" {quote(found[:80])}: a deploy uses only the bundle its own upload stored"
+    )

@@ -67,6 +67,10 @@ function headers(extra = {}) {
   return { Authorization: `Bearer ${token()}`, ...extra };
 }
 
+// A value from the URL or an answer, as one path segment: "../" or "?" in a run id read
+// from the location must not reach another route with the viewer's token.
+const seg = encodeURIComponent;
+
 async function api(path, options = {}) {
   const resp = await fetch(path, { ...options, headers: headers(options.headers) });
   if (resp.status === 401) throw new Unauthorized((await resp.json()).error);
@@ -181,9 +185,9 @@ async function projectsPage() {
 async function projectPage(project, params) {
   const offset = Number(params.get("offset") || 0);
   const [runs, deploys, envs] = await Promise.all([
-    api(`/v1/projects/${project}/runs?limit=25&offset=${offset}`),
-    api(`/v1/projects/${project}/deploys?limit=1`),
-    api(`/v1/projects/${project}/environments`),
+    api(`/v1/projects/${seg(project)}/runs?limit=25&offset=${offset}`),
+    api(`/v1/projects/${seg(project)}/deploys?limit=1`),
+    api(`/v1/projects/${seg(project)}/environments`),
   ]);
   const latest = deploys.deploys[0];
   const pager = h("p", {},
@@ -207,7 +211,7 @@ async function projectPage(project, params) {
 }
 
 async function relationPage(key) {
-  const rel = await api(`/v1/relations/${encodeURIComponent(key)}`);
+  const rel = await api(`/v1/relations/${seg(key)}`);
   const owners = rel.producers.map((p) => (p.kind === "dbt"
     ? [link(`#/projects/${p.project}`, p.project), " ", h("code", {}, p.unique_id)]
     : [`declared by ${p.producer}`]));
@@ -235,8 +239,8 @@ async function graphOf(runId) {
   const nodes = [], edges = [];
   let after = null;
   do {
-    const q = after ? `?after=${encodeURIComponent(after)}` : "";
-    const page = await api(`/v1/runs/${runId}/graph${q}`);
+    const q = after ? `?after=${seg(after)}` : "";
+    const page = await api(`/v1/runs/${seg(runId)}/graph` + q);
     nodes.push(...page.nodes);
     edges.push(...page.edges);
     after = page.next?.after;
@@ -295,7 +299,7 @@ function useDagre(cytoscape) {
 async function runOnceKnown(runId, signal) {
   for (let tries = 0; ; tries++) {
     try {
-      return await api(`/v1/runs/${runId}`);
+      return await api(`/v1/runs/${seg(runId)}`);
     } catch (err) {
       if (err.status !== 404 || tries >= 120 || signal.aborted) throw err;
       view.replaceChildren(h("p", { class: "muted" }, `waiting for run ${runId} to be recorded…`));
@@ -468,13 +472,13 @@ async function runPage(runId, params) {
     const actions = [];
     if (live) {
       actions.push(h("button", { type: "button", id: "cancel", onclick: async () => {
-        await api(`/v1/runs/${runId}/cancel`, { method: "POST", body: "{}",
+        await api(`/v1/runs/${seg(runId)}/cancel`, { method: "POST", body: "{}",
           headers: { "Content-Type": "application/json" } });
       } }, "cancel"));
     } else if (["failed", "cancelled", "error"].includes(run.status)) {
       actions.push(h("button", { type: "button", id: "retry", onclick: async () => {
         const body = JSON.stringify({ command: { label: "retry", dbt_retry_job: runId } });
-        const { run_id } = await api(`/v1/projects/${run.project}/runs`, { method: "POST", body,
+        const { run_id } = await api(`/v1/projects/${seg(run.project)}/runs`, { method: "POST", body,
           headers: { "Content-Type": "application/json" } });
         location.hash = `#/runs/${run_id}`;
       } }, "retry what failed"));
@@ -487,7 +491,7 @@ async function runPage(runId, params) {
 
   async function drawLog() {
     try {
-      const page = await api(`/v1/runs/${runId}/logs?limit=5000`);
+      const page = await api(`/v1/runs/${seg(runId)}/logs?limit=5000`);
       logBox.textContent = page.lines.map((l) => l.text).join("\n");
     } catch (err) {
       if (err instanceof Unauthorized) throw err;

@@ -1,0 +1,22 @@
+"""`GET /v1/whoami`: the token a request carries, as the API sees it (never its secret).
+
+A client that holds only a token learns from it what it may do: the MCP server lists a
+viewer's token no tool that changes anything, from the role this route gives.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from services.api import auth, schemas
+from services.api.boundary import respond
+
+__all__ = ["add_whoami_routes"]
+
+
+def add_whoami_routes(app: web.Application) -> None:
+    async def whoami(request: web.Request) -> web.Response:
+        token = auth.token_of(request)
+        return respond(schemas.shaped(schemas.Whoami, token))
+
+    app.router.add_get("/v1/whoami", whoami)

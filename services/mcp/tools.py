@@ -1,0 +1,205 @@
+"""The tools: each says which REST routes it calls, and so which role it needs.
+
+Most tools are one route (`_route_tool`): the route's parameters and request body are the
+tool's arguments, its answer Struct is the tool's output. `get_model` and `retry_run` read
+or call two routes. A tool changes nothing unless it says so (`changes`); those carry MCP's
+destructive and non-idempotent hints, and a token whose role cannot call their routes is
+never shown them (`allowed`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from services.api import auth, openapi, schemas
+from services.mcp import model_details
+from services.mcp.api_client import Api, route_path
+from services.mcp.tool_schemas import object_schema, operation, route_input_schema
+from services.watch import ORDER
+from shared import identity
+
+__all__ = ["Tool", "TOOLS", "BY_NAME", "allowed", "needed_role"]
+
+# Route parameters a tool does not take: a followed log is a stream, not an answer.
+_NOT_ARGUMENTS = {"follow", "Last-Event-ID"}
+Run = Callable[[Api, str, dict], Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    title: str
+    description: str
+    routes: tuple[tuple[str, str], ...]  # (method, route) of every call it makes
+    input_schema: dict
+    output: type  # the Struct its structured answer is
+    run: Run
+    changes: bool = False
+    idempotent: bool = True  # said only of a tool that changes something
+    op: openapi.Operation | None = None  # the one route it is, when it is one
+
+    @property
+    def output_schema(self) -> dict:
+        return object_schema(self.output)
+
+
+def needed_role(tool: Tool) -> str:
+    """The highest role among its routes', as the API's own `auth.route_role` decides."""
+    roles = [auth.route_role(method, route) for method, route in tool.routes]
+    return max(roles, key=identity.ROLES.index)
+
+
+def allowed(tool: Tool, role: str) -> bool:
+    return identity.role_allows(role, needed_role(tool))
+
+
+def _route_tool(
+    name: str,
+    title: str,
+    method: str,
+    route: str,
+    description: str,
+    *,
+    changes: bool = False,
+    idempotent: bool = True,
+    shape: Callable[[Any], Any] | None = None,
+) -> Tool:
+    op = operation(method, route)
+    params = tuple(p for p in op.params if p.split(":")[0] not in _NOT_ARGUMENTS)
+    names = [p.split(":")[0] for p in params]
+    in_path = [n for n in names if "{" + n + "}" in route]
+
+    async def run(api: Api, auth: str, args: dict) -> Any:
+        body = {k: v for k, v in args.items() if k not in names} if op.request else None
+        answer = await api.call(
+            auth,
+            method,
+            route_path(route, {n: args[n] for n in in_path}),
+            query={n: args[n] for n in names if n not in in_path and n in args},
+            body=body,
+        )
+        return shape(answer) if shape is not None else answer
+
+    return Tool(
+        name=name,
+        title=title,
+        description=f"{description} ({method} {route})",
+        routes=((method, route),),
+        input_schema=route_input_schema(op, params),
+        output=op.body,
+        run=run,
+        changes=changes,
+        idempotent=idempotent,
+        op=op,
+    )
+
+
+def _failures_first(run: dict) -> dict:
+    """A run's nodes, failed first, then warned, skipped, ..., passed (the CLI's order)."""
+    run["nodes"].sort(key=lambda n: (ORDER.get(n["outcome"], 9), n["unique_id"]))
+    return run
+
+
+async def _model(api: Api, auth: str, args: dict) -> Any:
+    return await model_details.model_details(api, auth, args["project"], args["node"])
+
+
+_RUNS_POST = "/v1/projects/{project}/runs"
+_RUN = "/v1/runs/{run_id}"
+
+
+async def _retry(api: Api, auth: str, args: dict) -> Any:
+    run = await api.call(auth, "GET", route_path(_RUN, {"run_id": args["run_id"]}))
+    body = {"command": {"label": "retry", "dbt_retry_job": args["run_id"]}}
+    return await api.call(
+        auth, "POST", route_path(_RUNS_POST, {"project": run["project"]}), body=body
+    )
+
+
+def _arguments(properties: dict) -> dict:
+    """The input schema of a tool that is not one route: these properties, all required."""
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": list(properties),
+        "additionalProperties": False,
+    }
+
+
+_PROJECT = openapi.parameter("project")["schema"]
+_RUN_ID = openapi.parameter("run_id")["schema"]
+
+TOOLS: tuple[Tool, ...] = (
+    _route_tool("whoami", "Who am I", "GET", "/v1/whoami",
+                "The token this session uses: principal, team, role and project pattern."
+                " A viewer reads; a runner also starts, retries and cancels runs."),
+    _route_tool("list_projects", "List projects", "GET", "/v1/projects",
+                "The projects this token may see, each with its deployed version and last run."),
+    _route_tool("get_lineage", "A project's lineage", "GET", "/v1/projects/{project}/graph",
+                "A project's deployed dbt graph, a page of nodes (models, seeds, snapshots,"
+                " sources, tests with their relation, columns, tags, raw SQL) and the edges"
+                " into them; `next.after` reads the following page."),
+    Tool(
+        name="get_model",
+        title="One model's details",
+        description="One node of a project's deployed graph, by unique_id or model name: its"
+        " parents, children, columns, tests, relation, and its rows in the project's latest"
+        f" {model_details.RUNS_READ} runs (status, outcome, dbt's message).",
+        routes=(("GET", model_details.GRAPH), ("GET", model_details.RUNS),
+                ("GET", model_details.RUN)),
+        input_schema=_arguments({
+            "project": _PROJECT,
+            "node": {"type": "string", "minLength": 1, "maxLength": 512,
+                     "description": "a unique_id (model.jaffle_shop.orders) or a model's name"},
+        }),
+        output=model_details.ModelDetails,
+        run=_model,
+    ),
+    _route_tool("list_runs", "List a project's runs", "GET", "/v1/projects/{project}/runs",
+                "A project's runs, newest first: status, command, who asked, node counts."),
+    _route_tool("get_run", "A run and its failures", "GET", "/v1/runs/{run_id}",
+                "A run with every node, failures first with dbt's message, then warned,"
+                " skipped and passed; live while it runs: poll it until `finished_at` is set.",
+                shape=_failures_first),
+    _route_tool("get_run_logs", "A run's log lines", "GET", "/v1/runs/{run_id}/logs",
+                "A page of a run's log lines (dbt's output, masked), from line `after`;"
+                " `next` is set while the run goes or more lines follow."),
+    _route_tool("list_deploys", "List a project's deploys", "GET",
+                "/v1/projects/{project}/deploys", "A project's deploys, newest first."),
+    _route_tool("list_environments", "A project's environments", "GET",
+                "/v1/projects/{project}/environments",
+                "Each environment's published state, with the run that published it"
+                " (what `defer` resolves against)."),
+    _route_tool("get_retry_state", "What a retry would resume", "GET",
+                "/v1/projects/{project}/retry-state",
+                "Per principal, the run `retry_run` would resume."),
+    _route_tool("get_relation", "A relation's page", "GET", "/v1/relations/{key}",
+                "Who writes and who reads one warehouse relation (dbt://<warehouse>/<schema>/"
+                "<name>) across projects and declared writes, and the runs that built it."),
+    _route_tool("start_run", "Start a run", "POST", _RUNS_POST,
+                "Publish a run command and return its run id at once; follow it with get_run."
+                " `command` is {label: build, select, exclude, vars, full_refresh, defer},"
+                " {label: retry, dbt_retry_job} or {label: parse, vars}. A build writes"
+                " the warehouse.",
+                changes=True, idempotent=False),
+    Tool(
+        name="retry_run",
+        title="Retry a failed run",
+        description="Resume a failed run with `dbt retry` (only what failed or was skipped is"
+        " rebuilt) as a new run; returns its run id at once. Only the token principal's latest"
+        f" run of the project can be resumed. (GET {_RUN}, POST {_RUNS_POST})",
+        routes=(("GET", _RUN), ("POST", _RUNS_POST)),
+        input_schema=_arguments({"run_id": _RUN_ID}),
+        output=schemas.RunAccepted,
+        run=_retry,
+        changes=True,
+        idempotent=False,
+    ),
+    _route_tool("cancel_run", "Cancel a run", "POST", "/v1/runs/{run_id}/cancel",
+                "Cancel a run: a queued one never starts, a running one's dbt is killed.",
+                changes=True, idempotent=True),
+)  # fmt: skip
+
+BY_NAME = {tool.name: tool for tool in TOOLS}
