@@ -1,0 +1,53 @@
+"""The masker's spellings: what it costs nothing to look for is never let through."""
+
+from __future__ import annotations
+
+import base64
+import json
+import urllib.parse
+
+import pytest
+
+from services.runner.secrets import MASK, Masker
+
+SECRET = "pA55-w0rd/with+odd=chars"
+
+
+def _masked(text: str) -> str:
+    masker = Masker()
+    masker.add(SECRET)
+    return masker.mask(text)
+
+
+@pytest.mark.parametrize(
+    "spelling",
+    [
+        SECRET,
+        SECRET[::-1],
+        SECRET.upper(),
+        json.dumps(SECRET)[1:-1],
+        SECRET.encode().hex(),
+        SECRET.encode().hex().upper(),
+        urllib.parse.quote(SECRET, safe=""),
+        urllib.parse.quote_plus(SECRET),
+    ],
+)
+def test_each_spelling_is_masked(spelling):
+    out = _masked(f"dbt said: {spelling}!")
+    assert spelling not in out and MASK in out
+
+
+@pytest.mark.parametrize("before", ["", "a", "ab", "abc", "user=admin;password="])
+@pytest.mark.parametrize("encode", [base64.b64encode, base64.urlsafe_b64encode])
+def test_base64_is_masked_wherever_the_secret_stands_in_what_was_encoded(before, encode):
+    """A model that base64s `before + secret + after`: the characters only the secret
+    determines are masked, at every alignment."""
+    encoded = encode(f"{before}{SECRET};after".encode()).decode()
+    out = _masked(f"log: {encoded}")
+    assert MASK in out and encoded not in out
+
+
+def test_short_values_are_not_worth_masking():
+    masker = Masker()
+    masker.add("abc")
+    assert masker.mask("abc abc") == "abc abc"
