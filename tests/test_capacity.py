@@ -197,6 +197,45 @@ async def test_a_lease_renewed_behind_its_back_is_still_released(nats_url):
         await bus.close()
 
 
+async def test_a_run_being_prepared_keeps_its_place(nats_url):
+    """Without dbt: a run announced before it is prepared (its environment not known yet)
+    holds back one submitted after it, on any environment, until its wait entries say
+    where it waits; then the later run on another environment goes."""
+    bus = await connect(nats_url, "admission-test")
+    said: list[admission.Blocked] = []
+
+    async def heard(blocked):
+        said.append(blocked)
+
+    try:
+        async with admission.mirrored(bus, jlog.get("test")):
+            await admission.announce(bus, 1, {"run_id": "slow-to-prepare"})
+            later = admission.Admission(
+                bus, environment="e2", team="t", seq=2, holder={"run_id": "later"},
+                runs=3, per_team=2,
+            )  # fmt: skip
+            going = asyncio.create_task(later.enter(Cancel(), heard))
+            await wait_for(lambda: _true(said))
+            assert said[-1] == admission.Blocked(
+                "waiting for run 'slow-to-prepare', submitted before it, to start", 2
+            )
+            assert not going.done()
+            first = admission.Admission(
+                bus, environment="e1", team="t", seq=1, holder={"run_id": "slow-to-prepare"},
+                runs=3, per_team=2,
+            )  # fmt: skip
+            held = await asyncio.wait_for(first.enter(Cancel(), heard), 10)
+            taken = await asyncio.wait_for(going, 10)  # announcement withdrawn: it goes
+            for lease in [*held, *taken]:
+                await lease.release()
+    finally:
+        await bus.close()
+
+
+async def _true(items: list) -> bool:
+    return bool(items)
+
+
 async def _said(said: dict, *run_ids: str) -> bool:
     return all(said.get(r) for r in run_ids)
 
