@@ -111,7 +111,8 @@ async def collect_everything(stack) -> list[bytes]:
         await sub.unsubscribe()
     store = await js.object_store("DBT_BLOBS")
     for info in await store.list():
-        found.append((await store.get(info.name)).data)
+        if not info.deleted:  # a deploy's upload record is removed once the deploy ended
+            found.append((await store.get(info.name)).data)
     async with stack.pool.acquire() as conn:
         tables = await conn.fetch(
             "SELECT table_name FROM information_schema.tables WHERE table_schema = $1",

@@ -137,7 +137,7 @@ async def test_deferral_refusals(stack, project_copy):
 
 
 async def test_a_node_retry_recovered_state_refuses_result_selectors(stack, project_copy, tmp_path):
-    _add_model(project_copy, "flaky", FLAKY, {"marker_file": str(tmp_path / "seen-once")})
+    _add_model(project_copy, "flaky", FLAKY, {"marker_file": "../seen-once"})
     (project_copy / "jetdbt.yaml").write_text("retry_failed_nodes: {attempts: 1}\n")
     await _deploy(stack, project_copy)
     recovered, _ = await _run(stack)

@@ -36,6 +36,7 @@ def _runner_process(settings, home: Path, warehouses: Path) -> subprocess.Popen:
         "JETDBT_RUNNER_NAME": "runner-a",
         "RUN_ACK_WAIT_SECONDS": str(ACK_WAIT),
         "JETDBT_WAREHOUSES": str(warehouses),
+        "JETDBT_SANDBOX_READ": ",".join(str(p) for p in settings.sandbox_read),
     }
     env.pop("DATABASE_URL", None)
     return subprocess.Popen(

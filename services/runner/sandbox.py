@@ -28,6 +28,7 @@ import fcntl
 import ipaddress
 import os
 import platform
+import select
 import signal
 import socket
 import stat
@@ -51,7 +52,7 @@ _CLONE_NEWNET = 0x40000000
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
 _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 32, 4096, 16384, 1 << 18
 _MNT_DETACH = 2
-_PR_SET_PDEATHSIG, _PR_CAPBSET_DROP, _PR_SET_NO_NEW_PRIVS = 1, 24, 38
+_PR_SET_PDEATHSIG, _PR_SET_DUMPABLE, _PR_CAPBSET_DROP, _PR_SET_NO_NEW_PRIVS = 1, 4, 24, 38
 _SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
 _SIOCGIFFLAGS, _SIOCSIFFLAGS, _SIOCSIFADDR, _IFF_UP = 0x8913, 0x8914, 0x8916, 0x1
 # The system the child sees, read-only: the rest of the machine is simply not there.
@@ -113,11 +114,14 @@ def enter(spec: dict, keep: list[int]) -> None:
     _unshare(flags)
     if uid != 0:
         _map_user(uid, gid)
+    alive_r, alive_w = os.pipe()  # the keeper holds the write end while it lives
     child = os.fork()
     if child:
+        os.close(alive_r)
         if relay is not None:
             relay.close()
         _keep(child)
+    os.close(alive_w)
     _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     _build_root(spec)
     _loopback_up()
@@ -126,6 +130,16 @@ def enter(spec: dict, keep: list[int]) -> None:
     if drop_to is not None:
         _own([spec["root"], *spec.get("writable", ())], drop_to)
     _drop(drop_to)
+    _die_with_keeper(alive_r)
+
+
+def _die_with_keeper(alive: int) -> None:
+    """A uid change clears the parent-death signal: set again, then make sure the keeper did
+    not die before it was (the pipe it holds would read as ended)."""
+    _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if select.select([alive], [], [], 0)[0]:
+        os._exit(1)
+    os.close(alive)
 
 
 def _keep(child: int) -> None:
@@ -283,6 +297,9 @@ def _drop(uid: int | None) -> None:
         data = (ctypes.c_uint32 * 6)()
         _check(_libc.capset(header, data), "capset")
     _check(_libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+    # A uid change makes a process non-dumpable: its own /proc/self (environ, status) would
+    # be root's. Alone in its PID namespace, nothing but its own children can see it.
+    _libc.prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0)
 
 
 def _start_relay(network: dict, keep: list[int], uid: int | None) -> socket.socket:
@@ -306,10 +323,14 @@ def _start_relay(network: dict, keep: list[int], uid: int | None) -> socket.sock
             os.dup2(null, fd)
         # Resolved once, before the uid is dropped (a lookup may import what it cannot read).
         addresses = socket.getaddrinfo(network["host"], int(network["port"]), 0, socket.SOCK_STREAM)
+        keeper = os.getppid()
         if uid is not None:
             os.setgroups([])
             os.setresgid(uid, uid, uid)
             os.setresuid(uid, uid, uid)
+        _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # cleared by the uid change
+        if os.getppid() != keeper:
+            os._exit(1)
         while outside.recv(16):
             conn = _connect(addresses)
             if conn is None:
