@@ -17,7 +17,7 @@ from shared.bus import Bus
 __all__ = ["FOLDS", "TABLES"]
 
 FOLDS: dict[str, Callable[[Bus], Fold]] = {
-    "progress": lambda bus: ProgressFold(),
+    "progress": ProgressFold,
     "deploys": lambda bus: DeploysFold(),
     "graph": GraphFold,
     "retry": lambda bus: RetryFold(),

@@ -16,7 +16,7 @@ from pathlib import Path
 import msgspec
 import yaml
 
-from shared import bundle, commands, config, subjects
+from shared import bundle, commands, config, run_result, subjects
 from shared import events as ev
 from shared.bus import Bus
 
@@ -113,12 +113,13 @@ async def run(
     on_event: Callable[[ev.Event], Awaitable[None]] | None = None,
     timeout: float | None = None,
 ) -> ev.Event:
-    """Publish a run command and follow its events to RunFinished or RunRefused."""
+    """Publish a run command and follow its events to RunFinished (its every node read,
+    wherever they travelled) or RunRefused."""
     run_id = command.run_id or uuid.uuid4().hex
     command = msgspec.structs.replace(
         command, run_id=run_id, requested_by=command.requested_by or principal()
     )
-    return await _await_final(
+    final = await _await_final(
         bus,
         subjects.run_pattern(project, run_id),
         lambda: bus.publish_command(
@@ -129,3 +130,4 @@ async def run(
         on_event,
         timeout,
     )
+    return await run_result.resolved(bus, final)

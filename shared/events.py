@@ -22,6 +22,7 @@ __all__ = [
     "Event",
     "NodeResult",
     "RunResult",
+    "Blob",
     "DeployRequested",
     "DeployRefused",
     "Deployed",
@@ -44,9 +45,21 @@ __all__ = [
     "RetryStateSaved",
     "StatePublished",
     "EVENT_TYPES",
+    "SUPERSEDED",
+    "MAX_EVENT_BYTES",
+    "EventTooLarge",
     "encode",
     "decode",
 ]
+
+# What one event may weigh once encoded: half of NATS's default payload limit (1 MiB),
+# so an event is stored whatever else a message carries. What grows with a project
+# travels as a blob the event names (`Blob`), never in the event.
+MAX_EVENT_BYTES = 512 * 1024
+
+
+class EventTooLarge(ValueError):
+    """An event over MAX_EVENT_BYTES: a bug in what it carries, never sent."""
 
 
 def _now() -> datetime:
@@ -89,6 +102,15 @@ class RunResult(msgspec.Struct, frozen=True, kw_only=True):
     error: str | None = None
     deferred_to: str | None = None
     cancelled_by: str | None = None  # the principal whose cancel ended the run
+
+
+class Blob(msgspec.Struct, frozen=True, kw_only=True):
+    """An object in DBT_BLOBS, named by its content digest: what an event carries in place
+    of a body that grows with the project (its size in bytes, and how many items it holds)."""
+
+    digest: str
+    size: int
+    count: int = 0
 
 
 class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
@@ -243,9 +265,14 @@ class RunCancelRequested(_RunEvent, frozen=True, kw_only=True, tag="run.cancel_r
         return f"run:{self.project}:{self.run_id}:cancel_requested:{self.command_seq}"
 
 
-class RunFinished(_RunEvent, frozen=True, kw_only=True, tag="run.finished.v1"):
+class RunFinished(_RunEvent, frozen=True, kw_only=True, tag="run.finished.v2"):
+    """The run's end and its result. A result whose nodes would make the event large keeps
+    them in the blob `nodes` names (`result.nodes` is then empty): shared/run_result.py
+    stores and reads them, so every reader sees the same whole result."""
+
     attempt: int
     result: RunResult
+    nodes: Blob | None = None
     _kind = "finished"
 
     def event_id(self) -> str:
@@ -440,14 +467,45 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     StatePublished,
 )
 
-_decoder = msgspec.json.Decoder(Union[EVENT_TYPES])  # noqa: UP007 - a runtime tuple
+
+# ---- superseded versions: decodable forever, upcast here and nowhere else ----------------
+
+
+class RunFinishedV1(_RunEvent, frozen=True, kw_only=True, tag="run.finished.v1"):
+    """Every node inline, however many (v2 names a blob past a size)."""
+
+    attempt: int
+    result: RunResult
+    _kind = "finished"
+
+
+def _run_finished_v1(e: RunFinishedV1) -> RunFinished:
+    return RunFinished(
+        project=e.project, at=e.at, run_id=e.run_id, attempt=e.attempt, result=e.result
+    )
+
+
+# Each superseded type and the function that makes its event the current type's.
+SUPERSEDED: dict[type[Event], Any] = {RunFinishedV1: _run_finished_v1}
+
+_decoder = msgspec.json.Decoder(Union[(*EVENT_TYPES, *SUPERSEDED)])  # noqa: UP007 - runtime
 _encoder = msgspec.json.Encoder()
 
 
 def encode(event: Event) -> bytes:
-    return _encoder.encode(event)
+    """The event's JSON; raises EventTooLarge past MAX_EVENT_BYTES, naming the event."""
+    data = _encoder.encode(event)
+    if len(data) > MAX_EVENT_BYTES:
+        raise EventTooLarge(
+            f"event {event.event_id()} is {len(data)} bytes, over the {MAX_EVENT_BYTES}-byte"
+            " limit of one event: what grows with a project belongs in a blob the event names"
+        )
+    return data
 
 
 def decode(data: bytes) -> Event:
-    """Decode any event version; raises msgspec.DecodeError/ValidationError naming the field."""
-    return _decoder.decode(data)
+    """Decode any event version, as its current type; raises msgspec.DecodeError or
+    ValidationError naming the field."""
+    event = _decoder.decode(data)
+    upcast = SUPERSEDED.get(type(event))
+    return event if upcast is None else upcast(event)
