@@ -23,8 +23,9 @@ graph), beside the cached answer.
     python bench/bench_scale.py
 
 JETDBT_SCALE_SIZES (default 50,500,5000), JETDBT_SCALE_REPS (timed pairs per size,
-default 3,2,1), JETDBT_SCALE_WARM_BUILD_UP_TO (default 1000 models),
-JETDBT_SCALE_GRAPH_SAMPLES (default 5).
+default 3,2,1; 0 deploys the size and builds nothing: `JETDBT_SCALE_SIZES=5000
+JETDBT_SCALE_REPS=0` measures the graph alone), JETDBT_SCALE_WARM_BUILD_UP_TO (default
+1000 models), JETDBT_SCALE_GRAPH_SAMPLES (default 5).
 """
 
 from __future__ import annotations
@@ -210,11 +211,14 @@ class Row(NamedTuple):
     deploy_s: float
 
 
-async def _size(work: Path, up: Up, models: int, pairs: int, warm_up_to: int) -> Row:
+async def _size(work: Path, up: Up, models: int, pairs: int, warm_up_to: int) -> Row | None:
+    """The size's row; None with no pair asked for (the project deployed, for its graph)."""
     source = generate(work / "source" / f"bench_{models}", models)
     name = f"bench_{models}"
     plain = Plain(work, source, "bench")
     deploy = up.cli("deploy", str(source), "--project", name)
+    if pairs == 0:
+        return None
     if models <= warm_up_to:
         _run(plain.argv, plain.env, plain.project)
         await up.build(name)
@@ -258,7 +262,8 @@ async def bench() -> None:
             await up.start()
             for i, models in enumerate(sizes):
                 pairs = reps[min(i, len(reps) - 1)]
-                rows.append(await _size(work, up, models, pairs, warm_up_to))
+                row = await _size(work, up, models, pairs, warm_up_to)
+                rows += [row] if row else []
                 _print(rows, graph)
             graph = await up.graph_answers(f"bench_{sizes[-1]}", samples)
         finally:

@@ -20,8 +20,8 @@ from projections.progress_tables import (
     RUN_COLUMNS,
     without_nodes,
 )
+from shared import event_blobs
 from shared import events as ev
-from shared import run_result
 from shared.bus import Bus
 from shared.outcomes import precedence
 
@@ -336,7 +336,7 @@ class ProgressFold:
         await self.apply_many(conn, [(event, seq)])
 
     async def apply_many(self, conn, items: list[tuple[ev.Event, int]]) -> None:
-        folded = [await run_result.resolved(self.bus, e) for e, _ in items if type(e) in _FOLDED]
+        folded = [await event_blobs.resolved(self.bus, e) for e, _ in items if type(e) in _FOLDED]
         if not folded:
             return
         rows = await _Rows.read(conn, folded)

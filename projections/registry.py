@@ -18,7 +18,7 @@ __all__ = ["FOLDS", "TABLES"]
 
 FOLDS: dict[str, Callable[[Bus], Fold]] = {
     "progress": ProgressFold,
-    "deploys": lambda bus: DeploysFold(),
+    "deploys": DeploysFold,
     "graph": GraphFold,
     "retry": lambda bus: RetryFold(),
     "environments": lambda bus: EnvironmentsFold(),

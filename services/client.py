@@ -16,7 +16,7 @@ from pathlib import Path
 import msgspec
 import yaml
 
-from shared import bundle, commands, config, run_result, subjects
+from shared import bundle, commands, config, event_blobs, subjects
 from shared import events as ev
 from shared.bus import Bus
 
@@ -82,7 +82,8 @@ async def _await_final(
 async def deploy(
     bus: Bus, path: Path, project: str, *, requested_by: str = "", timeout: float | None = 900
 ) -> tuple[bundle.Packed, ev.Event]:
-    """Pack, store the bundle, publish the deploy command, wait for its final event."""
+    """Pack, store the bundle, publish the deploy command, wait for its final event (a
+    version's every file read, wherever they travelled)."""
     packed = bundle.pack(path)
     digest = await bus.put_blob(packed.data)
     deploy_id = uuid.uuid4().hex
@@ -102,7 +103,7 @@ async def deploy(
         None,
         timeout,
     )
-    return packed, final
+    return packed, await event_blobs.resolved(bus, final)
 
 
 async def run(
@@ -130,4 +131,4 @@ async def run(
         on_event,
         timeout,
     )
-    return await run_result.resolved(bus, final)
+    return await event_blobs.resolved(bus, final)

@@ -52,7 +52,7 @@ class _Head(msgspec.Struct):
     type: str | None = None
     project: str | None = None
     run_id: str | None = None
-    nodes: events.Blob | None = None  # where a RunFinished keeps its nodes
+    nodes_blob: events.Blob | None = None  # where a RunFinished keeps its nodes
 
 
 _head = msgspec.json.Decoder(_Head)
@@ -84,7 +84,7 @@ async def _batch(bus: Bus, pairs, project: str | None) -> pa.RecordBatch:
         cols["project"].append(head.project)
         cols["run_id"].append(head.run_id)
         cols["payload"].append(m.data.decode(errors="replace"))
-        blob = head.nodes if head.type == _FINISHED else None
+        blob = head.nodes_blob if head.type == _FINISHED else None
         cols["nodes"].append(None if blob is None else (await bus.get_blob(blob.digest)).decode())
     return pa.RecordBatch.from_pydict(cols, schema=SCHEMA)
 

@@ -151,8 +151,9 @@ class DeployRefused(_DeployEvent, frozen=True, kw_only=True, tag="deploy.refused
     _kind = "refused"
 
 
-class Deployed(_DeployEvent, frozen=True, kw_only=True, tag="deploy.deployed.v1"):
-    """A version that parsed: the bundle digest IS the version."""
+class Deployed(_DeployEvent, frozen=True, kw_only=True, tag="deploy.deployed.v2"):
+    """A version that parsed: the bundle digest IS the version. A version of many files keeps
+    their list in the blob `files_blob` names (`files` is then empty; shared/event_blobs.py)."""
 
     version: str
     bundle_size: int
@@ -166,6 +167,7 @@ class Deployed(_DeployEvent, frozen=True, kw_only=True, tag="deploy.deployed.v1"
     skipped: list[Skipped] = []
     requested_by: str = ""
     packages_digest: str | None = None
+    files_blob: Blob | None = None
     _kind = "deployed"
 
 
@@ -267,12 +269,12 @@ class RunCancelRequested(_RunEvent, frozen=True, kw_only=True, tag="run.cancel_r
 
 class RunFinished(_RunEvent, frozen=True, kw_only=True, tag="run.finished.v2"):
     """The run's end and its result. A result whose nodes would make the event large keeps
-    them in the blob `nodes` names (`result.nodes` is then empty): shared/run_result.py
+    them in the blob `nodes_blob` names (`result.nodes` is then empty): shared/event_blobs.py
     stores and reads them, so every reader sees the same whole result."""
 
     attempt: int
     result: RunResult
-    nodes: Blob | None = None
+    nodes_blob: Blob | None = None
     _kind = "finished"
 
     def event_id(self) -> str:
@@ -479,14 +481,31 @@ class RunFinishedV1(_RunEvent, frozen=True, kw_only=True, tag="run.finished.v1")
     _kind = "finished"
 
 
-def _run_finished_v1(e: RunFinishedV1) -> RunFinished:
-    return RunFinished(
-        project=e.project, at=e.at, run_id=e.run_id, attempt=e.attempt, result=e.result
-    )
+class DeployedV1(_DeployEvent, frozen=True, kw_only=True, tag="deploy.deployed.v1"):
+    """Every file inline, however many (v2 names a blob past a size)."""
+
+    version: str
+    bundle_size: int
+    manifest_digest: str
+    manifest_size: int
+    engine: str
+    engine_version: str
+    adapter: str
+    adapter_version: str
+    files: list[str]
+    skipped: list[Skipped] = []
+    requested_by: str = ""
+    packages_digest: str | None = None
+    _kind = "deployed"
 
 
-# Each superseded type and the function that makes its event the current type's.
-SUPERSEDED: dict[type[Event], Any] = {RunFinishedV1: _run_finished_v1}
+def _as(current: type[Event], old: Event) -> Event:
+    """`old` as the `current` type: the same fields, the ones added since at their default."""
+    return current(**msgspec.structs.asdict(old))
+
+
+# Each superseded type and the current type its events are read as.
+SUPERSEDED: dict[type[Event], type[Event]] = {RunFinishedV1: RunFinished, DeployedV1: Deployed}
 
 _decoder = msgspec.json.Decoder(Union[(*EVENT_TYPES, *SUPERSEDED)])  # noqa: UP007 - runtime
 _encoder = msgspec.json.Encoder()
@@ -507,5 +526,5 @@ def decode(data: bytes) -> Event:
     """Decode any event version, as its current type; raises msgspec.DecodeError or
     ValidationError naming the field."""
     event = _decoder.decode(data)
-    upcast = SUPERSEDED.get(type(event))
-    return event if upcast is None else upcast(event)
+    current = SUPERSEDED.get(type(event))
+    return event if current is None else _as(current, event)

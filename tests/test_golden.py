@@ -70,6 +70,11 @@ EXPECTED = {
             "dbt.evt.deploy.jaffle_shop.deployed",
         ),
     ),
+    "deploy.deployed.v2": (
+        ev.Deployed,
+        lambda e: (e.files, (e.files_blob.size, e.files_blob.count), e.manifest_size, e.subject()),
+        ([], (712400, 30007), 31877412, "dbt.evt.deploy.jaffle_shop.deployed"),
+    ),
     "deploy.unchanged.v1": (
         ev.DeployUnchanged,
         lambda e: (e.version, e.event_id()),
@@ -158,8 +163,8 @@ EXPECTED = {
         lambda e: (
             e.result.status,
             e.result.nodes,
-            (e.nodes.size, e.nodes.count),
-            e.nodes.digest.startswith("sha256:"),
+            (e.nodes_blob.size, e.nodes_blob.count),
+            e.nodes_blob.digest.startswith("sha256:"),
             e.event_id(),
         ),
         ("passed", [], (2411873, 6004), True, f"run:jaffle_shop:{RUN}:1:finished"),

@@ -19,16 +19,19 @@ import pyarrow.parquet as pq
 import pytest
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
+from projections.deploys import DeploysFold
 from projections.replay import replay
 from services import client
 from services.embedded import NatsServer
+from services.runner import results
+from shared import event_blobs, subjects
 from shared import events as ev
-from shared import run_result, subjects
-from shared.bus import EVENTS
+from shared.bus import EVENTS, connect
 from shared.commands import BuildCommand, RunCommand
 from tests.conftest import EXAMPLE
 from tests.helpers import get_json, jetdbt
 from tests.recorded_log import settled
+from tests.test_projections import scratch_pool
 
 # Above the object store's 128 KiB chunks (a blob is stored in them), far below 1 MiB.
 MAX_PAYLOAD = 160 * 1024
@@ -90,12 +93,12 @@ async def test_a_run_too_large_for_one_message_ends_passed_with_every_node_every
 
     # What v1 would have published: every node inline, over what the server takes.
     finished = await stack.bus.last_event(subjects.run_event("wide", run_id, "finished"))
-    whole = await run_result.resolved(stack.bus, finished)
+    whole = await event_blobs.resolved(stack.bus, finished)
     inline = ev.RunFinishedV1(
         project="wide", run_id=run_id, attempt=whole.attempt, result=whole.result
     )
     assert len(msgspec.json.encode(inline)) > MAX_PAYLOAD
-    assert finished.result.nodes == [] and finished.nodes.count == MODELS
+    assert finished.result.nodes == [] and finished.nodes_blob.count == MODELS
     assert {n.unique_id for n in whole.result.nodes} == {n["unique_id"] for n in result["nodes"]}
     # Every event stored is bounded: none comes near the server's limit.
     stored = await _events(stack)
@@ -143,7 +146,7 @@ async def test_a_result_that_cannot_be_published_ends_the_run_failed_and_never_b
     )
     assert isinstance(final, ev.RunFinished)
     r = final.result
-    assert r.status == "failed" and r.nodes == [] and final.nodes is None
+    assert r.status == "failed" and r.nodes == [] and final.nodes_blob is None
     assert r.error.startswith("the run's result could not be published (")
     assert "dbt's own outcome was 'passed'" in r.error
     assert sum(r.totals.values()) == 23
@@ -162,3 +165,71 @@ async def test_a_result_that_cannot_be_published_ends_the_run_failed_and_never_b
         if subject == subjects.run_event("jaffle_shop", final.run_id, "started")
     ]
     assert [s.attempt for s in started] == [1]
+
+
+def test_a_node_message_of_a_megabyte_is_cut_and_its_event_stays_small():
+    """A database error may quote a whole query: the node's message keeps its head and its
+    tail, and its NodeFinished is far below one event's limit."""
+    message = "relation does not exist: " + "x" * 1_000_000 + " LINE 1"
+    record = {
+        "info": {"name": "NodeFinished"},
+        "data": {
+            "node_info": {"unique_id": "model.p.m", "resource_type": "model", "node_name": "m"},
+            "run_result": {"status": "error", "message": message},
+        },
+    }
+    node = results.node_finished(record)
+    assert node.message.startswith("relation does not exist") and node.message.endswith("LINE 1")
+    assert len(node.message) < results.MESSAGE_LIMIT + 100
+    event = ev.NodeFinished(project="p", run_id="r", attempt=1, node=node)
+    assert len(ev.encode(event)) < 32 * 1024
+
+
+def test_an_event_over_the_limit_is_never_sent_and_the_error_names_it():
+    node = ev.NodeResult(unique_id="model.p.m", status="error", outcome="failed")
+    result = ev.RunResult(
+        status="failed",
+        engine="dbt-core-1x",
+        engine_version="1.10.4",
+        command="build",
+        totals={"failed": 1},
+        nodes=[node] * 5000,
+        exit_code=1,
+    )
+    with pytest.raises(ev.EventTooLarge, match=r"event run:p:r:1:finished is \d+ bytes"):
+        ev.encode(ev.RunFinished(project="p", run_id="r", attempt=1, result=result))
+
+
+async def test_a_version_of_thirty_thousand_files_names_them_in_a_blob_every_reader_reads(
+    nats_url, pg_url
+):
+    """Deployed lists a version's files: past INLINE_BYTES they travel as a blob, and the
+    deploys projection stores the whole list."""
+    bus = await connect(nats_url, "test")
+    files = [f"models/area_{i % 40:02d}/model_{i:05d}.sql" for i in range(30_000)]
+    try:
+        kept, blob = await event_blobs.split(bus, files)
+        assert kept == [] and blob.count == 30_000 and blob.size > MAX_PAYLOAD
+        deployed = ev.Deployed(
+            project="p",
+            deploy_id="d1",
+            version="sha256:" + "a" * 64,
+            bundle_size=1,
+            manifest_digest="sha256:" + "b" * 64,
+            manifest_size=1,
+            engine="dbt-core-1x",
+            engine_version="1.10.4",
+            adapter="duckdb",
+            adapter_version="1.9.3",
+            files=kept,
+            files_blob=blob,
+        )
+        assert len(ev.encode(deployed)) < 2048
+        await bus.publish(deployed)
+        stored = await bus.last_event(deployed.subject())
+        assert (await event_blobs.resolved(bus, stored)).files == files
+        async with scratch_pool(pg_url) as pool, pool.acquire() as conn:
+            await DeploysFold(bus).apply(conn, stored, 1)
+            assert await conn.fetchval("SELECT files FROM deploys WHERE deploy_id = 'd1'") == files
+    finally:
+        await bus.close()

@@ -26,9 +26,9 @@ from services.runner.dbt_process import DbtInvocation, RunTimedOut
 from services.runner.job_setup import Prepared, Refused, prepare
 from services.runner.lease import Lease, LeaseLost
 from services.runner.spawn import ForkServerLost
+from shared import event_blobs, subjects
 from shared import events as ev
 from shared import logging as jlog
-from shared import run_result, subjects
 from shared.commands import BuildCommand, RunCommand
 from shared.identity import team_of
 from shared.outcomes import totals
@@ -438,13 +438,13 @@ class Attempt:
             )
         await self.before_finished(result)
         await run_log.keep(self, result)  # the log kept and retention applied, before the end
-        carried, blob = await run_result.split(bus, result)
+        carried, blob = await event_blobs.result_split(bus, result)
         finished = ev.RunFinished(
             project=self.project,
             run_id=self.run_id,
             attempt=self.number,
             result=carried,
-            nodes=blob,
+            nodes_blob=blob,
         )
         await bus.publish(finished)
         return msgspec.structs.replace(finished, result=result)

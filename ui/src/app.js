@@ -555,7 +555,7 @@ async function runPage(runId, params) {
           totals: data.result.totals, result: data.result });
         for (const n of data.result.nodes) state.set(n.unique_id, n);
         // A large run keeps its nodes in a blob the event names: its record has them all.
-        (data.nodes ? recordedNodes() : Promise.resolve()).then(() => {
+        (data.nodes_blob ? recordedNodes() : Promise.resolve()).then(() => {
           cy?.nodes().forEach((n) => stale.add(n.id()));
           restyle();  // the final state is drawn before the page says the run ended
           drawLog();
