@@ -482,7 +482,8 @@ class RunFinishedV1(_RunEvent, frozen=True, kw_only=True, tag="run.finished.v1")
 
 
 class DeployedV1(_DeployEvent, frozen=True, kw_only=True, tag="deploy.deployed.v1"):
-    """Every file inline, however many (v2 names a blob past a size)."""
+    """Every file inline, however many (v2 names a blob past a size). A frozen copy of its
+    fields, not a base of Deployed's: what the current version gains never changes v1."""
 
     version: str
     bundle_size: int
