@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import msgspec
 
+from shared import event_blobs
 from shared import events as ev
+from shared.bus import Bus
 
 __all__ = ["DeploysFold"]
 
@@ -18,12 +20,18 @@ _STATUS = {
 
 
 class DeploysFold:
+    """Reads the blob a version of many files keeps their list in (reading, not publishing)."""
+
     name = "deploys"
+
+    def __init__(self, bus: Bus | None = None):
+        self.bus = bus
 
     async def apply(self, conn, event: ev.Event, seq: int) -> None:
         status = _STATUS.get(type(event))
         if status is None:
             return
+        event = await event_blobs.resolved(self.bus, event)
         await conn.execute(
             "INSERT INTO deploys (project, deploy_id, status, version, manifest_digest, engine,"
             " engine_version, adapter, adapter_version, files, skipped, reason, requested_by, at,"

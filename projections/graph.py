@@ -13,6 +13,7 @@ from datetime import timedelta
 import msgspec
 from nats.js.errors import ObjectNotFoundError
 
+from projections.graph_layers import PRODUCING, layers
 from shared import events as ev
 from shared import graph as gm
 from shared.bus import Bus
@@ -85,17 +86,22 @@ class GraphFold:
             seq,
         )
         owned = None if graph.owned is None else set(graph.owned)
-        # One statement over arrays: COPY has no binary encoder for the pool's JSON codec.
         n = graph.nodes
+        placed = layers(
+            (x.unique_id for x in n if x.resource_type in PRODUCING),
+            ((e.parent, e.child) for e in graph.edges),
+        )
+        # One statement over arrays: COPY has no binary encoder for the pool's JSON codec.
         await conn.execute(
             "INSERT INTO graph_nodes (project, version, run_id, unique_id, resource_type, name,"
             " package, relation, owned, materialized, tags, description, columns, column_schema,"
-            " test_severity, test_kind, attached_node, raw_code)"
+            " test_severity, test_kind, attached_node, raw_code, layer, layer_row)"
             " SELECT $1, $2, $3, u, t, nm, pk, rel, o, mat, ARRAY(SELECT jsonb_array_elements_text"
-            "(tg::jsonb)), d, c::jsonb, cs::jsonb, sev, tk, an, rc FROM unnest($4::text[],"
+            "(tg::jsonb)), d, c::jsonb, cs::jsonb, sev, tk, an, rc, ly, lr FROM unnest($4::text[],"
             " $5::text[], $6::text[], $7::text[], $8::text[], $9::bool[], $10::text[], $11::text[],"
             " $12::text[], $13::text[], $14::text[], $15::text[], $16::text[], $17::text[],"
-            " $18::text[]) AS x(u, t, nm, pk, rel, o, mat, tg, d, c, cs, sev, tk, an, rc)",
+            " $18::text[], $19::int[], $20::int[])"
+            " AS x(u, t, nm, pk, rel, o, mat, tg, d, c, cs, sev, tk, an, rc, ly, lr)",
             *key,
             [x.unique_id for x in n],
             [x.resource_type for x in n],
@@ -112,6 +118,8 @@ class GraphFold:
             [x.test_kind for x in n],
             [x.attached_node for x in n],
             [x.raw_code for x in n],
+            [placed.get(x.unique_id, (None, None))[0] for x in n],
+            [placed.get(x.unique_id, (None, None))[1] for x in n],
         )
         await conn.copy_records_to_table(
             "graph_edges",

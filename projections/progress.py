@@ -20,7 +20,9 @@ from projections.progress_tables import (
     RUN_COLUMNS,
     without_nodes,
 )
+from shared import event_blobs
 from shared import events as ev
+from shared.bus import Bus
 from shared.outcomes import precedence
 
 __all__ = ["ProgressFold"]
@@ -323,13 +325,18 @@ _FOLDED = {*_RUN_RULES, ev.NodeStarted, ev.NodeFinished}
 
 
 class ProgressFold:
+    """Reads the blob a large run's RunFinished keeps its nodes in (reading, not publishing)."""
+
     name = "progress"
+
+    def __init__(self, bus: Bus | None = None):
+        self.bus = bus
 
     async def apply(self, conn, event: ev.Event, seq: int) -> None:
         await self.apply_many(conn, [(event, seq)])
 
     async def apply_many(self, conn, items: list[tuple[ev.Event, int]]) -> None:
-        folded = [e for e, _ in items if type(e) in _FOLDED]
+        folded = [await event_blobs.resolved(self.bus, e) for e, _ in items if type(e) in _FOLDED]
         if not folded:
             return
         rows = await _Rows.read(conn, folded)

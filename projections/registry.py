@@ -17,8 +17,8 @@ from shared.bus import Bus
 __all__ = ["FOLDS", "TABLES"]
 
 FOLDS: dict[str, Callable[[Bus], Fold]] = {
-    "progress": lambda bus: ProgressFold(),
-    "deploys": lambda bus: DeploysFold(),
+    "progress": ProgressFold,
+    "deploys": DeploysFold,
     "graph": GraphFold,
     "retry": lambda bus: RetryFold(),
     "environments": lambda bus: EnvironmentsFold(),

@@ -17,8 +17,8 @@ from typing import Any
 import msgspec
 from nats.js.errors import NotFoundError
 
+from shared import event_blobs, subjects
 from shared import events as ev
-from shared import subjects
 from shared.bus import COMMANDS, EVENTS, Bus
 from shared.outcomes import precedence
 from shared.reader import Slice
@@ -158,7 +158,7 @@ async def run_history(bus: Bus, run_id: str, project: str | None = None) -> RunH
             if isinstance(entry.payload, dict) and entry.payload.get("run_id") == run_id
         ]
 
-    summary = _summarise([e for _, e in typed if e is not None])
+    summary = _summarise([await event_blobs.resolved(bus, e) for _, e in typed if e is not None])
     entries = sorted([entry for entry, _ in found] + states, key=lambda x: x.seq)
     return RunHistory(
         run_id=run_id,

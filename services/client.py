@@ -16,7 +16,7 @@ from pathlib import Path
 import msgspec
 import yaml
 
-from shared import bundle, commands, config, subjects, uploads
+from shared import bundle, commands, config, event_blobs, subjects, uploads
 from shared import events as ev
 from shared.bus import Bus
 
@@ -82,7 +82,8 @@ async def _await_final(
 async def deploy(
     bus: Bus, path: Path, project: str, *, requested_by: str = "", timeout: float | None = 900
 ) -> tuple[bundle.Packed, ev.Event]:
-    """Pack, store the bundle, publish the deploy command, wait for its final event."""
+    """Pack, store the bundle, publish the deploy command, wait for its final event (a
+    version's every file read, wherever they travelled)."""
     packed = bundle.pack(path)
     digest = await bus.put_blob(packed.data)
     deploy_id = uuid.uuid4().hex
@@ -104,7 +105,7 @@ async def deploy(
         None,
         timeout,
     )
-    return packed, final
+    return packed, await event_blobs.resolved(bus, final)
 
 
 async def run(
@@ -115,12 +116,13 @@ async def run(
     on_event: Callable[[ev.Event], Awaitable[None]] | None = None,
     timeout: float | None = None,
 ) -> ev.Event:
-    """Publish a run command and follow its events to RunFinished or RunRefused."""
+    """Publish a run command and follow its events to RunFinished (its every node read,
+    wherever they travelled) or RunRefused."""
     run_id = command.run_id or uuid.uuid4().hex
     command = msgspec.structs.replace(
         command, run_id=run_id, requested_by=command.requested_by or principal()
     )
-    return await _await_final(
+    final = await _await_final(
         bus,
         subjects.run_pattern(project, run_id),
         lambda: bus.publish_command(
@@ -131,3 +133,4 @@ async def run(
         on_event,
         timeout,
     )
+    return await event_blobs.resolved(bus, final)

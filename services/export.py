@@ -6,6 +6,8 @@ Messages are read in stream order in batches, each batch becomes one record
 batch written through a ParquetWriter, and nothing else is held: a million
 events cost what one batch costs. A time window is turned into a sequence range
 first (a binary search over stored times), so the server sends only that range.
+The payload is the message as stored; a RunFinished that keeps its nodes in a blob
+(a large run) has them, read from the object store, in the `nodes` column.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import msgspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from shared import subjects
+from shared import events, subjects
 from shared.bus import EVENTS, Bus
 from shared.events import heads_its_subject
 from shared.reader import Slice, seq_at
@@ -35,6 +37,7 @@ SCHEMA = pa.schema(
         pa.field("project", pa.string()),
         pa.field("run_id", pa.string()),
         pa.field("payload", pa.string(), nullable=False),
+        pa.field("nodes", pa.string()),
     ]
 )
 
@@ -52,9 +55,11 @@ class _Head(msgspec.Struct):
     type: str | None = None
     project: str | None = None
     run_id: str | None = None
+    nodes_blob: events.Blob | None = None  # where a RunFinished keeps its nodes
 
 
 _head = msgspec.json.Decoder(_Head)
+_FINISHED = events.RunFinished.__struct_config__.tag
 
 
 def parse_time(text: str) -> datetime:
@@ -66,7 +71,7 @@ def parse_time(text: str) -> datetime:
     return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
-def _batch(pairs, project: str | None) -> pa.RecordBatch:
+async def _batch(bus: Bus, pairs, project: str | None) -> pa.RecordBatch:
     cols: dict[str, list] = {name: [] for name in SCHEMA.names}
     for seq, m in pairs:
         try:
@@ -86,6 +91,8 @@ def _batch(pairs, project: str | None) -> pa.RecordBatch:
         cols["project"].append(head.project)
         cols["run_id"].append(head.run_id)
         cols["payload"].append(m.data.decode(errors="replace"))
+        blob = head.nodes_blob if head.type == _FINISHED else None
+        cols["nodes"].append(None if blob is None else (await bus.get_blob(blob.digest)).decode())
     return pa.RecordBatch.from_pydict(cols, schema=SCHEMA)
 
 
@@ -107,7 +114,7 @@ async def export(
         if last is None or last > after:
             async with Slice(js, EVENTS, pattern, after=after, until=last, batch=BATCH) as it:
                 async for pairs in it:
-                    batch = _batch(pairs, project)
+                    batch = await _batch(bus, pairs, project)
                     if batch.num_rows:
                         writer.write_batch(batch)
                         rows += batch.num_rows

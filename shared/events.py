@@ -24,6 +24,7 @@ __all__ = [
     "Event",
     "NodeResult",
     "RunResult",
+    "Blob",
     "DeployRequested",
     "DeployRefused",
     "Deployed",
@@ -46,9 +47,21 @@ __all__ = [
     "RetryStateSaved",
     "StatePublished",
     "EVENT_TYPES",
+    "SUPERSEDED",
+    "MAX_EVENT_BYTES",
+    "EventTooLarge",
     "encode",
     "decode",
 ]
+
+# What one event may weigh once encoded: half of NATS's default payload limit (1 MiB),
+# so an event is stored whatever else a message carries. What grows with a project
+# travels as a blob the event names (`Blob`), never in the event.
+MAX_EVENT_BYTES = 512 * 1024
+
+
+class EventTooLarge(ValueError):
+    """An event over MAX_EVENT_BYTES: a bug in what it carries, never sent."""
 
 
 def fits(event: Event, subject: str) -> bool:
@@ -110,6 +123,15 @@ class RunResult(msgspec.Struct, frozen=True, kw_only=True):
     cancelled_by: str | None = None  # the principal whose cancel ended the run
 
 
+class Blob(msgspec.Struct, frozen=True, kw_only=True):
+    """An object in DBT_BLOBS, named by its content digest: what an event carries in place
+    of a body that grows with the project (its size in bytes, and how many items it holds)."""
+
+    digest: str
+    size: int
+    count: int = 0
+
+
 class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
     project: str
     at: datetime = msgspec.field(default_factory=_now)
@@ -148,8 +170,9 @@ class DeployRefused(_DeployEvent, frozen=True, kw_only=True, tag="deploy.refused
     _kind = "refused"
 
 
-class Deployed(_DeployEvent, frozen=True, kw_only=True, tag="deploy.deployed.v1"):
-    """A version that parsed: the bundle digest IS the version."""
+class Deployed(_DeployEvent, frozen=True, kw_only=True, tag="deploy.deployed.v2"):
+    """A version that parsed: the bundle digest IS the version. A version of many files keeps
+    their list in the blob `files_blob` names (`files` is then empty; shared/event_blobs.py)."""
 
     version: str
     bundle_size: int
@@ -163,6 +186,7 @@ class Deployed(_DeployEvent, frozen=True, kw_only=True, tag="deploy.deployed.v1"
     skipped: list[Skipped] = []
     requested_by: str = ""
     packages_digest: str | None = None
+    files_blob: Blob | None = None
     _kind = "deployed"
 
 
@@ -262,9 +286,14 @@ class RunCancelRequested(_RunEvent, frozen=True, kw_only=True, tag="run.cancel_r
         return f"run:{self.project}:{self.run_id}:cancel_requested:{self.command_seq}"
 
 
-class RunFinished(_RunEvent, frozen=True, kw_only=True, tag="run.finished.v1"):
+class RunFinished(_RunEvent, frozen=True, kw_only=True, tag="run.finished.v2"):
+    """The run's end and its result. A result whose nodes would make the event large keeps
+    them in the blob `nodes_blob` names (`result.nodes` is then empty): shared/event_blobs.py
+    stores and reads them, so every reader sees the same whole result."""
+
     attempt: int
     result: RunResult
+    nodes_blob: Blob | None = None
     _kind = "finished"
 
     def event_id(self) -> str:
@@ -468,14 +497,63 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     StatePublished,
 )
 
-_decoder = msgspec.json.Decoder(Union[EVENT_TYPES])  # noqa: UP007 - a runtime tuple
+
+# ---- superseded versions: decodable forever, upcast here and nowhere else ----------------
+
+
+class RunFinishedV1(_RunEvent, frozen=True, kw_only=True, tag="run.finished.v1"):
+    """Every node inline, however many (v2 names a blob past a size)."""
+
+    attempt: int
+    result: RunResult
+    _kind = "finished"
+
+
+class DeployedV1(_DeployEvent, frozen=True, kw_only=True, tag="deploy.deployed.v1"):
+    """Every file inline, however many (v2 names a blob past a size). A frozen copy of its
+    fields, not a base of Deployed's: what the current version gains never changes v1."""
+
+    version: str
+    bundle_size: int
+    manifest_digest: str
+    manifest_size: int
+    engine: str
+    engine_version: str
+    adapter: str
+    adapter_version: str
+    files: list[str]
+    skipped: list[Skipped] = []
+    requested_by: str = ""
+    packages_digest: str | None = None
+    _kind = "deployed"
+
+
+def _as(current: type[Event], old: Event) -> Event:
+    """`old` as the `current` type: the same fields, the ones added since at their default."""
+    return current(**msgspec.structs.asdict(old))
+
+
+# Each superseded type and the current type its events are read as.
+SUPERSEDED: dict[type[Event], type[Event]] = {RunFinishedV1: RunFinished, DeployedV1: Deployed}
+
+_decoder = msgspec.json.Decoder(Union[(*EVENT_TYPES, *SUPERSEDED)])  # noqa: UP007 - runtime
 _encoder = msgspec.json.Encoder()
 
 
 def encode(event: Event) -> bytes:
-    return _encoder.encode(event)
+    """The event's JSON; raises EventTooLarge past MAX_EVENT_BYTES, naming the event."""
+    data = _encoder.encode(event)
+    if len(data) > MAX_EVENT_BYTES:
+        raise EventTooLarge(
+            f"event {event.event_id()} is {len(data)} bytes, over the {MAX_EVENT_BYTES}-byte"
+            " limit of one event: what grows with a project belongs in a blob the event names"
+        )
+    return data
 
 
 def decode(data: bytes) -> Event:
-    """Decode any event version; raises msgspec.DecodeError/ValidationError naming the field."""
-    return _decoder.decode(data)
+    """Decode any event version, as its current type; raises msgspec.DecodeError or
+    ValidationError naming the field."""
+    event = _decoder.decode(data)
+    current = SUPERSEDED.get(type(event))
+    return event if current is None else _as(current, event)

@@ -185,7 +185,7 @@ async def test_audit_shows_attempts_retry_rounds_cancels_and_published_state(bus
         "run.started.v1",
         "node.finished.v1",
         "node.finished.v1",
-        "run.finished.v1",
+        "run.finished.v2",
         "state.published.v1",
     ]
     with pytest.raises(ValueError, match="no events for run 'nope'"):

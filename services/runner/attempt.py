@@ -11,6 +11,8 @@ ends the run with that error, and the result is published last.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,9 +27,9 @@ from services.runner.dbt_process import DbtInvocation, RunTimedOut
 from services.runner.job_setup import Prepared, Refused, prepare
 from services.runner.lease import Lease, LeaseLost
 from services.runner.spawn import ForkServerLost
+from shared import event_blobs, subjects
 from shared import events as ev
 from shared import logging as jlog
-from shared import subjects
 from shared.commands import BuildCommand, RunCommand
 from shared.identity import team_of
 from shared.outcomes import totals
@@ -392,8 +394,8 @@ class Attempt:
         """What a failed run without a failed node reports: the last lines dbt printed."""
         return self._last.error_tail() if self._last else ""
 
-    async def _finish(self, code: int, error: str | None) -> ev.RunFinished:
-        """Build the result, save retry state (unless hidden), publish RunFinished last."""
+    def _result(self, code: int, error: str | None) -> ev.RunResult:
+        """The structured result of how the attempt went, every node in it."""
         prepared, plan = self.prepared, self.prepared.plan
         if error == "cancelled":
             self.results.close("cancelled", f"cancelled by {self.cancelled.by or 'a cancel'}")
@@ -407,8 +409,7 @@ class Attempt:
             status = "passed" if code == 0 and not failed else "failed"
         if status == "failed" and error is None and not failed:
             error = self._error_tail()
-        submitted = self.submitted()
-        result = ev.RunResult(
+        return ev.RunResult(
             status=status,
             engine=plan.engine,
             engine_version=prepared.engine_version,
@@ -416,33 +417,84 @@ class Attempt:
             totals=totals(n.outcome for n in nodes),
             nodes=nodes,
             exit_code=code,
-            invocation_args=submitted,
+            invocation_args=self.submitted(),
             warehouse=plan.warehouse,
             target=plan.target,
             error=error,
             deferred_to=self.deferred_to(),
             cancelled_by=(self.cancelled.by or None) if status == "cancelled" else None,
         )
+
+    async def _finish(self, code: int, error: str | None) -> ev.RunFinished:
+        """Publish the run's end, always: its result, or, when that cannot be published, a
+        small RunFinished that says the run failed and why. Either way the command is
+        settled by it, so a failed publish never makes the build run again."""
+        result = self._result(code, error)
+        try:
+            return await self._publish_end(result)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the run must end, saying why
+            jlog.get("runner", project=self.project, run_id=self.run_id).exception(
+                "result_not_published"
+            )
+            return await self._publish_unpublished(result, exc)
+
+    async def _publish_end(self, result: ev.RunResult) -> ev.RunFinished:
+        """Save retry state (unless hidden), what the kind adds, the kept log, then
+        RunFinished last, its nodes in a blob when they are too many to travel inline."""
+        bus, submitted = self.ctx.bus, result.invocation_args
         merged = self.results.merged
         if merged is not None and not self.body.hidden:
-            await self.ctx.bus.publish(
+            await bus.publish(
                 ev.RetryStateSaved(
                     project=self.project,
                     principal=self.body.requested_by,
                     run_id=self.run_id,
                     attempt=self.number,
-                    run_results_digest=await self.ctx.bus.put_blob(msgspec.json.encode(merged)),
+                    run_results_digest=await bus.put_blob(msgspec.json.encode(merged)),
                     version=self.source.version,
                     packages_digest=self.source.packages_digest,
-                    profile_digest=prepared.profile_digest,
+                    profile_digest=self.prepared.profile_digest,
                     command={k: v for k, v in submitted.items() if k != "args"},
                     args=submitted.get("args", {}),
                 )
             )
         await self.before_finished(result)
         await run_log.keep(self, result)  # the log kept and retention applied, before the end
+        carried, blob = await event_blobs.result_split(bus, result)
         finished = ev.RunFinished(
-            project=self.project, run_id=self.run_id, attempt=self.number, result=result
+            project=self.project,
+            run_id=self.run_id,
+            attempt=self.number,
+            result=carried,
+            nodes_blob=blob,
         )
-        await self.ctx.bus.publish(finished)
+        await bus.publish(finished)
+        return msgspec.structs.replace(finished, result=result)
+
+    async def _publish_unpublished(self, result: ev.RunResult, exc: Exception) -> ev.RunFinished:
+        """The run's end when its result could not be published: failed, naming why, with
+        its totals but no node (each node's outcome is in its own event). It has the
+        result's id, so a result that did land wins as the duplicate; it is tried until
+        the stream stores it, since no run may stay running."""
+        stored = None
+        with contextlib.suppress(Exception):  # NATS away: the publish below waits for it
+            stored = await self.ctx.bus.last_event(
+                subjects.run_event(self.project, self.run_id, "finished")
+            )
+        if isinstance(stored, ev.RunFinished) and stored.attempt == self.number:
+            return stored
+        reason = (
+            f"the run's result could not be published ({exc.__class__.__name__}:"
+            f" {quote(str(exc), 300)}); dbt's own outcome was {result.status!r}, and each"
+            " node's outcome is in its node events"
+        )
+        finished = ev.RunFinished(
+            project=self.project,
+            run_id=self.run_id,
+            attempt=self.number,
+            result=msgspec.structs.replace(result, status="failed", nodes=[], error=reason),
+        )
+        await self.ctx.bus.publish(finished, retry_for=math.inf)
         return finished

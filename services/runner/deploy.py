@@ -13,8 +13,8 @@ from services.runner import admission, engine, graph, workspace
 from services.runner.containment import MemoryExceeded
 from services.runner.context import RunnerContext
 from services.runner.job_setup import Prepared, Refused, prepare
+from shared import event_blobs, subjects
 from shared import events as ev
-from shared import subjects
 from shared.commands import DeployCommand
 
 __all__ = ["deploy"]
@@ -114,6 +114,7 @@ async def _parse(
     if reason:
         return await fail(reason)
     adapter = ctx.warehouses[plan.warehouse].adapter()
+    files, files_blob = await event_blobs.split(ctx.bus, files)
     final = ev.Deployed(
         project=project,
         deploy_id=deploy_id,
@@ -129,6 +130,7 @@ async def _parse(
         skipped=cmd.skipped,
         requested_by=cmd.requested_by,
         packages_digest=packages_digest,
+        files_blob=files_blob,
     )
     await ctx.bus.publish(final)
     return final

@@ -18,6 +18,7 @@ import msgspec
 
 from shared.events import NodeResult
 from shared.outcomes import outcome
+from shared.quote import shorten
 
 __all__ = [
     "NODE_EVENTS",
@@ -33,6 +34,9 @@ NODE_START = "NodeStart"
 NODE_FINISHED = "NodeFinished"
 # The dbt events a run's live progress is made of: the warm dbt sends only these.
 NODE_EVENTS = (NODE_START, NODE_FINISHED)
+# A node's message is kept to this many characters: a database error that quotes a whole
+# query must not make its node event, or the run's result, grow without bound.
+MESSAGE_LIMIT = 16 * 1024
 
 
 def _time(value: str | None) -> datetime | None:
@@ -107,7 +111,7 @@ def node_finished(record: dict, round_: int = 0) -> NodeResult | None:
         resource_type=info.get("resource_type", ""),
         name=info.get("node_name", ""),
         relation=(info.get("node_relation") or {}).get("relation_name"),
-        message=result.get("message"),
+        message=_message(result.get("message")),
         execution_time=result.get("execution_time"),
         rows_affected=_int((result.get("adapter_response") or {}).get("rows_affected")),
         failures=_int(result.get("num_failures")),
@@ -115,6 +119,11 @@ def node_finished(record: dict, round_: int = 0) -> NodeResult | None:
         finished_at=finished or _time(info.get("node_finished_at")),
         round=round_,
     )
+
+
+def _message(value) -> str | None:
+    """dbt's message for a node, cut to MESSAGE_LIMIT characters (its head and its tail)."""
+    return None if value is None else shorten(str(value), MESSAGE_LIMIT)
 
 
 def from_artifacts(run_results: dict, manifest: dict | None, round_: int = 0) -> list[NodeResult]:
@@ -134,7 +143,7 @@ def from_artifacts(run_results: dict, manifest: dict | None, round_: int = 0) ->
                 resource_type=node.get("resource_type", uid.split(".", 1)[0]),
                 name=node.get("name", uid.rsplit(".", 1)[-1]),
                 relation=node.get("relation_name"),
-                message=r.get("message"),
+                message=_message(r.get("message")),
                 execution_time=r.get("execution_time"),
                 rows_affected=_int((r.get("adapter_response") or {}).get("rows_affected")),
                 failures=_int(r.get("failures")),

@@ -554,16 +554,31 @@ async function runPage(runId, params) {
       }
       if (type === "run.queued.v1") run.status = "queued";
       if (type === "run.refused.v1") Object.assign(run, { status: "refused", finished_at: data.at });
-      if (type === "run.finished.v1") {
+      if (type === "run.finished.v1" || type === "run.finished.v2") {
         Object.assign(run, { status: data.result.status, finished_at: data.at,
           totals: data.result.totals, result: data.result });
         for (const n of data.result.nodes) state.set(n.unique_id, n);
-        cy?.nodes().forEach((n) => stale.add(n.id()));
-        restyle();  // the final state is drawn before the page says the run ended
-        drawLog();
-        document.body.dataset.runEnded = "1";
+        // A large run keeps its nodes in a blob the event names: its record has them all.
+        (data.nodes_blob ? recordedNodes() : Promise.resolve()).then(() => {
+          cy?.nodes().forEach((n) => stale.add(n.id()));
+          restyle();  // the final state is drawn before the page says the run ended
+          drawLog();
+          document.body.dataset.runEnded = "1";
+        });
       }
       drawHeader();
+    }
+  }
+
+  // The run's record once the projection has folded its end, every node in it.
+  async function recordedNodes() {
+    for (let tries = 0; tries < 120 && !stop.signal.aborted; tries++) {
+      const known = await api(`/v1/runs/${runId}`).catch(() => null);
+      if (known?.finished_at) {
+        for (const n of known.nodes) state.set(n.unique_id, n);
+        return;
+      }
+      await sleep(500);
     }
   }
 
