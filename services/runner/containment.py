@@ -110,11 +110,11 @@ class Containment:
         try:
             spec = await self.spec(probe, None, name=probe.name)
             child = await asyncio.create_subprocess_exec(
-                sys.executable, "-P", "-m", "services.runner.sandbox", json.dumps(spec),
-                cwd="/", env=sealed_environment(), stdin=asyncio.subprocess.DEVNULL,
+                sys.executable, "-P", "-m", "services.runner.sandbox",
+                cwd="/", env=sealed_environment(), stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
             )  # fmt: skip
-            _, said = await child.communicate()
+            _, said = await child.communicate(json.dumps(spec).encode())
         finally:
             await self.release(probe.name)
             await asyncio.to_thread(_remove_tree, probe)

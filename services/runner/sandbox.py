@@ -397,9 +397,9 @@ def fail(exc: BaseException) -> None:
     os._exit(SETUP_FAILED)
 
 
-if __name__ == "__main__":  # the runner's check: build the sandbox of argv[1], then end
+if __name__ == "__main__":  # the runner's check: build the sandbox read from stdin, then end
     try:
-        enter(__import__("json").loads(sys.argv[1]), [])
+        enter(__import__("json").loads(sys.stdin.read()), [])
     except Exception as exc:  # noqa: BLE001 - said, with SETUP_FAILED
         fail(exc)
     os._exit(0)

@@ -573,7 +573,7 @@ async function runPage(runId, params) {
   // The run's record once the projection has folded its end, every node in it.
   async function recordedNodes() {
     for (let tries = 0; tries < 120 && !stop.signal.aborted; tries++) {
-      const known = await api(`/v1/runs/${runId}`).catch(() => null);
+      const known = await api(`/v1/runs/${seg(runId)}`).catch(() => null);
       if (known?.finished_at) {
         for (const n of known.nodes) state.set(n.unique_id, n);
         return;
