@@ -19,6 +19,7 @@ __all__ = ["Caps", "CgroupUnavailable", "Group", "Hierarchy", "find"]
 
 _PERIOD_US = 100_000
 _PARENT = "jetdbt"
+STALE_SECONDS = 300.0
 
 
 class CgroupUnavailable(RuntimeError):
@@ -81,6 +82,20 @@ class Hierarchy:
 
     def named(self, name: str) -> Group:
         return Group(self, self.memory / name, self.cpu / name)
+
+    def sweep(self, older_than: float = STALE_SECONDS) -> None:
+        """Remove the empty groups an invocation left (a runner stopped mid-run): only
+        those older than a fresh group's wait for its child, never one in use."""
+        now = time.time()
+        for parent in {self.memory, self.cpu}:
+            for folder in parent.iterdir():
+                try:
+                    if not folder.is_dir() or now - folder.stat().st_mtime < older_than:
+                        continue
+                    if not (folder / "cgroup.procs").read_text().strip():
+                        folder.rmdir()
+                except OSError:
+                    continue
 
 
 def find(delegated: Path | None = None) -> Hierarchy:

@@ -103,6 +103,7 @@ class Containment:
         except cgroup.CgroupUnavailable as exc:
             self.missing = str(exc)
             return
+        await asyncio.to_thread(self.hierarchy.sweep)
         from services.runner.spawn import sealed_environment
 
         probe = self.settings.runner_cache / "jobs" / f"probe-{uuid.uuid4().hex}"
