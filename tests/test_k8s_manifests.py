@@ -217,3 +217,67 @@ def test_each_capability_the_sandbox_takes_is_needed(missing, tmp_path):
         assert json.loads(done.stdout)["CapBnd"] != "0000000000000000"
     else:
         assert "jetdbt sandbox:" in done.stderr and "not permitted" in done.stderr
+
+
+_ENTRYPOINT_CHECK = """
+set -e
+mount -t cgroup2 none "$1/v2"
+mkdir "$1/v2/$2"
+echo $$ > "$1/v2/$2/cgroup.procs"
+mount --bind "$1/v2/$2" "$1/container" && mount -o remount,bind,ro "$1/container"
+sh -c 'sleep 30 >/dev/null 2>&1 & exec sh "$0" serve runner' "$3"
+"""
+
+
+@needs_root
+def test_the_runner_entrypoint_delegates_a_read_only_cgroup_v2_group(tmp_path):
+    """deploy/runner-entrypoint.sh on a group mounted read-only as a runtime does: writable
+    after, and every process of it (an init's stand-in too) in its leaf `runner`."""
+    if not shutil.which("unshare") or "cgroup2" not in Path("/proc/filesystems").read_text():
+        pytest.skip("needs unshare and cgroup2")
+    (tmp_path / "v2").mkdir()
+    (tmp_path / "container").mkdir()
+    (tmp_path / "bin").mkdir()
+    fake = tmp_path / "bin" / "jetdbt"  # in place of the runner: says where it runs
+    fake.write_text(
+        '#!/bin/sh\necho "args $*"; grep "^0::" /proc/self/cgroup\n'
+        'echo "left [$(cat "$JETDBT_CGROUP/cgroup.procs")]"\n'
+        'grep " $JETDBT_CGROUP " /proc/self/mountinfo | cut -d" " -f6\n'
+        'for p in $(cat "$JETDBT_CGROUP/runner/cgroup.procs"); do\n'
+        '  [ "$(cat /proc/$p/comm)" = sleep ] && kill "$p"; done; true\n'
+    )
+    fake.chmod(0o755)
+    group = f"jetdbt-test-{os.getpid()}"
+    entrypoint = K8S.parent / "runner-entrypoint.sh"
+    env = {**os.environ, "JETDBT_CGROUP": str(tmp_path / "container"),
+           "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"}  # fmt: skip
+    try:
+        done = subprocess.run(
+            ["unshare", "-m", "--propagation", "private", "sh", "-c", _ENTRYPOINT_CHECK, "-",
+             str(tmp_path), group, str(entrypoint)],
+            capture_output=True, text=True, timeout=30, env=env,
+        )  # fmt: skip
+    finally:
+        _remove_group(group)
+    if "cgroup2" in done.stderr and done.returncode != 0 and "mount" in done.stderr:
+        pytest.skip(f"cgroup2 cannot be mounted here: {done.stderr.strip()}")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:4] == [
+        "args serve runner",
+        f"0::/{group}/runner",
+        "left []",
+        "rw,relatime",
+    ], done.stdout + done.stderr
+
+
+def _remove_group(group: str) -> None:
+    """The test's cgroup v2 groups, their processes back in the root group first."""
+    probe = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c",
+         'd=$(mktemp -d) && mount -t cgroup2 none "$d" && g="$d/$1"'
+         ' && for p in $(cat "$g/runner/cgroup.procs" "$g/cgroup.procs" 2>/dev/null);'
+         ' do echo "$p" > "$d/cgroup.procs"; done;'
+         ' rmdir "$g/runner" "$g" 2>/dev/null; umount "$d"; rmdir "$d"', "-", group],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert probe.returncode == 0, probe.stderr
