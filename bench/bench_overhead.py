@@ -58,7 +58,7 @@ GOAL_RATIO = {"example": 0.6, "large": 0.9}
 GOAL_P50, GOAL_P99 = 0.030, 0.100
 
 
-def _env_int(name: str, default: int) -> int:
+def env_int(name: str, default: int) -> int:
     return int(os.environ.get(name) or default)
 
 
@@ -160,36 +160,43 @@ class Jetdbt:
             await sub.unsubscribe()
 
 
-def _pct(samples: list[float], q: float) -> float:
+def pct(samples: list[float], q: float) -> float:
     ordered = sorted(samples)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-async def _pairs(plain: Plain, jet: Jetdbt, reps: int) -> tuple[list[float], list[float]]:
-    """`reps` alternating pairs, after one untimed build of each (the warm folder)."""
-    await plain.build()
-    await jet.build()
-    plain_s, jet_s = [], []
+async def alternate(builds: list, reps: int) -> list[list[float]]:
+    """`reps` rounds of every build, each round's order rotated (so a busy machine weighs on
+    each alike), after one untimed build of each (the warm folder): each build's timings."""
+    for build in builds:
+        await build()
+    samples: list[list[float]] = [[] for _ in builds]
     for i in range(reps):
-        first, second = (plain, jet) if i % 2 == 0 else (jet, plain)
-        a, b = await first.build(), await second.build()
-        (plain_s, jet_s)[first is jet].append(a)
-        (plain_s, jet_s)[second is jet].append(b)
-    return plain_s, jet_s
+        for k in range(len(builds)):
+            j = (i + k) % len(builds)
+            samples[j].append(await builds[j]())
+    return samples
+
+
+async def start_stack(home: Path, **env: str) -> Stack:
+    """A stack of its own in `home` (its API on a free port), its stack file written so the
+    CLI finds it; `env` overrides settings."""
+    settings = load({"JETDBT_HOME": str(home), "JETDBT_API_PORT": "0", **env})
+    stack = await Stack(settings).start()
+    stack.write_stack_file()
+    return stack
 
 
 async def bench() -> None:
     jlog.configure("warning")
-    reps, reps_large = _env_int("JETDBT_BENCH_REPS", 3), _env_int("JETDBT_BENCH_REPS_LARGE", 1)
-    models = _env_int("JETDBT_BENCH_MODELS", 500)
-    latency_runs = _env_int("JETDBT_BENCH_LATENCY_RUNS", 2)
+    reps, reps_large = env_int("JETDBT_BENCH_REPS", 3), env_int("JETDBT_BENCH_REPS_LARGE", 1)
+    models = env_int("JETDBT_BENCH_MODELS", 500)
+    latency_runs = env_int("JETDBT_BENCH_LATENCY_RUNS", 2)
     rows = []
     with tempfile.TemporaryDirectory(prefix="jetdbt-bench-") as tmp:
         work = Path(tmp)
         large = generate(work / "source" / "bench", models)
-        settings = load({"JETDBT_HOME": str(work / "home"), "JETDBT_API_PORT": "0"})
-        stack = await Stack(settings).start()
-        stack.write_stack_file()
+        stack = await start_stack(work / "home")
         try:
             cases = [
                 ("example", "jaffle_shop", EXAMPLE, "jaffle_shop", reps),
@@ -199,7 +206,7 @@ async def bench() -> None:
             for kind, name, source, profile, n in cases:
                 plain, jet = Plain(work, source, profile), Jetdbt(stack, name)
                 await jet.deploy(source)
-                plain_s, jet_s = await _pairs(plain, jet, n)
+                plain_s, jet_s = await alternate([plain.build, jet.build], n)
                 if kind == "example":
                     for _ in range(latency_runs):
                         logged, timed = await jet.latencies()
@@ -226,9 +233,9 @@ def _print(rows, latencies: tuple[list[float], list[float]]) -> None:
         print(f"\nprogress latency, dbt's node finish -> API (n={len(logged)} nodes,"
               f" poll {POLL * 1e3:.0f} ms, an upper bound)")  # fmt: skip
         for name, q, goal in (("p50", 0.5, GOAL_P50), ("p99", 0.99, GOAL_P99)):
-            value = _pct(logged, q)
+            value = pct(logged, q)
             mark = "ok" if value <= goal else "MISSED"
-            strict = _pct(timed, q) * 1e3
+            strict = pct(timed, q) * 1e3
             print(f"  {name}  {value * 1e3:7.0f} ms   goal <= {goal * 1e3:.0f} ms  {mark}"
                   f"   (from the end of the node's timing: {strict:.0f} ms)")  # fmt: skip
 
