@@ -39,7 +39,7 @@ from shared.bus import connect
 from shared.commands import BuildCommand, RunCommand
 from shared.config import Settings, load
 from tests.conftest import EXAMPLE
-from tests.helpers import get_json, jetdbt, wait_for
+from tests.helpers import get_json, jetdbt, use_token, wait_for
 from tests.test_live_progress import GATE_MODEL
 
 __all__ = [
@@ -378,6 +378,8 @@ async def open_world(
     stack = None
     try:
         stack = await Stack(settings, runner=runner, projectors=projectors).start()
+        # Outside pytest no conftest records the admin token: the harness reads its API with it.
+        use_token(stack.api_url, stack.admin_token)
         yield World(
             folder=folder,
             settings=settings,
