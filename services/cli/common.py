@@ -15,10 +15,12 @@ if TYPE_CHECKING:
 __all__ = [
     "EXIT_FAILED",
     "EXIT_REFUSED",
+    "ApiAnswered",
     "CliError",
     "endpoints",
     "open_bus",
     "api_get",
+    "api_json",
     "database_url",
 ]
 
@@ -28,6 +30,14 @@ EXIT_REFUSED = 3
 
 class CliError(Exception):
     """An error the user can act on; printed without a traceback."""
+
+
+class ApiAnswered(CliError):
+    """The API answered, but not with a 200: `status` is its code."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 def endpoints(settings: Settings) -> tuple[str, str]:
@@ -80,6 +90,27 @@ def api_get(settings: Settings, path: str, timeout: float = 30.0) -> tuple[int, 
         raise CliError(f"the API at {api_url} did not answer: {exc}") from None
     finally:
         conn.close()
+
+
+def api_json(settings: Settings, path: str, timeout: float = 30.0):
+    """GET `path` and decode its JSON; any other answer than a 200 is one CliError in one
+    format, the API's own reason quoted: `GET PATH: 401 invalid token ...`."""
+    import msgspec
+
+    status, body = api_get(settings, path, timeout)
+    try:
+        answer = msgspec.json.decode(body)
+    except msgspec.DecodeError:
+        answer = None
+    if status == 200 and answer is not None:
+        return answer
+    reason = answer.get("error") if isinstance(answer, dict) else None
+    reason = reason or body.decode(errors="replace")[:200]
+    hint = {
+        401: "; set JETDBT_TOKEN to a token of this stack (`jetdbt token create`)",
+        403: "; ask an admin for a token that covers it",
+    }.get(status, "")
+    raise ApiAnswered(f"GET {path}: {status} {reason}{hint}", status)
 
 
 def database_url(settings: Settings) -> str:

@@ -76,6 +76,16 @@ def _run(command, args, settings) -> int:
     return asyncio.run(outcome)
 
 
+def _reader_left() -> int:
+    """`jetdbt logs RUN | head`: the reader closed the pipe. What is still buffered goes
+    nowhere (Python would report the failed flush at exit), and the exit code is a shell's
+    for a program SIGPIPE stopped, as `yes | head` gives."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, sys.stdout.fileno())
+    os.close(null)
+    return 128 + 13  # SIGPIPE
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     if "_ARGCOMPLETE" in os.environ:  # the shell asks for completions (see the README)
@@ -93,7 +103,11 @@ def main(argv: list[str] | None = None) -> int:
 
         jlog.configure(args.log_level)
     try:
-        return _run(command, args, load())
+        code = _run(command, args, load())
+        sys.stdout.flush()  # inside the try: a reader that left is seen here, not at exit
+        return code
+    except BrokenPipeError:
+        return _reader_left()
     except KeyboardInterrupt:
         return 130  # a shell's code for a command Ctrl-C stopped
     except Exception as exc:

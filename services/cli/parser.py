@@ -71,9 +71,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--follow", "-f", action="store_true", help="print lines as they come, until the run ends"
     )
     lg.add_argument("--after", type=int, default=0, metavar="LINE", help="start after this line")
-    st = sub.add_parser("status", help="health, a run, or a project's runs")
+    st = sub.add_parser("status", help="a run, a project's runs (tables), or the projections' lag")
     st.add_argument("run_id", nargs="?")
     st.add_argument("--project").completer = _projects
+    st.add_argument("--offset", type=int, default=0, help="skip this many newer runs")
+    shape = st.add_mutually_exclusive_group()
+    shape.add_argument("--json", action="store_true", help="the API's answer as JSON")
+    shape.add_argument("--yaml", action="store_true", help="the API's answer as YAML")
     sub.add_parser("demo", help="start, deploy the example, build it, show the API, stop")
     rep = sub.add_parser("replay", help="rebuild projections from the log into a shadow, compare")
     which = rep.add_mutually_exclusive_group()
