@@ -36,6 +36,8 @@ COMMANDS = {
 # nats:// only; nats-py imports aiohttp for websocket servers alone, a quarter of a second
 # of such a command's start, so their modules import nats without it.
 SERVING = frozenset({"up", "serve", "demo", "mcp"})
+# Commands that start a stack themselves, in their own JETDBT_HOME: they look for no other.
+STARTS_A_STACK = frozenset({"up", "serve", "demo"})
 
 # Errors a user can act on, printed as one line: (module, class). An error whose module was
 # never imported cannot have been raised, so they are looked up instead of imported.
@@ -76,6 +78,19 @@ def _run(command, args, settings) -> int:
     return asyncio.run(outcome)
 
 
+def _settings(args):
+    """The environment's settings; a command that talks to a stack finds it from any folder
+    (services.cli.common.located)."""
+    from shared.config import load
+
+    settings = load()
+    if args.cmd in STARTS_A_STACK:
+        return settings
+    from services.cli.common import located
+
+    return located(settings, home_given=bool(os.environ.get("JETDBT_HOME")))
+
+
 def _reader_left() -> int:
     """`jetdbt logs RUN | head`: the reader closed the pipe. What is still buffered goes
     nowhere (Python would report the failed flush at exit), and the exit code is a shell's
@@ -94,7 +109,6 @@ def main(argv: list[str] | None = None) -> int:
         argcomplete.autocomplete(parser)
     args = parser.parse_args(argv)
     command = _command(args.cmd)
-    from shared.config import load
 
     # Logs are configured when the command's modules log at all (they import structlog at
     # the top); `status` does not, and skips its import cost.
@@ -103,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
 
         jlog.configure(args.log_level)
     try:
-        code = _run(command, args, load())
+        code = _run(command, args, _settings(args))
         sys.stdout.flush()  # inside the try: a reader that left is seen here, not at exit
         return code
     except BrokenPipeError:

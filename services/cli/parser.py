@@ -16,7 +16,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="jetdbt", description=DESCRIPTION)
     p.add_argument("--log-level", default="warning", help="structured log level (stderr)")
     sub = p.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("up", help="run the stack and every service in the foreground")
+    sub.add_parser(
+        "up",
+        help="run the stack and every service in the foreground",
+        description="Run the stack in the foreground: nats-server, Postgres, a runner, the\n"
+        "projectors, the API with the run viewer, and MCP; Ctrl-C stops all of it.\n"
+        "It takes no arguments: the settings below (environment variables) change it.",
+        epilog=_settings_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     serve = sub.add_parser("serve", help="run one service against NATS_URL and DATABASE_URL")
     serve.add_argument("role", choices=["runner", "projectors", "api", "all"])
     dep = sub.add_parser("deploy", help="pack a dbt project and deploy it")
@@ -133,6 +141,16 @@ def build_parser() -> argparse.ArgumentParser:
     dead_retry = dead_sub.add_parser("retry", help="apply them again, after a fix")
     dead_retry.add_argument("--projection", help="only this projection's")
     return p
+
+
+def _settings_help() -> str:
+    from shared.config import STACK_SETTINGS
+
+    width = max(len(name) for name, _, _ in STACK_SETTINGS)
+    lines = [
+        f"  {name:<{width}}  {what} (default: {default})" for name, default, what in STACK_SETTINGS
+    ]
+    return "settings:\n" + "\n".join(lines)
 
 
 def _projects(**kwargs) -> list[str]:
