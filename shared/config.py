@@ -165,14 +165,14 @@ STACK_SETTINGS = (
 
 def stacks_dir(env=None) -> Path:
     """Where this user's running `jetdbt up`s are recorded, so a CLI in any folder finds
-    one: JETDBT_STACKS_DIR, else $XDG_RUNTIME_DIR/jetdbt/stacks, else
-    ~/.local/state/jetdbt/stacks (both the user's own)."""
+    one: JETDBT_STACKS_DIR, else $XDG_STATE_HOME/jetdbt/stacks, else
+    ~/.local/state/jetdbt/stacks (the user's own). Not XDG_RUNTIME_DIR: the embedded
+    Postgres sets one of its own in the process that starts it."""
     env = os.environ if env is None else env
     if env.get("JETDBT_STACKS_DIR"):
         return Path(env["JETDBT_STACKS_DIR"]).absolute()
-    if env.get("XDG_RUNTIME_DIR"):
-        return Path(env["XDG_RUNTIME_DIR"]) / "jetdbt" / "stacks"
-    return Path.home() / ".local" / "state" / "jetdbt" / "stacks"
+    state = Path(env["XDG_STATE_HOME"]) if env.get("XDG_STATE_HOME") else None
+    return (state or Path.home() / ".local" / "state") / "jetdbt" / "stacks"
 
 
 def load(env=None) -> Settings:
