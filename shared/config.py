@@ -9,7 +9,13 @@ import msgspec
 
 __all__ = ["Settings", "Secret", "load", "stacks_dir", "CONTRACT", "STACK_SETTINGS"]
 
-CONTRACT = Path(__file__).resolve().parent.parent / "streams.yaml"
+# The checkout's streams.yaml; an installed wheel carries it beside this module (setup.py).
+_PACKAGED_CONTRACT = Path(__file__).resolve().parent / "streams.yaml"
+CONTRACT = (
+    _PACKAGED_CONTRACT
+    if _PACKAGED_CONTRACT.exists()
+    else _PACKAGED_CONTRACT.parent.parent / "streams.yaml"
+)
 
 
 class Secret(str):
