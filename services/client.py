@@ -20,10 +20,23 @@ from shared import bundle, commands, config, event_blobs, subjects, uploads
 from shared import events as ev
 from shared.bus import Bus
 
-__all__ = ["deploy", "run", "project_name", "principal", "DEPLOY_FINAL", "RUN_FINAL"]
+__all__ = [
+    "CommandNotStored",
+    "deploy",
+    "run",
+    "project_name",
+    "principal",
+    "DEPLOY_FINAL",
+    "RUN_FINAL",
+]
 
 DEPLOY_FINAL = (ev.Deployed, ev.DeployUnchanged, ev.DeployFailed, ev.DeployRefused)
 RUN_FINAL = (ev.RunFinished, ev.RunRefused)
+
+
+class CommandNotStored(RuntimeError):
+    """The server refused to store a command (its size, a permission): no runner will ever
+    answer it, so waiting would be forever."""
 
 
 def principal() -> str:
@@ -63,9 +76,16 @@ async def _await_final(
     async def collect(msg) -> None:
         queue.put_nowait(msg.data)
 
+    from nats.js.errors import APIError
+
     sub = await bus.follow(pattern, collect)
     try:
-        ack = await publish()
+        try:
+            ack = await publish()
+        except APIError as exc:
+            raise CommandNotStored(
+                f"the NATS server refused the command: {exc.description or exc}"
+            ) from None
         async with asyncio.timeout(timeout):
             while True:
                 event = ev.decode(await queue.get())
