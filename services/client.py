@@ -20,10 +20,23 @@ from shared import bundle, commands, config, event_blobs, subjects, uploads
 from shared import events as ev
 from shared.bus import Bus
 
-__all__ = ["deploy", "run", "project_name", "principal", "DEPLOY_FINAL", "RUN_FINAL"]
+__all__ = [
+    "CommandNotStored",
+    "deploy",
+    "run",
+    "project_name",
+    "principal",
+    "DEPLOY_FINAL",
+    "RUN_FINAL",
+]
 
 DEPLOY_FINAL = (ev.Deployed, ev.DeployUnchanged, ev.DeployFailed, ev.DeployRefused)
 RUN_FINAL = (ev.RunFinished, ev.RunRefused)
+
+
+class CommandNotStored(RuntimeError):
+    """The server refused to store a command (its size, a permission): no runner will ever
+    answer it, so waiting would be forever."""
 
 
 def principal() -> str:
@@ -41,7 +54,7 @@ def project_name(path: Path, given: str | None) -> str:
     """--project, else dbt_project.yml's name when it is a valid project name."""
     if given:
         return subjects.check_project(given)
-    doc = yaml.safe_load((path / "dbt_project.yml").read_text()) or {}
+    doc = yaml.safe_load(bundle.project_file(path).read_text()) or {}
     name = str(doc.get("name", ""))
     try:
         return subjects.check_project(name)
@@ -63,9 +76,16 @@ async def _await_final(
     async def collect(msg) -> None:
         queue.put_nowait(msg.data)
 
+    from nats.js.errors import APIError
+
     sub = await bus.follow(pattern, collect)
     try:
-        ack = await publish()
+        try:
+            ack = await publish()
+        except APIError as exc:
+            raise CommandNotStored(
+                f"the NATS server refused the command: {exc.description or exc}"
+            ) from None
         async with asyncio.timeout(timeout):
             while True:
                 event = ev.decode(await queue.get())
@@ -80,21 +100,33 @@ async def _await_final(
 
 
 async def deploy(
-    bus: Bus, path: Path, project: str, *, requested_by: str = "", timeout: float | None = 900
+    bus: Bus,
+    path: Path,
+    project: str,
+    *,
+    requested_by: str = "",
+    timeout: float | None = 900,
+    packed: bundle.Packed | None = None,
+    say: Callable[[str], None] | None = None,
 ) -> tuple[bundle.Packed, ev.Event]:
-    """Pack, store the bundle, publish the deploy command, wait for its final event (a
-    version's every file read, wherever they travelled)."""
-    packed = bundle.pack(path)
+    """Pack (unless given `packed`), store the bundle, publish the deploy command, wait for
+    its final event (a version's every file read, wherever they travelled). `say` hears
+    each step as it starts: a deploy waits on a runner and on dbt, and should say so."""
+    say = say or (lambda _: None)
+    packed = packed or bundle.pack(path)
+    say(f"uploading the bundle ({len(packed.files)} files, {packed.size:,} bytes)")
     digest = await bus.put_blob(packed.data)
     deploy_id = uuid.uuid4().hex
     await uploads.record(bus, deploy_id, digest)
     cmd = commands.DeployCommand(
         bundle_digest=digest,
         bundle_size=packed.size,
-        skipped=packed.skipped,
+        skipped=packed.skipped[: commands.MAX_SKIPPED_LISTED],
+        skipped_count=len(packed.skipped),
         deploy_id=deploy_id,
         requested_by=requested_by or principal(),
     )
+    say(f"deploying {project} {digest[:19]}: a runner runs dbt deps and dbt parse")
     final = await _await_final(
         bus,
         subjects.deploy_pattern(project),

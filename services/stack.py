@@ -25,7 +25,7 @@ from services.embedded import InUse, NatsServer, start_postgres
 from services.runner.context import RunnerContext
 from services.runner.relations_watch import RelationWatch
 from services.runner.worker import Runner
-from services.stack_file import STACK_FILE, read_stack_file
+from services.stack_file import STACK_FILE, forget_running, read_stack_file, record_running
 from shared import contract
 from shared import logging as jlog
 from shared.bus import Bus, connect, shown, url_user
@@ -197,6 +197,7 @@ class Stack:
         with os.fdopen(fd, "w") as out:
             out.write(json.dumps(self.describe()))
         self._wrote_stack_file = True
+        record_running(self.settings.home)
 
     async def stop(self) -> None:
         self._stop.set()
@@ -220,3 +221,4 @@ class Stack:
         if self._wrote_stack_file:  # never another stack's (a second `up` that failed)
             with contextlib.suppress(OSError):
                 (self.settings.home / STACK_FILE).unlink()
+            forget_running(self.settings.home)

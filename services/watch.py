@@ -24,7 +24,6 @@ __all__ = [
     "styled",
     "MARK",
     "ORDER",
-    "short",
     "seconds",
     "sorted_nodes",
     "started_line",
@@ -59,10 +58,6 @@ def styled(stream) -> bool:
         return False
     isatty = getattr(stream, "isatty", None)
     return bool(isatty and isatty())
-
-
-def short(name: str, width: int = 48) -> str:
-    return name if len(name) <= width else name[: width - 1] + "…"
 
 
 def planned_nodes(manifest: dict) -> int:
@@ -153,7 +148,7 @@ class Progress:
         elif isinstance(event, ev.NodeFinished):
             n = event.node
             line = (
-                f"  {MARK.get(n.outcome, n.outcome):>5}  {n.resource_type:<9} {short(n.name):<48}"
+                f"  {MARK.get(n.outcome, n.outcome):>5}  {n.resource_type:<9} {n.name:<48}"
                 f" {seconds(n.execution_time):>8}"
             )
         else:
@@ -177,12 +172,13 @@ def totals_line(result: ev.RunResult) -> str:
 
 
 def result_table(result: ev.RunResult) -> str:
-    """A compact table of every node's outcome, failures first, then the totals."""
+    """A compact table of every node's outcome, failures first, then the totals. A name is
+    never cut: a script reads it whole, and a longer one only pushes its row's end out."""
     lines = [f"{'outcome':<8} {'dbt status':<12} {'type':<9} {'node':<48} {'rows':>6} {'time':>7}"]
     for n in sorted_nodes(result):
         rows_affected = "" if n.rows_affected is None else str(n.rows_affected)
         lines.append(
-            f"{n.outcome:<8} {n.status:<12} {n.resource_type:<9} {short(n.name):<48}"
+            f"{n.outcome:<8} {n.status:<12} {n.resource_type:<9} {n.name:<48}"
             f" {rows_affected:>6} {seconds(n.execution_time):>7}"
         )
         if n.outcome in ("failed", "warned") and n.message:

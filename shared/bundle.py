@@ -24,6 +24,7 @@ __all__ = [
     "Packed",
     "Skipped",
     "check_path",
+    "project_file",
     "dir_skip_reason",
     "pack",
     "skip_reason",
@@ -47,6 +48,7 @@ _ANY_LEVEL_DIRS = {
     ".git": "version control metadata",
     "__pycache__": "Python bytecode cache",
     ".venv": "Python virtualenv",
+    ".jetdbt": "jetdbt's own data (JETDBT_HOME of a `jetdbt up` started here)",
 }
 _SECRETS_REASON = "may hold secrets"
 _DRIVE = re.compile(r"^[A-Za-z]:")
@@ -222,15 +224,22 @@ def _walk(
             skipped.append(Skipped(rel, "not a regular file"))
 
 
+def project_file(root: pathlib.Path) -> pathlib.Path:
+    """`root`'s dbt_project.yml; a folder without one is refused, naming the folder."""
+    found = pathlib.Path(root).resolve() / "dbt_project.yml"
+    if not found.is_file():
+        where = "does not exist" if not found.parent.exists() else "has no dbt_project.yml"
+        raise BundleRefused(str(root), f"not a dbt project: the folder {where}")
+    return found
+
+
 def pack(root: pathlib.Path) -> Packed:
     """Pack a dbt project directory into a deterministic bundle.
 
     The digest covers paths and contents only (never mtimes or modes), so it is
     the project version: identical content always deploys as the same version.
     """
-    root = pathlib.Path(root).resolve()
-    if not (root / "dbt_project.yml").is_file():
-        raise BundleRefused(str(root), "not a dbt project: no dbt_project.yml")
+    root = project_file(root).parent
     files: list[BundleFile] = []
     skipped: list[Skipped] = []
     _walk(root, "", root, frozenset({root}), files, skipped)

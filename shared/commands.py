@@ -33,10 +33,14 @@ __all__ = [
     "check_selection",
     "MAX_COMMAND_BYTES",
     "MAX_PRINCIPAL_CHARS",
+    "MAX_SKIPPED_LISTED",
 ]
 
 # A command is a request, not a payload: anything larger is refused unread.
 MAX_COMMAND_BYTES = 64 * 1024
+# The skipped files a deploy command names (the rest are counted): a project folder may hold
+# thousands (images, a JETDBT_HOME), and their list must never grow a command past its limit.
+MAX_SKIPPED_LISTED = 100
 # A principal travels in subjects (retry state is per project and principal).
 MAX_PRINCIPAL_CHARS = 128
 # The id a run asked for without one gets: `c` and its command's stream sequence. A command
@@ -115,9 +119,11 @@ class DeployCommand(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
 
     bundle_digest: str
     bundle_size: int
-    skipped: list[Skipped] = []
+    skipped: Annotated[list[Skipped], msgspec.Meta(max_length=MAX_SKIPPED_LISTED)] = []
     deploy_id: str | None = None
     requested_by: Principal = ""
+    # Every file the pack left out, of which `skipped` names the first (0: as many as named).
+    skipped_count: Annotated[int, msgspec.Meta(ge=0)] = 0
 
     def __post_init__(self):
         check_digest(self.bundle_digest)

@@ -7,9 +7,15 @@ from pathlib import Path
 
 import msgspec
 
-__all__ = ["Settings", "Secret", "load", "CONTRACT"]
+__all__ = ["Settings", "Secret", "load", "stacks_dir", "CONTRACT", "STACK_SETTINGS"]
 
-CONTRACT = Path(__file__).resolve().parent.parent / "streams.yaml"
+# The checkout's streams.yaml; an installed wheel carries it beside this module (setup.py).
+_PACKAGED_CONTRACT = Path(__file__).resolve().parent / "streams.yaml"
+CONTRACT = (
+    _PACKAGED_CONTRACT
+    if _PACKAGED_CONTRACT.exists()
+    else _PACKAGED_CONTRACT.parent.parent / "streams.yaml"
+)
 
 
 class Secret(str):
@@ -144,6 +150,35 @@ def _switch(env, name: str) -> bool:
 def _path(env, name: str) -> Path | None:
     raw = env.get(name)
     return Path(raw).absolute() if raw else None
+
+
+# The settings a person starting `jetdbt up` most often changes, for its --help: name, default.
+STACK_SETTINGS = (
+    ("JETDBT_HOME", "./.jetdbt", "the embedded servers' data, access files and warehouse"),
+    ("JETDBT_API_HOST", "127.0.0.1", "the API's and viewer's address"),
+    ("JETDBT_API_PORT", "8580", "the API's port (0: any free port)"),
+    ("JETDBT_MCP_PORT", "API port + 1", "the MCP server's port"),
+    ("NATS_URL", "none: an embedded nats-server", "a NATS server to use instead"),
+    ("DATABASE_URL", "none: an embedded Postgres", "a Postgres to use instead"),
+    ("JETDBT_SCHEMA", "jetdbt", "the projections' Postgres schema"),
+    ("JETDBT_WAREHOUSES", "none: DuckDB in JETDBT_HOME", "warehouses.yaml (see the README)"),
+    ("MAX_CONCURRENT_RUNS", "4", "runs at once, over every runner"),
+    ("MAX_RUNS_PER_TEAM", "2", "runs at once of one team"),
+    ("RUN_TIMEOUT_SECONDS", "3600", "the longest a run may take"),
+    ("RUN_MEMORY", "2g", "memory of each dbt invocation"),
+)
+
+
+def stacks_dir(env=None) -> Path:
+    """Where this user's running `jetdbt up`s are recorded, so a CLI in any folder finds
+    one: JETDBT_STACKS_DIR, else $XDG_STATE_HOME/jetdbt/stacks, else
+    ~/.local/state/jetdbt/stacks (the user's own). Not XDG_RUNTIME_DIR: the embedded
+    Postgres sets one of its own in the process that starts it."""
+    env = os.environ if env is None else env
+    if env.get("JETDBT_STACKS_DIR"):
+        return Path(env["JETDBT_STACKS_DIR"]).absolute()
+    state = Path(env["XDG_STATE_HOME"]) if env.get("XDG_STATE_HOME") else None
+    return (state or Path.home() / ".local" / "state") / "jetdbt" / "stacks"
 
 
 def load(env=None) -> Settings:

@@ -106,20 +106,102 @@ def _allowed(path: str) -> str:
     return ", ".join(f.name for f in msgspec.structs.fields(kind))
 
 
-def _explain(exc: msgspec.ValidationError) -> str:
+# msgspec's names of types, as a descriptor's author reads them.
+_WORDS = {
+    "int": "a whole number",
+    "float": "a number",
+    "str": "text",
+    "bool": "true or false",
+    "array": "a list",
+    "object": "a mapping",
+    "null": "nothing",
+}
+_BOUNDS = {"<=": "at most", ">=": "at least", "<": "under", ">": "over"}
+
+
+def _words(kinds: str) -> str:
+    """`int | null` as "a whole number": what a key takes, without Python's type names."""
+    named = [_WORDS.get(k.strip(), k.strip()) for k in kinds.split("|") if k.strip() != "null"]
+    return " or ".join(named) or "nothing"
+
+
+def _kind_of(value: Any) -> str:
+    if isinstance(value, bool):
+        return _WORDS["bool"]
+    if isinstance(value, int):
+        return _WORDS["int"]
+    if isinstance(value, float):
+        return _WORDS["float"]
+    if isinstance(value, str):
+        return _WORDS["str"]
+    if isinstance(value, list):
+        return _WORDS["array"]
+    if isinstance(value, dict):
+        return _WORDS["object"]
+    return _WORDS["null"]
+
+
+def _suggestion(word: str, allowed: list[str]) -> str:
+    """ " (did you mean 'threads'?)" for a near miss (the first of equals), else nothing."""
+    import difflib
+
+    scored = [
+        (difflib.SequenceMatcher(None, word, a).ratio(), -i, a) for i, a in enumerate(allowed)
+    ]
+    score, _, best = max(scored, default=(0.0, 0, ""))
+    return f" (did you mean '{best}'?)" if score >= 0.6 else ""
+
+
+def _allowed(path: str) -> list[str]:
+    kind = (
+        Profile
+        if path.endswith(".profile")
+        else (RetryPolicy if path.endswith(".retry_failed_nodes") else Descriptor)
+    )
+    return [f.name for f in msgspec.structs.fields(kind)]
+
+
+def _value_at(raw: Any, key: str) -> Any:
+    """The value a descriptor gave at `key` (`profile.target`, `select[0]`)."""
+    for part in re.findall(r"[^.\[\]]+", key):
+        if isinstance(raw, dict):
+            raw = raw.get(part)
+        elif isinstance(raw, list) and part.isdigit() and int(part) < len(raw):
+            raw = raw[int(part)]
+        else:
+            return None
+    return raw
+
+
+def _explain(exc: msgspec.ValidationError, raw: Any) -> str:
     text = str(exc)
     match = re.match(r"Object contains unknown field `([^`]+)`(?: - at `([^`]+)`)?", text)
     if match:
         key, at = match.groups()
         at = at or "$"
         where = at.removeprefix("$").lstrip(".") or "the top level"
-        return f"unknown key '{key}' in {where}; allowed: {_allowed(at)}"
+        allowed = _allowed(at)
+        return (
+            f"unknown key '{key}' in {where}{_suggestion(key, allowed)};"
+            f" allowed: {', '.join(allowed)}"
+        )
     match = re.match(r"(.*) - at `\$\.([^`]+)`", text)
-    if match:
-        what, key = match.groups()
-        choices = _CHOICES.get(key)
-        return f"key '{key}': {what}" + (f"; allowed: {choices}" if choices else "")
-    return text
+    if not match:
+        return text
+    what, key = match.groups()
+    value = _value_at(raw, key)
+    shown = repr(value) if isinstance(value, str) else str(value)
+    if found := re.fullmatch(r"Invalid enum value '(.*)'", what):
+        choices = _CHOICES.get(key, "")
+        return (
+            f"key '{key}': {found.group(1)!r} is not allowed"
+            f"{_suggestion(found.group(1), choices.split(', '))}; allowed: {choices}"
+        )
+    if found := re.fullmatch(r"Expected `([^`]+)`, got `[^`]+`", what):
+        return f"key '{key}' takes {_words(found.group(1))}, got {_kind_of(value)}: {shown}"
+    if found := re.fullmatch(r"Expected `[^`]+` (<=|>=|<|>) (\S+)", what):
+        return f"key '{key}' must be {_BOUNDS[found.group(1)]} {found.group(2)}, got {shown}"
+    return f"key '{key}': {what}"
 
 
 def parse(text: str) -> Descriptor:
@@ -131,19 +213,19 @@ def parse(text: str) -> Descriptor:
     if raw is None:
         return Descriptor()
     if not isinstance(raw, dict):
-        raise DescriptorError(f"{FILENAME} must be a mapping of keys, got {type(raw).__name__}")
+        raise DescriptorError(f"{FILENAME} must be a mapping of keys, got {_kind_of(raw)}")
     env = raw.get("env")
     if isinstance(env, dict):
         for key, value in env.items():
             if not isinstance(value, str):
                 raise DescriptorError(
-                    f"{FILENAME}: key 'env.{key}': Expected `str`, got"
-                    f" `{type(value).__name__}` (quote it, or use $env:NAME / $var:PATH)"
+                    f"{FILENAME}: key 'env.{key}' takes text, got {_kind_of(value)}: {value}"
+                    " (quote it, or use $env:NAME / $var:PATH)"
                 )
     try:
         desc = msgspec.convert(raw, Descriptor)
     except msgspec.ValidationError as exc:
-        raise DescriptorError(f"{FILENAME}: {_explain(exc)}") from None
+        raise DescriptorError(f"{FILENAME}: {_explain(exc, raw)}") from None
     _check(desc)
     return desc
 

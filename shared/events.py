@@ -187,6 +187,8 @@ class Deployed(_DeployEvent, frozen=True, kw_only=True, tag="deploy.deployed.v2"
     requested_by: str = ""
     packages_digest: str | None = None
     files_blob: Blob | None = None
+    # How many files the deploy left out; `skipped` names the first of them (0: all named).
+    skipped_count: int = 0
     _kind = "deployed"
 
 

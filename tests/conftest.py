@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -25,6 +26,9 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "jaffle_shop"
 
 jlog.configure("warning")
+# The stacks tests start record themselves here, not among the user's own running stacks
+# (services/stack_file.py): a CLI a person runs meanwhile must not find a test's stack.
+os.environ.setdefault("JETDBT_STACKS_DIR", tempfile.mkdtemp(prefix="jetdbt-test-stacks-"))
 
 
 @pytest.fixture(autouse=True)

@@ -255,7 +255,7 @@ def test_unpack_refuses_writing_through_symlink_in_dest(tmp_path: pathlib.Path) 
 def test_not_a_dbt_project_is_refused(tmp_path: pathlib.Path) -> None:
     (tmp_path / "models").mkdir()
     (tmp_path / "models" / "m.sql").write_text("select 1\n")
-    with pytest.raises(BundleRefused, match="not a dbt project: no dbt_project.yml"):
+    with pytest.raises(BundleRefused, match="not a dbt project: the folder has no dbt_project.yml"):
         pack(tmp_path)
 
 

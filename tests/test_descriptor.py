@@ -2,34 +2,36 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from shared.descriptor import Descriptor, DescriptorError, interpolate, is_dynamic, load, parse
 
 ERRORS = [
-    ("thread: 3", ["'thread'", "allowed:", "threads"]),
-    ("threads: 0", ["'threads'", ">= 1"]),
-    ("threads: many", ["'threads'", "int"]),
-    ("engine: dbt2", ["'engine'", "dbt-core-1x", "fusion"]),
-    ("test_behavior: later", ["'test_behavior'", "after_all"]),
-    ("profile: {warehose: x}", ["'warehose'", "profile", "warehouse"]),
-    ("profile: {warehouse: 3}", ["'profile.warehouse'", "str"]),
-    ("select: tag:x", ["'select'", "array"]),
-    ("exclude: [1]", ["'exclude[0]'", "str"]),
+    ("thread: 3", ["'thread'", "did you mean 'threads'?", "allowed:"]),
+    ("threads: 0", ["'threads'", "at least 1, got 0"]),
+    ("threads: many", ["'threads' takes a whole number, got text: 'many'"]),
+    ("engine: dbt-core-lx", ["'engine'", "did you mean 'dbt-core-1x'?", "fusion"]),
+    ("test_behavior: biuld", ["'test_behavior'", "did you mean 'build'?", "after_all"]),
+    ("profile: {warehose: x}", ["'warehose'", "profile", "did you mean 'warehouse'?"]),
+    ("profile: {warehouse: 3}", ["'profile.warehouse' takes text, got a whole number: 3"]),
+    ("select: tag:x", ["'select' takes a list"]),
+    ("exclude: [1]", ["'exclude[0]' takes text"]),
     ("selector: '  '", ["'selector'", "empty"]),
-    ("column_lineage: maybe", ["'column_lineage'", "bool"]),
-    ("vars: [1]", ["'vars'", "object"]),
+    ("column_lineage: maybe", ["'column_lineage' takes true or false"]),
+    ("vars: [1]", ["'vars' takes a mapping, got a list"]),
     ("vars: {day: '{{ select }}'}", ["'vars'", "{{ select }}", "reserved"]),
-    ("full_refresh: 2", ["'full_refresh'", "bool"]),
+    ("full_refresh: 2", ["'full_refresh' takes true or false"]),
     ("env: {A: $foo}", ["'env.A'", "$env:NAME"]),
-    ("env: {A: 3}", ["'env.A'", "str"]),
+    ("env: {A: 3}", ["'env.A' takes text, got a whole number"]),
     ("env: {PATH: /tmp/bin}", ["'env.PATH' is refused", "the runner's"]),
     ("env: {LD_PRELOAD: x.so}", ["'env.LD_PRELOAD' is refused"]),
-    ("retry_failed_nodes: {attempts: -1}", ["'retry_failed_nodes.attempts'", ">= 0"]),
+    ("retry_failed_nodes: {attempts: -1}", ["'retry_failed_nodes.attempts'", "at least 0"]),
     ("retry_failed_nodes: {attemps: 1}", ["'attemps'", "attempts, delay_seconds"]),
     ("retry_failed_nodes: {delay_seconds: -2}", ["'retry_failed_nodes.delay_seconds'"]),
-    ("defer: sometimes", ["'defer'", "bool"]),
-    ("[1, 2]", ["mapping"]),
+    ("defer: sometimes", ["'defer' takes true or false"]),
+    ("[1, 2]", ["mapping of keys, got a list"]),
     ("a: [", ["not valid YAML"]),
 ]
 
@@ -41,6 +43,9 @@ def test_descriptor_errors_name_the_key(text, needles):
     message = str(info.value)
     for needle in needles:
         assert needle in message, message
+    # Words a descriptor's author reads, never the decoder's: no `int`, `str`, `object`.
+    assert "`" not in message and "Expected" not in message, message
+    assert not re.search(r"\b(int|str|bool|float|array|object|dict|NoneType)\b", message), message
 
 
 def test_absent_or_empty_is_the_empty_descriptor(tmp_path):

@@ -263,7 +263,8 @@ async def test_write_to_unknown_warehouse_is_refused(stack):
     ok = await wait_for(recorded)
     assert [(w["producer"], w["refused_reason"]) for w in ok["writes"]] == [("ingest", None)]
     status, rel = await get_json(_relation_url(stack, "dbt://lake/raw/events"))
-    assert rel["producers"] == [] and rel["writes"] == []  # a refused write claims nothing
+    assert status == 404, rel  # a refused write claims nothing: the relation is unknown
+    assert rel["error"].startswith("relation 'dbt://lake/raw/events' is not known")
 
 
 BIG_ORDERS = (

@@ -326,6 +326,12 @@ def add_graph_routes(app: web.Application, pool: asyncpg.Pool) -> None:
                 [n["unique_id"] for n in producing],
                 WRITES_SHOWN,
             )
+        if not nodes and not writes and not declared:
+            return error(
+                404,
+                f"relation {key!r} is not known: no deployed project's graph has it and no"
+                " system declared a write of it",
+            )
         dbt_producers = [
             {"kind": "dbt", "project": n["project"], "unique_id": n["unique_id"]} for n in producing
         ]

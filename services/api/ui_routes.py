@@ -2,8 +2,9 @@
 
 The files hold no data: every page reads the API with the caller's bearer token, so
 they are served without one. `make ui` builds them into ui/dist (esbuild bundles the
-layout libraries in: nothing is fetched from elsewhere at run time). A stack started
-from a checkout without the build answers /ui with a 503 naming the command.
+layout libraries in: nothing is fetched from elsewhere at run time), and a wheel carries
+them as services/api/viewer. A stack started from a checkout without the build answers
+/ui with a 503 naming the command.
 """
 
 from __future__ import annotations
@@ -16,7 +17,10 @@ from services.api.boundary import error
 
 __all__ = ["DIST", "UI_PATHS", "add_ui_routes", "viewer_url"]
 
-DIST = Path(__file__).resolve().parent.parent.parent / "ui" / "dist"
+# An installed wheel carries the built viewer beside this module (setup.py); a checkout
+# serves what `make ui` built.
+_PACKAGED = Path(__file__).resolve().parent / "viewer"
+DIST = _PACKAGED if _PACKAGED.is_dir() else _PACKAGED.parent.parent.parent / "ui" / "dist"
 # The page's script, the modules it imports (cytoscape; dagre for small graphs), the
 # worker that reads a run's event stream, and its style: nothing else is served from DIST.
 _ASSETS = {

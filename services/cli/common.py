@@ -4,9 +4,10 @@ aiohttp are imported only by what uses them."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from services.stack_file import read_stack_file
+from services.stack_file import read_stack_file, running_homes
 from shared.config import Settings
 
 if TYPE_CHECKING:
@@ -15,10 +16,13 @@ if TYPE_CHECKING:
 __all__ = [
     "EXIT_FAILED",
     "EXIT_REFUSED",
+    "ApiAnswered",
     "CliError",
     "endpoints",
+    "located",
     "open_bus",
     "api_get",
+    "api_json",
     "database_url",
 ]
 
@@ -30,16 +34,55 @@ class CliError(Exception):
     """An error the user can act on; printed without a traceback."""
 
 
+class ApiAnswered(CliError):
+    """The API answered, but not with a 200: `status` is its code."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def located(settings: Settings, home_given: bool) -> Settings:
+    """The settings of the stack this command talks to. With no NATS_URL, and no JETDBT_HOME
+    given or a `jetdbt up` running in this folder, the one stack this user runs anywhere on
+    the machine (its JETDBT_HOME holds the stack file and the access files alike)."""
+    if settings.nats_url or home_given or read_stack_file(settings.home) is not None:
+        return settings
+    homes = running_homes()
+    if len(homes) != 1:
+        return settings
+    import msgspec
+
+    return msgspec.structs.replace(settings, home=homes[0])
+
+
+def _not_running(settings: Settings) -> str:
+    """What to do when no stack answers: where one was looked for, and what to set."""
+    homes = running_homes()
+    if len(homes) > 1:
+        listed = ", ".join(f"JETDBT_HOME={home}" for home in homes)
+        return f"{len(homes)} jetdbt stacks are running on this machine: set one of {listed}"
+    start = "`jetdbt up` in another terminal"
+    if (Path.cwd() / "dbt_project.yml").exists():
+        # Its data would land in this project's folder: start it somewhere else.
+        start = (
+            "`jetdbt up` in another terminal, from a folder that is not a dbt project"
+            " (it keeps its data in that folder's .jetdbt/)"
+        )
+    return (
+        f"no jetdbt stack is running for JETDBT_HOME={settings.home} or anywhere else on"
+        f" this machine: start one with {start}, set JETDBT_HOME to a running stack's"
+        " folder, or set NATS_URL for a remote one"
+    )
+
+
 def endpoints(settings: Settings) -> tuple[str, str]:
     """Where the stack is: NATS_URL (and the API setting), else what `jetdbt up` wrote."""
     if settings.nats_url:
         return settings.nats_url, f"http://{settings.api_host}:{settings.api_port}"
     found = read_stack_file(settings.home)
     if not found:
-        raise CliError(
-            f"no jetdbt stack is running for {settings.home}: start one with `jetdbt up`"
-            " in another terminal, or set NATS_URL"
-        )
+        raise CliError(_not_running(settings))
     return found["nats_url"], found["api_url"]
 
 
@@ -80,6 +123,27 @@ def api_get(settings: Settings, path: str, timeout: float = 30.0) -> tuple[int, 
         raise CliError(f"the API at {api_url} did not answer: {exc}") from None
     finally:
         conn.close()
+
+
+def api_json(settings: Settings, path: str, timeout: float = 30.0):
+    """GET `path` and decode its JSON; any other answer than a 200 is one CliError in one
+    format, the API's own reason quoted: `GET PATH: 401 invalid token ...`."""
+    import msgspec
+
+    status, body = api_get(settings, path, timeout)
+    try:
+        answer = msgspec.json.decode(body)
+    except msgspec.DecodeError:
+        answer = None
+    if status == 200 and answer is not None:
+        return answer
+    reason = answer.get("error") if isinstance(answer, dict) else None
+    reason = reason or body.decode(errors="replace")[:200]
+    hint = {
+        401: "; set JETDBT_TOKEN to a token of this stack (`jetdbt token create`)",
+        403: "; ask an admin for a token that covers it",
+    }.get(status, "")
+    raise ApiAnswered(f"GET {path}: {status} {reason}{hint}", status)
 
 
 def database_url(settings: Settings) -> str:

@@ -36,6 +36,8 @@ COMMANDS = {
 # nats:// only; nats-py imports aiohttp for websocket servers alone, a quarter of a second
 # of such a command's start, so their modules import nats without it.
 SERVING = frozenset({"up", "serve", "demo", "mcp"})
+# Commands that start a stack themselves, in their own JETDBT_HOME: they look for no other.
+STARTS_A_STACK = frozenset({"up", "serve", "demo"})
 
 # Errors a user can act on, printed as one line: (module, class). An error whose module was
 # never imported cannot have been raised, so they are looked up instead of imported.
@@ -43,6 +45,7 @@ USER_ERRORS = (
     ("services.cli.common", "CliError"),
     ("shared.bus", "ServerRefused"),
     ("shared.bundle", "BundleRefused"),
+    ("services.client", "CommandNotStored"),
     ("builtins", "ValueError"),  # shared.subjects.InvalidName and bad settings among them
 )
 
@@ -76,6 +79,29 @@ def _run(command, args, settings) -> int:
     return asyncio.run(outcome)
 
 
+def _settings(args):
+    """The environment's settings; a command that talks to a stack finds it from any folder
+    (services.cli.common.located)."""
+    from shared.config import load
+
+    settings = load()
+    if args.cmd in STARTS_A_STACK:
+        return settings
+    from services.cli.common import located
+
+    return located(settings, home_given=bool(os.environ.get("JETDBT_HOME")))
+
+
+def _reader_left() -> int:
+    """`jetdbt logs RUN | head`: the reader closed the pipe. What is still buffered goes
+    nowhere (Python would report the failed flush at exit), and the exit code is a shell's
+    for a program SIGPIPE stopped, as `yes | head` gives."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, sys.stdout.fileno())
+    os.close(null)
+    return 128 + 13  # SIGPIPE
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     if "_ARGCOMPLETE" in os.environ:  # the shell asks for completions (see the README)
@@ -84,7 +110,6 @@ def main(argv: list[str] | None = None) -> int:
         argcomplete.autocomplete(parser)
     args = parser.parse_args(argv)
     command = _command(args.cmd)
-    from shared.config import load
 
     # Logs are configured when the command's modules log at all (they import structlog at
     # the top); `status` does not, and skips its import cost.
@@ -93,7 +118,11 @@ def main(argv: list[str] | None = None) -> int:
 
         jlog.configure(args.log_level)
     try:
-        return _run(command, args, load())
+        code = _run(command, args, _settings(args))
+        sys.stdout.flush()  # inside the try: a reader that left is seen here, not at exit
+        return code
+    except BrokenPipeError:
+        return _reader_left()
     except KeyboardInterrupt:
         return 130  # a shell's code for a command Ctrl-C stopped
     except Exception as exc:

@@ -16,7 +16,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="jetdbt", description=DESCRIPTION)
     p.add_argument("--log-level", default="warning", help="structured log level (stderr)")
     sub = p.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("up", help="run the stack and every service in the foreground")
+    sub.add_parser(
+        "up",
+        help="run the stack and every service in the foreground",
+        description="Run the stack in the foreground: nats-server, Postgres, a runner, the\n"
+        "projectors, the API with the run viewer, and MCP; Ctrl-C stops all of it.\n"
+        "It takes no arguments: the settings below (environment variables) change it.",
+        epilog=_settings_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     serve = sub.add_parser("serve", help="run one service against NATS_URL and DATABASE_URL")
     serve.add_argument("role", choices=["runner", "projectors", "api", "all"])
     dep = sub.add_parser("deploy", help="pack a dbt project and deploy it")
@@ -71,9 +79,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--follow", "-f", action="store_true", help="print lines as they come, until the run ends"
     )
     lg.add_argument("--after", type=int, default=0, metavar="LINE", help="start after this line")
-    st = sub.add_parser("status", help="health, a run, or a project's runs")
+    st = sub.add_parser("status", help="a run, a project's runs (tables), or the projections' lag")
     st.add_argument("run_id", nargs="?")
     st.add_argument("--project").completer = _projects
+    st.add_argument("--offset", type=int, default=0, help="skip this many newer runs")
+    shape = st.add_mutually_exclusive_group()
+    shape.add_argument("--json", action="store_true", help="the API's answer as JSON")
+    shape.add_argument("--yaml", action="store_true", help="the API's answer as YAML")
     sub.add_parser("demo", help="start, deploy the example, build it, show the API, stop")
     rep = sub.add_parser("replay", help="rebuild projections from the log into a shadow, compare")
     which = rep.add_mutually_exclusive_group()
@@ -129,6 +141,16 @@ def build_parser() -> argparse.ArgumentParser:
     dead_retry = dead_sub.add_parser("retry", help="apply them again, after a fix")
     dead_retry.add_argument("--projection", help="only this projection's")
     return p
+
+
+def _settings_help() -> str:
+    from shared.config import STACK_SETTINGS
+
+    width = max(len(name) for name, _, _ in STACK_SETTINGS)
+    lines = [
+        f"  {name:<{width}}  {what} (default: {default})" for name, default, what in STACK_SETTINGS
+    ]
+    return "settings:\n" + "\n".join(lines)
 
 
 def _projects(**kwargs) -> list[str]:

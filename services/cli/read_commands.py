@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import msgspec
 
-from services.cli.common import EXIT_FAILED, CliError, api_get
+from services.cli.common import api_json
 from shared import subjects
 from shared.config import Settings
 
@@ -18,33 +18,44 @@ __all__ = ["cmd_status", "show"]
 
 def cmd_status(args, settings: Settings) -> int:
     if args.run_id:
-        return show(settings, f"/v1/runs/{subjects.check_run_id(args.run_id)}")
+        answer = api_json(settings, f"/v1/runs/{subjects.check_run_id(args.run_id)}")
+        return _print(args, answer, "run_table")
     if args.project:
-        return show(settings, f"/v1/projects/{subjects.check_project(args.project)}/runs")
+        path = f"/v1/projects/{subjects.check_project(args.project)}/runs"
+        answer = api_json(settings, path + (f"?offset={args.offset}" if args.offset else ""))
+        return _print(args, answer, "runs_table")
     return _projections(settings)
 
 
 def show(settings: Settings, path: str) -> int:
-    """GET `path` from the API and print its JSON answer as YAML; fails unless it is a 200."""
-    status, body = api_get(settings, path)
-    try:
-        answer = msgspec.json.decode(body)
-    except msgspec.DecodeError:
-        raise CliError(
-            f"GET {path} answered {status}: {body.decode(errors='replace')[:200]}"
-        ) from None
+    """GET `path` from the API and print its answer as YAML."""
+    print(_yaml(api_json(settings, path)))
+    return 0
+
+
+def _yaml(answer) -> str:
     import yaml
 
-    print(yaml.safe_dump(answer, sort_keys=False, default_flow_style=False).rstrip())
-    return 0 if status == 200 else EXIT_FAILED
+    return yaml.safe_dump(answer, sort_keys=False, default_flow_style=False).rstrip()
+
+
+def _print(args, answer: dict, table: str) -> int:
+    """The answer as a table; as the API's JSON with --json, as YAML with --yaml."""
+    if args.json:
+        print(msgspec.json.encode(answer).decode())
+    elif args.yaml:
+        print(_yaml(answer))
+    else:
+        from services.cli import tables
+
+        print(getattr(tables, table)(answer))
+    return 0
 
 
 def _projections(settings: Settings) -> int:
     """Each projection's checkpoint, the stream's last sequence, lag and dead letters."""
     from projections import lag
 
-    status, body = api_get(settings, "/v1/projections")
-    if status != 200:
-        raise CliError(f"GET /v1/projections answered {status}: {body.decode()[:200]}")
-    print(lag.render(msgspec.json.decode(body, type=lag.Lags)))
+    answer = api_json(settings, "/v1/projections")
+    print(lag.render(msgspec.convert(answer, type=lag.Lags)))
     return 0

@@ -15,8 +15,9 @@ from services import client
 from services.cli.common import (
     EXIT_FAILED,
     EXIT_REFUSED,
+    ApiAnswered,
     CliError,
-    api_get,
+    api_json,
     endpoints,
     open_bus,
 )
@@ -30,16 +31,44 @@ from shared.config import Settings
 __all__ = ["cmd_deploy", "cmd_run", "cmd_parse", "cmd_retry"]
 
 
+# Up to this many skipped files are named one a line; more are summarised per reason.
+SKIPPED_SHOWN = 10
+
+
+def _say(text: str) -> None:
+    """A step of a deploy, on stderr: stdout keeps what a script reads (skips, the result)."""
+    print(f"jetdbt: {text}", file=sys.stderr, flush=True)
+
+
+def _skipped_lines(skipped: list[bundle.Skipped]) -> list[str]:
+    """What the pack left out: each file, or, past SKIPPED_SHOWN, a line per reason."""
+    if len(skipped) <= SKIPPED_SHOWN:
+        return [f"skipped {skip.path}: {skip.reason}" for skip in skipped]
+    by_reason: dict[str, list[str]] = {}
+    for skip in skipped:
+        by_reason.setdefault(skip.reason, []).append(skip.path)
+    lines = []
+    for reason, paths in by_reason.items():
+        if len(paths) == 1:
+            lines.append(f"skipped {paths[0]}: {reason}")
+            continue
+        named = ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
+        lines.append(f"skipped {len(paths)} files ({reason}): {named}")
+    return lines
+
+
 async def cmd_deploy(args, settings: Settings) -> int:
     path = Path(args.path)
     project = client.project_name(path, args.project)
+    _say(f"packing {path}")
+    packed = bundle.pack(path)
+    for line in _skipped_lines(packed.skipped):
+        print(line, flush=True)
     bus = await open_bus(settings)
     try:
-        packed, final = await client.deploy(bus, path, project)
+        _, final = await client.deploy(bus, path, project, packed=packed, say=_say)
     finally:
         await bus.close()
-    for skip in packed.skipped:
-        print(f"skipped {skip.path}: {skip.reason}")
     if isinstance(final, ev.Deployed):
         print(
             f"deployed {project} version {final.version[:19]} ({len(final.files)} files;"
@@ -49,8 +78,9 @@ async def cmd_deploy(args, settings: Settings) -> int:
     if isinstance(final, ev.DeployUnchanged):
         print(f"unchanged: {project} is already at version {final.version[:19]}; nothing to do")
         return 0
-    print(f"deploy of {project} {type(final).__name__}: {final.reason}", file=sys.stderr)
-    return EXIT_FAILED
+    word = "refused" if isinstance(final, ev.DeployRefused) else "failed"
+    print(f"deploy of {project} {word}: {final.reason}", file=sys.stderr)
+    return EXIT_REFUSED if word == "refused" else EXIT_FAILED
 
 
 def _vars(text: str | None) -> dict:
@@ -129,10 +159,12 @@ async def cmd_retry(args, settings: Settings) -> int:
     project = args.project
     if not project:
         path = f"/v1/runs/{subjects.check_run_id(args.run_id)}"
-        status, body = await asyncio.to_thread(api_get, settings, path)
-        if status != 200:
-            raise CliError(f"run {args.run_id!r} is not known to the API; pass --project")
-        project = msgspec.json.decode(body)["project"]
+        try:
+            project = (await asyncio.to_thread(api_json, settings, path))["project"]
+        except ApiAnswered as exc:
+            if exc.status != 404:
+                raise
+            raise CliError(f"run {args.run_id!r} is not known to the API; pass --project") from None
     command = RunCommand(command=RetryCommand(dbt_retry_job=args.run_id))
     return await _follow(args, settings, subjects.check_project(project), command)
 
@@ -169,7 +201,7 @@ def _detached(run_id: str, tally: Tally) -> None:
         goes_on = "the run goes on if its command reached the bus (status tells)"
     print(
         f"\njetdbt: stopped following run {run_id}; {goes_on}.\n"
-        f"  follow it: jetdbt status {run_id}\n"
+        f"  follow it: jetdbt logs {run_id} --follow\n"
         f"  cancel it: jetdbt cancel {run_id}",
         file=sys.stderr,
         flush=True,

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shlex
+import shutil
 import signal
+import sys
 
 from services.cli.common import CliError
 from services.stack import Stack, StackFailed
@@ -57,13 +60,33 @@ async def _serve(stack: Stack, stop: asyncio.Event, announce=None) -> int:
     return 0
 
 
+def _program() -> str:
+    """How this shell reaches `jetdbt`: its name when PATH finds this very script, else the
+    path it was started by (`.venv/bin/jetdbt`), so a command line shown works as written."""
+    started = os.path.abspath(sys.argv[0])
+    on_path = shutil.which("jetdbt")
+    return "jetdbt" if on_path and os.path.abspath(on_path) == started else sys.argv[0]
+
+
 def _announce_up(stack: Stack) -> None:
+    from services.access.local import admin_token_file
+    from services.client import principal
+
     stack.write_stack_file()
+    jetdbt = _program()
     print(f"jetdbt is up: API {stack.api_url}  NATS {shown(stack.nats_url)}", flush=True)
-    print(f"run viewer: {stack.api_url}/ui/ (it asks for a token: `jetdbt token create`)")
-    print(f"MCP for agents: {stack.mcp_url} (streamable HTTP), or `jetdbt mcp` (stdio)")
+    print(f"run viewer: {stack.api_url}/ui/ (it asks for an API token)")
+    token_file = admin_token_file(stack.settings.home)
+    if token_file.exists():
+        print(f"  the admin token is in {token_file}")
     print(
-        "deploy with `jetdbt deploy PATH`, build with `jetdbt run PROJECT --watch`; Ctrl-C stops",
+        f"  a token of your own: {jetdbt} token create --principal {shlex.quote(principal())}"
+        " --team default --role runner"
+    )
+    print(f"MCP for agents: {stack.mcp_url} (streamable HTTP), or `{jetdbt} mcp` (stdio)")
+    print(
+        f"deploy with `{jetdbt} deploy PATH`, build with `{jetdbt} run PROJECT --watch`;"
+        " Ctrl-C stops",
         flush=True,
     )
 

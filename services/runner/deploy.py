@@ -128,6 +128,7 @@ async def _parse(
         adapter_version=engine.adapter_version(adapter),
         files=files,
         skipped=cmd.skipped,
+        skipped_count=cmd.skipped_count,
         requested_by=cmd.requested_by,
         packages_digest=packages_digest,
         files_blob=files_blob,

@@ -92,8 +92,24 @@ def die_with_parent(parent: int) -> None:
         os._exit(1)
 
 
+def _unnamed_locks() -> None:
+    """dbt makes its adapters' locks from a spawn context: named POSIX semaphores, each
+    registered with multiprocessing's resource tracker so that it unlinks them at exit. A
+    child's live in its sandbox's private /dev/shm and vanish with it, so the tracker warned
+    of "leaked semaphore objects" at every shutdown. dbt's threads share them within one
+    process: a fork context's locks, unlinked from birth, serve as well and leave nothing
+    to track."""
+    import multiprocessing
+
+    with contextlib.suppress(ImportError, AttributeError):
+        import dbt.mp_context
+
+        dbt.mp_context._MP_CONTEXT = multiprocessing.get_context("fork")
+
+
 def _preload() -> frozenset[str]:
     """Import dbt and its adapters; return the environment variables dbt reads as flags."""
+    _unnamed_locks()  # first: dbt's Manifest binds its lock factory when it is imported
     for name in PRELOAD:
         with contextlib.suppress(ImportError):
             importlib.import_module(name)

@@ -1,0 +1,133 @@
+"""What `jetdbt status` prints: the API's answers as tables a person reads at a glance.
+
+The columns are those of `dbt ls` and `dagster run list` users' habits: one row per run,
+newest first, or a run's header and one row per node, failures first. Nothing is cut: a
+name or id is printed whole, and a longer one only pushes its row's end out. `--json` and
+`--yaml` print the API's answer itself, for scripts.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from services.watch import ORDER, printable
+
+__all__ = ["runs_table", "run_table"]
+
+
+def _when(text: str | None) -> str:
+    """An API time (ISO 8601, UTC) as `2026-01-31 14:05:09`; empty when not yet."""
+    if not text:
+        return ""
+    return datetime.fromisoformat(text).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _took(run: dict) -> str:
+    if not run.get("started_at") or not run.get("finished_at"):
+        return ""
+    began = datetime.fromisoformat(run["started_at"])
+    seconds = (datetime.fromisoformat(run["finished_at"]) - began).total_seconds()
+    return f"{seconds:.1f}s"
+
+
+def _counts(run: dict) -> str:
+    """Outcome counts, what needs a look first: `1 failed, 18 passed`."""
+    totals = run.get("totals") or {}
+    shown = [(k, v) for k, v in totals.items() if v]
+    shown.sort(key=lambda kv: ORDER.get(kv[0], 9))
+    return ", ".join(f"{v} {k}" for k, v in shown)
+
+
+def _last_line(text: str | None) -> str:
+    """The line of an error that says why (dbt's last)."""
+    lines = (text or "").strip().splitlines()
+    return lines[-1] if lines else ""
+
+
+def _label(run: dict) -> str:
+    return str((run.get("command") or {}).get("label") or "")
+
+
+def runs_table(answer: dict) -> str:
+    """A project's runs (GET /v1/projects/{project}/runs), one row each."""
+    runs = answer.get("runs") or []
+    if not runs:
+        return f"project {answer.get('project')} has no runs yet"
+    head = ("run id", "status", "command", "requested by", "started", "took", "nodes")
+    rows = [
+        (
+            r["run_id"],
+            r["status"],
+            _label(r),
+            r.get("requested_by") or "",
+            _when(r.get("started_at") or r.get("requested_at")),
+            _took(r),
+            _counts(r) or r.get("queue_reason") or r.get("refused_reason") or "",
+        )
+        for r in runs
+    ]
+    lines = [printable(line) for line in _columns(head, rows)]
+    if answer.get("next"):
+        offset = answer["next"].get("offset")
+        lines.append(f"older runs: jetdbt status --project {answer['project']} --offset {offset}")
+    return "\n".join(lines)
+
+
+def run_table(run: dict) -> str:
+    """One run (GET /v1/runs/{run_id}): what it is and how it ended, then every node."""
+    lines = [
+        f"run {run['run_id']} of {run['project']}: {run['status']}"
+        + (f" ({_counts(run)})" if _counts(run) else ""),
+    ]
+    facts = [
+        ("command", _label(run)),
+        ("requested by", run.get("requested_by") or ""),
+        ("version", (run.get("version") or "")[:19]),
+        ("attempt", str(run.get("attempt") or "")),
+        ("started", _when(run.get("started_at"))),
+        ("finished", _when(run.get("finished_at"))),
+        ("took", _took(run)),
+        ("queued", run.get("queue_reason") or ""),
+        ("refused", run.get("refused_reason") or ""),
+        ("error", _last_line((run.get("result") or {}).get("error"))),
+    ]
+    for name, value in facts:
+        if value:
+            lines.append(f"  {name + ':':<14}{value}")
+    nodes = sorted(
+        run.get("nodes") or [],
+        key=lambda n: (ORDER.get(n.get("outcome") or "", 9), n["unique_id"]),
+    )
+    if nodes:
+        head = ("outcome", "dbt status", "type", "node", "rows", "time")
+        rows = [
+            (
+                n.get("outcome") or "",
+                n["status"],
+                n.get("resource_type") or "",
+                n.get("name") or n["unique_id"],
+                "" if n.get("rows_affected") is None else str(n["rows_affected"]),
+                "" if n.get("execution_time") is None else f"{n['execution_time']:.2f}s",
+            )
+            for n in nodes
+        ]
+        lines.append("")
+        lines += _columns(head, rows, right={4, 5})
+        for n in nodes:
+            if n.get("outcome") in ("failed", "warned") and n.get("message"):
+                lines.append(f"{n.get('name')}: {n['message'].splitlines()[0]}")
+    return "\n".join(printable(line) for line in lines)
+
+
+def _columns(head: tuple, rows: list[tuple], right: frozenset | set = frozenset()) -> list[str]:
+    """Rows under a header, each column as wide as its widest cell."""
+    widths = [max(len(str(c)) for c in col) for col in zip(head, *rows, strict=True)]
+
+    def line(cells) -> str:
+        out = [
+            f"{c:>{w}}" if i in right else f"{c:<{w}}"
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        ]
+        return "  ".join(out).rstrip()
+
+    return [line(head), *(line(r) for r in rows)]
