@@ -68,9 +68,12 @@ class BuildCommand(
 class RetryCommand(
     msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag="retry", tag_field="label"
 ):
-    """Resume the named run with `dbt retry`; it must be the run the retry state holds."""
+    """Resume the named run with `dbt retry`; it must be the run the retry state holds.
+    A retry resumes the version its run built; when a newer one is deployed it is refused,
+    naming both, unless `old_version` says to resume the old one anyway."""
 
     dbt_retry_job: str
+    old_version: bool = False
 
     def __post_init__(self):
         subjects.check_run_id(self.dbt_retry_job)

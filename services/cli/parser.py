@@ -53,6 +53,11 @@ def build_parser() -> argparse.ArgumentParser:
     rt.add_argument(
         "--project", help="the run's project (default: looked up from the API)"
     ).completer = _projects
+    rt.add_argument(
+        "--old-version",
+        action="store_true",
+        help="resume the version the run built even though a newer one is deployed",
+    )
     rt.add_argument("--watch", action="store_true", help="show live per-model progress")
     rt.add_argument("--json", action="store_true", help="print the structured result as JSON")
     _wait_limit(rt)
