@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import uuid
 
 import msgspec
@@ -126,3 +127,33 @@ async def test_a_failure_before_the_first_node_reports_dbt_s_error(
         assert said in final.result.error
     finally:
         await stack.stop()
+
+
+async def test_refusals_and_a_failed_parse_leave_nothing_in_the_project_list(
+    stack, project_copy, tmp_path
+):
+    """`run jaffle_shp` (misspelled), a refused deploy and a failed `parse` of a folder never
+    deployed leave no project behind, and a parse is never a project's last run."""
+    assert (await jetdbt(stack, "deploy", str(project_copy))).returncode == 0
+    built = await jetdbt(stack, "run", "jaffle_shop", "--run-id", "lp1", "-s", "raw_orders")
+    assert built.returncode == 0, built.stdout + built.stderr
+    misspelled = await jetdbt(stack, "run", "jaffle_shp")
+    assert misspelled.returncode != 0 and "has no deployed version" in misspelled.stderr
+    bad = tmp_path / "bad"
+    shutil.copytree(project_copy, bad)
+    (bad / "jetdbt.yaml").write_text("no_such_key: 1\n")
+    refused = await jetdbt(stack, "deploy", str(bad), "--project", "bad_descriptor")
+    assert refused.returncode != 0 and "no_such_key" in refused.stderr, refused.stderr
+    (project_copy / "models" / "broken.sql").write_text("select * from {{ ref('nope') }}")
+    for name in ("jaffle_shop", "never_deployed"):
+        parsed = await jetdbt(stack, "parse", str(project_copy), "--project", name)
+        assert parsed.returncode != 0, parsed.stdout
+
+    async def listed():
+        code, body = await get_json(f"{stack.api_url}/v1/projects")
+        runs = await get_json(f"{stack.api_url}/v1/projects/never_deployed/runs")
+        return body["projects"] if code == 200 and runs[1].get("runs") else None
+
+    projects = await wait_for(listed, timeout=60)
+    assert [p["project"] for p in projects] == ["jaffle_shop"], projects
+    assert (projects[0]["last_run_id"], projects[0]["last_run_status"]) == ("lp1", "passed")
