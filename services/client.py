@@ -80,10 +80,18 @@ async def _await_final(
 
 
 async def deploy(
-    bus: Bus, path: Path, project: str, *, requested_by: str = "", timeout: float | None = 900
+    bus: Bus,
+    path: Path,
+    project: str,
+    *,
+    requested_by: str = "",
+    timeout: float | None = 900,
+    source: list[str] | None = None,
+    replace_source: bool = False,
 ) -> tuple[bundle.Packed, ev.Event]:
     """Pack, store the bundle, publish the deploy command, wait for its final event (a
-    version's every file read, wherever they travelled)."""
+    version's every file read, wherever they travelled). `source` names the folder it
+    comes from (services/deploy_source.py), `replace_source` lets it replace the project's."""
     packed = bundle.pack(path)
     digest = await bus.put_blob(packed.data)
     deploy_id = uuid.uuid4().hex
@@ -94,6 +102,8 @@ async def deploy(
         skipped=packed.skipped,
         deploy_id=deploy_id,
         requested_by=requested_by or principal(),
+        source=source or [],
+        replace_source=replace_source,
     )
     final = await _await_final(
         bus,

@@ -113,14 +113,24 @@ class RunCommand(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
                 )
 
 
+# What a deploy may say of the folder it came from (services/deploy_source.py): a few marks.
+SourceMarks = Annotated[
+    list[Annotated[str, msgspec.Meta(max_length=200)]], msgspec.Meta(max_length=8)
+]
+
+
 class DeployCommand(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    """The body of `dbt.cmd.deploy.<project>`: the bundle is already in the object store."""
+    """The body of `dbt.cmd.deploy.<project>`: the bundle is already in the object store.
+    `source` names the folder it came from (none: not said); a deploy from another folder
+    than the project's current version is refused unless `replace_source` is set."""
 
     bundle_digest: str
     bundle_size: int
     skipped: list[Skipped] = []
     deploy_id: str | None = None
     requested_by: Principal = ""
+    source: SourceMarks = []
+    replace_source: bool = False
 
     def __post_init__(self):
         check_digest(self.bundle_digest)

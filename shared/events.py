@@ -187,6 +187,10 @@ class Deployed(_DeployEvent, frozen=True, kw_only=True, tag="deploy.deployed.v2"
     requested_by: str = ""
     packages_digest: str | None = None
     files_blob: Blob | None = None
+    # The folder it came from, as its deploy named it (services/deploy_source.py), and its
+    # command's stream sequence: the current version is the deployed one submitted last.
+    source: list[str] = []
+    command_seq: int = 0
     _kind = "deployed"
 
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import subprocess
 import uuid
+from pathlib import Path
 
 import msgspec
 import pytest
@@ -80,13 +82,11 @@ async def test_retry_says_which_version_and_refuses_an_old_one(stack, project_co
     broken = project_copy / "models" / "broken.sql"
     broken.write_text("select * from no_such_relation")
     first = await jetdbt(stack, "deploy", str(project_copy))
-    assert first.returncode == 0, first.stderr
     failed = await jetdbt(stack, "run", "jaffle_shop", "--run-id", "rv1", "--json")
     assert json.loads(failed.stdout)["status"] == "failed"
     broken.write_text("select 1 as fixed")
     second = await jetdbt(stack, "deploy", str(project_copy))
-    assert second.returncode == 0, second.stderr
-    old, new = (line.split(" version ")[1].split()[0] for line in (first.stdout, second.stdout))
+    old, new = _version(first), _version(second)
 
     refused = await jetdbt(stack, "retry", "rv1")
     assert refused.returncode != 0
@@ -157,3 +157,89 @@ async def test_refusals_and_a_failed_parse_leave_nothing_in_the_project_list(
     projects = await wait_for(listed, timeout=60)
     assert [p["project"] for p in projects] == ["jaffle_shop"], projects
     assert (projects[0]["last_run_id"], projects[0]["last_run_status"]) == ("lp1", "passed")
+
+
+def _git(folder: Path, *args: str) -> None:
+    subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
+        cwd=folder,
+        check=True,
+        capture_output=True,
+    )
+
+
+def _version(deployed: subprocess.CompletedProcess) -> str:
+    assert deployed.returncode == 0, deployed.stdout + deployed.stderr
+    said = next(line for line in deployed.stdout.splitlines() if line.startswith("deployed "))
+    return said.split(" version ")[1].split()[0]
+
+
+async def test_a_deploy_of_another_folder_under_a_taken_name_needs_a_flag(
+    stack, project_copy, tmp_path
+):
+    """The public jaffle shop is also named jaffle_shop: deployed over the example, it is
+    refused naming both folders unless --replace-source; a re-deploy from the same folder
+    or from a clone of it is not."""
+    repo = tmp_path / "shop"
+    shutil.copytree(project_copy, repo)
+    _git(repo, "init", "-q")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-qm", "the shop")
+    first = _version(await jetdbt(stack, "deploy", str(repo)))
+    (repo / "models" / "extra.sql").write_text("select 1 as x")
+    again = _version(await jetdbt(stack, "deploy", str(repo)))  # the same folder, changed
+    clone = tmp_path / "clone"
+    _git(tmp_path, "clone", "-q", str(repo), str(clone))
+    (clone / "models" / "cloned.sql").write_text("select 2 as x")
+    cloned = _version(await jetdbt(stack, "deploy", str(clone)))
+    assert len({first, again, cloned}) == 3
+
+    other = await jetdbt(stack, "deploy", str(project_copy))  # same name, another folder
+    assert other.returncode != 0
+    assert "project 'jaffle_shop'" in other.stderr and "another folder" in other.stderr
+    assert "--replace-source" in other.stderr, other.stderr
+    latest = await stack.bus.last_event(subjects.deploy_event("jaffle_shop", "deployed"))
+    assert latest.version.startswith(cloned)
+    replaced = _version(await jetdbt(stack, "deploy", str(project_copy), "--replace-source"))
+    latest = await stack.bus.last_event(subjects.deploy_event("jaffle_shop", "deployed"))
+    assert latest.version.startswith(replaced)
+
+
+async def test_an_older_deploy_that_finishes_last_never_becomes_current(
+    settings, project_copy, tmp_path
+):
+    """Two deploys of one project in flight: the first one's runner holds its command (as a
+    slow or dying runner does) while the second deploys; when the first ends last, the
+    current version and the latest graph stay the second's."""
+    reader = await Stack(settings, runner=False).start()
+    runner = None
+    try:
+        held = await reader.bus.js.pull_subscribe_bind("runners", stream="DBT_COMMANDS")
+        older = await _started(reader, "deploy", str(project_copy))
+        first = (await held.fetch(1, timeout=60))[0]
+        runner_settings = msgspec.structs.replace(
+            settings, home=tmp_path / "runner", runner_name="runner-2"
+        )
+        runner = await Stack(runner_settings, projectors=False, api=False).start()
+        (project_copy / "models" / "newer.sql").write_text("select 1 as x")
+        newer = _version(await jetdbt(reader, "deploy", str(project_copy)))
+        await first.nak()  # the held command comes back, and now ends last
+        out, err = (s.decode() for s in await asyncio.wait_for(older.communicate(), 120))
+        assert older.returncode != 0 and "superseded" in err, out + err
+
+        latest = await reader.bus.last_event(subjects.deploy_event("jaffle_shop", "deployed"))
+        assert latest.version.startswith(newer)
+
+        async def current():
+            code, body = await get_json(f"{reader.api_url}/v1/projects")
+            found = body.get("projects", []) if code == 200 else []
+            return found if found and found[0]["version"] else None
+
+        projects = await wait_for(current, timeout=60)
+        assert projects[0]["version"].startswith(newer), projects
+        code, graph = await get_json(f"{reader.api_url}/v1/projects/jaffle_shop/graph")
+        assert code == 200 and graph["version"].startswith(newer)
+    finally:
+        if runner is not None:
+            await runner.stop()
+        await reader.stop()

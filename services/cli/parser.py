@@ -22,6 +22,11 @@ def build_parser() -> argparse.ArgumentParser:
     dep = sub.add_parser("deploy", help="pack a dbt project and deploy it")
     dep.add_argument("path")
     dep.add_argument("--project", help="project name (default: dbt_project.yml's name)")
+    dep.add_argument(
+        "--replace-source",
+        action="store_true",
+        help="deploy from another folder than the project's current version came from",
+    )
     run = sub.add_parser("run", help="build a deployed project")
     run.add_argument("project").completer = _projects
     run.add_argument("--select", "-s", action="extend", nargs="+", help="dbt's --select")

@@ -20,6 +20,7 @@ from services.cli.common import (
     endpoints,
     open_bus,
 )
+from services.deploy_source import marks
 from services.watch import Progress, Tally, planned_nodes, result_table, styled
 from shared import bundle, subjects
 from shared import events as ev
@@ -36,7 +37,9 @@ async def cmd_deploy(args, settings: Settings) -> int:
     project = client.project_name(path, args.project)
     bus = await open_bus(settings)
     try:
-        packed, final = await client.deploy(bus, path, project)
+        packed, final = await client.deploy(
+            bus, path, project, source=marks(path), replace_source=args.replace_source
+        )
     finally:
         await bus.close()
     for skip in packed.skipped:
