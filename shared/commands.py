@@ -43,6 +43,8 @@ MAX_PRINCIPAL_CHARS = 128
 # may not name such an id itself, or it could take a later command's run ahead of it.
 DEFAULT_ID = re.compile(r"c[0-9]+")
 Principal = Annotated[str, msgspec.Meta(max_length=MAX_PRINCIPAL_CHARS)]
+# A scratch schema a run may name: one plain identifier, the same in every warehouse.
+SCHEMA = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 
 
 def check_selection(field: str, items: list[str]) -> None:
@@ -59,10 +61,18 @@ class BuildCommand(
     vars: dict[str, Any] = {}
     full_refresh: bool = False
     defer: bool | None = None  # None: the descriptor's `defer`
+    # A scratch schema the run builds into instead of its profile's (a CI run's); such a
+    # run never publishes the environment's state, and a deferral still reads the profile's.
+    schema: str | None = None
 
     def __post_init__(self):
         check_selection("select", self.select)
         check_selection("exclude", self.exclude)
+        if self.schema is not None and not SCHEMA.fullmatch(self.schema):
+            raise ValueError(
+                f"schema {shorten(self.schema, 80)!r} is not a plain schema name: letters,"
+                " digits and underscores, at most 63, not starting with a digit"
+            )
 
 
 class RetryCommand(

@@ -10,6 +10,7 @@ import subprocess
 import uuid
 from pathlib import Path
 
+import duckdb
 import msgspec
 import pytest
 import yaml
@@ -243,3 +244,47 @@ async def test_an_older_deploy_that_finishes_last_never_becomes_current(
         if runner is not None:
             await runner.stop()
         await reader.stop()
+
+
+def _columns(path: Path, schema: str, table: str) -> set[str]:
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        rows = con.execute(
+            "SELECT column_name FROM information_schema.columns"
+            " WHERE table_schema = ? AND table_name = ?",
+            [schema, table],
+        ).fetchall()
+    finally:
+        con.close()
+    return {r[0] for r in rows}
+
+
+async def test_a_ci_run_builds_into_a_scratch_schema_and_publishes_nothing(stack, project_copy):
+    """The README's CI line: after a change, `run --defer -s state:modified+ --schema S`
+    builds the changed model and its children into S, reading unbuilt refs from production,
+    leaves production's relations as they were, and never publishes the state."""
+    assert (await jetdbt(stack, "deploy", str(project_copy))).returncode == 0
+    full = await jetdbt(stack, "run", "jaffle_shop", "--run-id", "prod1")
+    assert full.returncode == 0, full.stdout
+    model = project_copy / "models" / "staging" / "stg_payments.sql"
+    model.write_text(model.read_text().replace("    order_id,", "    order_id,\n    1 as ci_mark,"))
+    assert (await jetdbt(stack, "deploy", str(project_copy))).returncode == 0
+    ci = await jetdbt(
+        stack, "run", "jaffle_shop", "--defer", "-s", "state:modified+", "--schema", "ci_pr_7",
+        "--json",
+    )  # fmt: skip
+    result = json.loads(ci.stdout)
+    assert result["status"] == "passed", result.get("error")
+    built = {n["name"] for n in result["nodes"] if n["resource_type"] == "model"}
+    assert built == {"stg_payments", "orders", "customers"}, built
+    assert result["deferred_to"] == "prod1"
+    warehouse = stack.settings.default_duckdb
+    assert "ci_mark" in _columns(warehouse, "ci_pr_7", "stg_payments")
+    assert "ci_mark" not in _columns(warehouse, "main", "stg_payments")  # production untouched
+    assert not _columns(warehouse, "ci_pr_7", "stg_orders")  # unbuilt refs read production
+    state = await stack.bus.last_event(
+        subjects.state_event("jaffle_shop", "4:main|4:main|4:main|9:warehouse", "published")
+    )
+    assert state.run_id == "prod1"
+    refused = await jetdbt(stack, "run", "jaffle_shop", "--schema", "ci; drop")
+    assert refused.returncode != 0 and "not a plain schema name" in refused.stderr

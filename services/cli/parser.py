@@ -39,6 +39,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="resolve unbuilt refs to the environment's published state",
     )
     run.add_argument(
+        "--schema",
+        metavar="SCHEMA",
+        help="build into this scratch schema instead of the profile's (CI); publishes no state",
+    )
+    run.add_argument(
         "--arg",
         action="append",
         metavar="NAME=VALUE",

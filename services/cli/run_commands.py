@@ -97,6 +97,7 @@ async def cmd_run(args, settings: Settings) -> int:
         vars=_vars(args.vars),
         full_refresh=args.full_refresh,
         defer=True if args.defer else None,
+        schema=args.schema,
     )
     command = RunCommand(command=build, args=_run_args(args.arg or []), run_id=args.run_id)
     return await _follow(args, settings, project, command)
