@@ -15,7 +15,9 @@ import msgspec
 import pytest
 import yaml
 
+from services import client
 from services.stack import Stack
+from shared import events as ev
 from shared import subjects
 from tests.gate import GATE, add_gate, until_gate_runs
 from tests.helpers import JETDBT, cli_env, get_json, jetdbt, pg_parts, wait_for
@@ -101,6 +103,8 @@ async def test_retry_says_which_version_and_refuses_an_old_one(stack, project_co
     nodes = {n["name"]: n for n in result["nodes"]}
     assert nodes["broken"]["outcome"] == "failed"  # the old files, as asked
     assert "orders" not in nodes  # only what failed or was skipped, not the whole build
+    logged = await jetdbt(stack, "logs", result["run_id"])
+    assert f"jetdbt: resuming run rv1 at version {old}" in logged.stdout, logged.stdout
 
 
 async def test_a_failure_before_the_first_node_reports_dbt_s_error(
@@ -204,6 +208,9 @@ async def test_a_deploy_of_another_folder_under_a_taken_name_needs_a_flag(
     replaced = _version(await jetdbt(stack, "deploy", str(project_copy), "--replace-source"))
     latest = await stack.bus.last_event(subjects.deploy_event("jaffle_shop", "deployed"))
     assert latest.version.startswith(replaced)
+    # A system that publishes a deploy naming no source is not held to one.
+    _, unnamed = await client.deploy(stack.bus, repo, "jaffle_shop")
+    assert isinstance(unnamed, ev.Deployed), unnamed
 
 
 async def test_an_older_deploy_that_finishes_last_never_becomes_current(
