@@ -101,8 +101,8 @@ def _another_source(project: str, latest: ev.Event | None, cmd: DeployCommand) -
         f"project {project!r} (version {short_digest(latest.version)}) was deployed from"
         f" another folder ({', '.join(latest.source)}) than this one"
         f" ({', '.join(cmd.source)}): deploy this one under its own name"
-        f" (jetdbt deploy PATH --project NAME), or make it {project!r}'s source on purpose"
-        " (jetdbt deploy PATH --replace-source; replace_source: true in the command)"
+        f" (jetdbt deploy PATH --project NAME), or make this folder the source of {project!r}"
+        " on purpose (jetdbt deploy PATH --replace-source; replace_source: true in the command)"
     )
 
 
