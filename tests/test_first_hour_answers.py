@@ -208,6 +208,16 @@ async def test_a_deploy_of_another_folder_under_a_taken_name_needs_a_flag(
     replaced = _version(await jetdbt(stack, "deploy", str(project_copy), "--replace-source"))
     latest = await stack.bus.last_event(subjects.deploy_event("jaffle_shop", "deployed"))
     assert latest.version.startswith(replaced)
+
+    async def recorded():
+        code, body = await get_json(f"{stack.api_url}/v1/projects/jaffle_shop/deploys")
+        deploys = body.get("deploys", [])
+        found = [d["source"] for d in deploys if d["deploy_id"] == latest.deploy_id]
+        return found if found and found[0] else None
+
+    [source] = await wait_for(recorded)
+    assert source[0].startswith("folder "), source  # the folder's mark, never its path
+    assert str(project_copy) not in json.dumps(source)
     # A system that publishes a deploy naming no source is not held to one.
     _, unnamed = await client.deploy(stack.bus, repo, "jaffle_shop")
     assert isinstance(unnamed, ev.Deployed), unnamed
