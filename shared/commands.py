@@ -76,7 +76,12 @@ class BuildCommand(
 
 
 class RetryCommand(
-    msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag="retry", tag_field="label"
+    msgspec.Struct,
+    frozen=True,
+    forbid_unknown_fields=True,
+    omit_defaults=True,  # as submitted: `old_version` only when asked for
+    tag="retry",
+    tag_field="label",
 ):
     """Resume the named run with `dbt retry`; it must be the run the retry state holds.
     A retry resumes the version its run built; when a newer one is deployed it is refused,
