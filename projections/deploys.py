@@ -35,7 +35,8 @@ class DeploysFold:
         await conn.execute(
             "INSERT INTO deploys (project, deploy_id, status, version, manifest_digest, engine,"
             " engine_version, adapter, adapter_version, files, skipped, reason, requested_by, at,"
-            " team, door) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16)"
+            " team, door, source)"
+            " VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17)"
             " ON CONFLICT (project, deploy_id) DO UPDATE SET"
             " status = CASE WHEN EXCLUDED.status = 'requested' THEN deploys.status"
             " ELSE EXCLUDED.status END,"
@@ -51,6 +52,7 @@ class DeploysFold:
             " requested_by = COALESCE(NULLIF(EXCLUDED.requested_by, ''), deploys.requested_by),"
             " team = COALESCE(NULLIF(EXCLUDED.team, ''), deploys.team),"
             " door = COALESCE(NULLIF(EXCLUDED.door, ''), deploys.door),"
+            " source = COALESCE(EXCLUDED.source, deploys.source),"
             " at = EXCLUDED.at",
             event.project,
             event.deploy_id,
@@ -68,4 +70,5 @@ class DeploysFold:
             event.at,
             getattr(event, "team", ""),
             getattr(event, "door", ""),
+            getattr(event, "source", None) or None,
         )

@@ -108,10 +108,14 @@ async def deploy(
     timeout: float | None = 900,
     packed: bundle.Packed | None = None,
     say: Callable[[str], None] | None = None,
+    source: list[str] | None = None,
+    replace_source: bool = False,
 ) -> tuple[bundle.Packed, ev.Event]:
     """Pack (unless given `packed`), store the bundle, publish the deploy command, wait for
     its final event (a version's every file read, wherever they travelled). `say` hears
-    each step as it starts: a deploy waits on a runner and on dbt, and should say so."""
+    each step as it starts: a deploy waits on a runner and on dbt, and should say so.
+    `source` names the folder it comes from (services/deploy_source.py), `replace_source`
+    lets it replace the project's."""
     say = say or (lambda _: None)
     packed = packed or bundle.pack(path)
     say(f"uploading the bundle ({len(packed.files)} files, {packed.size:,} bytes)")
@@ -125,6 +129,8 @@ async def deploy(
         skipped_count=len(packed.skipped),
         deploy_id=deploy_id,
         requested_by=requested_by or principal(),
+        source=source or [],
+        replace_source=replace_source,
     )
     say(f"deploying {project} {digest[:19]}: a runner runs dbt deps and dbt parse")
     final = await _await_final(

@@ -30,6 +30,8 @@ __all__ = [
     "lost_line",
     "queued_line",
     "totals_line",
+    "no_nodes_note",
+    "error_lines",
     "printable",
 ]
 
@@ -164,11 +166,33 @@ def sorted_nodes(result: ev.RunResult) -> list[ev.NodeResult]:
 
 
 def totals_line(result: ev.RunResult) -> str:
-    totals = ", ".join(f"{k}={v}" for k, v in result.totals.items() if v) or "no nodes"
+    totals = ", ".join(f"{k}={v}" for k, v in result.totals.items() if v) or "no node ran"
     return (
         f"{result.status.upper()}: {totals} ({result.engine} {result.engine_version},"
         f" warehouse {result.warehouse}, target {result.target})"
     )
+
+
+# What a run that reports no node says instead, by its status: only a passed one matched none.
+_NO_NODES = {
+    "passed": "(the selection matched no nodes: nothing to build)",
+    "cancelled": "(cancelled before any node ran)",
+}
+# How many of an error's last lines are shown (dbt's reason is a few lines at its end).
+ERROR_LINES = 12
+
+
+def no_nodes_note(result: ev.RunResult) -> str | None:
+    """The line shown for a run with no node, or None when it has nodes."""
+    if result.nodes:
+        return None
+    return _NO_NODES.get(result.status, "(it failed before any node ran: the error says why)")
+
+
+def error_lines(result: ev.RunResult) -> list[str]:
+    """The run's error as shown: `error:` and its last lines, each cut to 200 characters."""
+    said = [line for line in (result.error or "").splitlines() if line.strip()][-ERROR_LINES:]
+    return [("error: " if i == 0 else "       ") + line[:200] for i, line in enumerate(said)]
 
 
 def result_table(result: ev.RunResult) -> str:
@@ -183,11 +207,11 @@ def result_table(result: ev.RunResult) -> str:
         )
         if n.outcome in ("failed", "warned") and n.message:
             lines.append(f"{'':<8} └ {n.message.splitlines()[0][:100]}")
-    if not result.nodes:
-        lines.append("(the selection matched no nodes: nothing to build)")
+    note = no_nodes_note(result)
+    if note:
+        lines.append(note)
     lines.append(totals_line(result))
     if result.deferred_to:
         lines.append(f"deferred to the state published by run {result.deferred_to}")
-    if result.error:
-        lines.append("error: " + result.error.splitlines()[-1][:200])
+    lines += error_lines(result)
     return "\n".join(map(printable, lines))

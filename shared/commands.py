@@ -47,6 +47,8 @@ MAX_PRINCIPAL_CHARS = 128
 # may not name such an id itself, or it could take a later command's run ahead of it.
 DEFAULT_ID = re.compile(r"c[0-9]+")
 Principal = Annotated[str, msgspec.Meta(max_length=MAX_PRINCIPAL_CHARS)]
+# A scratch schema a run may name: one plain identifier, the same in every warehouse.
+SCHEMA = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 
 
 def check_selection(field: str, items: list[str]) -> None:
@@ -63,18 +65,34 @@ class BuildCommand(
     vars: dict[str, Any] = {}
     full_refresh: bool = False
     defer: bool | None = None  # None: the descriptor's `defer`
+    # A scratch schema the run builds into instead of its profile's (a CI run's); such a
+    # run never publishes the environment's state, and a deferral still reads the profile's.
+    schema: str | None = None
 
     def __post_init__(self):
         check_selection("select", self.select)
         check_selection("exclude", self.exclude)
+        if self.schema is not None and not SCHEMA.fullmatch(self.schema):
+            raise ValueError(
+                f"schema {shorten(self.schema, 80)!r} is not a plain schema name: letters,"
+                " digits and underscores, at most 63, not starting with a digit"
+            )
 
 
 class RetryCommand(
-    msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag="retry", tag_field="label"
+    msgspec.Struct,
+    frozen=True,
+    forbid_unknown_fields=True,
+    omit_defaults=True,  # as submitted: `old_version` only when asked for
+    tag="retry",
+    tag_field="label",
 ):
-    """Resume the named run with `dbt retry`; it must be the run the retry state holds."""
+    """Resume the named run with `dbt retry`; it must be the run the retry state holds.
+    A retry resumes the version its run built; when a newer one is deployed it is refused,
+    naming both, unless `old_version` says to resume the old one anyway."""
 
     dbt_retry_job: str
+    old_version: bool = False
 
     def __post_init__(self):
         subjects.check_run_id(self.dbt_retry_job)
@@ -114,8 +132,16 @@ class RunCommand(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
                 )
 
 
+# What a deploy may say of the folder it came from (services/deploy_source.py): a few marks.
+SourceMarks = Annotated[
+    list[Annotated[str, msgspec.Meta(max_length=200)]], msgspec.Meta(max_length=8)
+]
+
+
 class DeployCommand(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    """The body of `dbt.cmd.deploy.<project>`: the bundle is already in the object store."""
+    """The body of `dbt.cmd.deploy.<project>`: the bundle is already in the object store.
+    `source` names the folder it came from (none: not said); a deploy from another folder
+    than the project's current version is refused unless `replace_source` is set."""
 
     bundle_digest: str
     bundle_size: int
@@ -124,6 +150,8 @@ class DeployCommand(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
     requested_by: Principal = ""
     # Every file the pack left out, of which `skipped` names the first (0: as many as named).
     skipped_count: Annotated[int, msgspec.Meta(ge=0)] = 0
+    source: SourceMarks = []
+    replace_source: bool = False
 
     def __post_init__(self):
         check_digest(self.bundle_digest)

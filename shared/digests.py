@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import re
 
-__all__ = ["digest_of", "check_digest"]
+__all__ = ["digest_of", "check_digest", "short_digest"]
 
 _VALID = re.compile(r"sha256:[0-9a-f]{64}\Z")
 
@@ -28,3 +28,8 @@ def check_digest(value: str) -> str:
             " lowercase hex digits"
         )
     return value
+
+
+def short_digest(value: str) -> str:
+    """A digest as a person reads it (a version in a message): `sha256:` and 12 hex digits."""
+    return value[:19]

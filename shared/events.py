@@ -189,6 +189,10 @@ class Deployed(_DeployEvent, frozen=True, kw_only=True, tag="deploy.deployed.v2"
     files_blob: Blob | None = None
     # How many files the deploy left out; `skipped` names the first of them (0: all named).
     skipped_count: int = 0
+    # The folder it came from, as its deploy named it (services/deploy_source.py), and its
+    # command's stream sequence: the current version is the deployed one submitted last.
+    source: list[str] = []
+    command_seq: int = 0
     _kind = "deployed"
 
 

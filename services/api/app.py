@@ -132,7 +132,7 @@ async def list_deploys(request: web.Request) -> web.Response:
         "deploys",
         DEPLOYS_PAGE,
         "SELECT deploy_id, status, version, manifest_digest, engine, engine_version, adapter,"
-        " adapter_version, skipped, reason, requested_by, team, door, at FROM deploys"
+        " adapter_version, skipped, reason, requested_by, team, door, source, at FROM deploys"
         " WHERE project = $1 ORDER BY at DESC, deploy_id LIMIT $2 OFFSET $3",
         schemas.Deploys,
     )

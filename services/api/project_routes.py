@@ -1,6 +1,8 @@
 """`GET /v1/projects`: every project a token may see, with its deployed version and last run.
 
-A project is any name a deploy or a run was recorded under. An admin token sees them
+A project is a name a deploy was accepted under (one not refused): a refused deploy or a
+run of a misspelled name leaves nothing in the list. Its last run is a run of what it
+deployed: a `jetdbt parse` of a folder (a bundle never deployed) is not. An admin token sees them
 all; any other sees the projects of its team (the team of a project's latest deploy
 that names one, as `auth.project_team` decides) whose names match its pattern, so the
 list never names another team's project.
@@ -22,11 +24,12 @@ PROJECTS_PAGE = (100, 500)  # rows per page: default, maximum
 _SQL = """
 SELECT p.project, d.version, d.at AS deployed_at, r.run_id AS last_run_id,
        r.status AS last_run_status, r.finished_at AS last_run_finished_at
-FROM (SELECT project FROM deploys UNION SELECT project FROM runs) p
+FROM (SELECT DISTINCT project FROM deploys WHERE status <> 'refused') p
 LEFT JOIN LATERAL (SELECT version, at FROM deploys WHERE project = p.project
                    AND status IN ('deployed', 'unchanged') ORDER BY at DESC LIMIT 1) d ON true
 LEFT JOIN LATERAL (SELECT run_id, status, finished_at FROM runs WHERE project = p.project
-                   AND NOT hidden ORDER BY requested_at DESC NULLS LAST, run_id LIMIT 1) r ON true
+                   AND NOT hidden AND command->>'bundle_digest' IS NULL
+                   ORDER BY requested_at DESC NULLS LAST, run_id LIMIT 1) r ON true
 LEFT JOIN LATERAL (SELECT team FROM deploys WHERE project = p.project AND team <> ''
                    ORDER BY at DESC LIMIT 1) t ON true
 WHERE $1::text IS NULL OR t.team = $1

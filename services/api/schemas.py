@@ -232,6 +232,7 @@ class Deploy(_Body):
     at: datetime
     team: str | None = None  # the deployer's team, and the door its command came in by
     door: str | None = None
+    source: list[str] | None = None  # the folder it came from, as the deploy named it
 
 
 class Deploys(_Body):

@@ -22,7 +22,9 @@ from rich.text import Text
 from services.watch import (
     MARK,
     Tally,
+    error_lines,
     lost_line,
+    no_nodes_note,
     printable,
     queued_line,
     seconds,
@@ -222,13 +224,13 @@ def result_renderable(result: ev.RunResult, run_id: str, api_url: str, width: in
             message.no_wrap = False
             table.add_row("", "", "", message, "", "")
     parts: list = [table] if result.nodes else []
-    if not result.nodes:
-        parts.append(Text("(the selection matched no nodes: nothing to build)"))
+    note = no_nodes_note(result)
+    if note:
+        parts.append(Text(note))
     parts.append(Text(printable(totals_line(result)), STATUS_STYLE.get(result.status, "bold")))
     if result.deferred_to:
         parts.append(Text(f"deferred to the state published by run {result.deferred_to}"))
-    if result.error:
-        parts.append(Text("error: " + printable(result.error.splitlines()[-1][:200]), "red"))
+    parts += [Text(printable(line), "red") for line in error_lines(result)]
     # The viewer's URL rule lives with the API's routes (and aiohttp): asked for at the end.
     from services.api.ui_routes import viewer_url
 

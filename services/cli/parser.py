@@ -30,6 +30,11 @@ def build_parser() -> argparse.ArgumentParser:
     dep = sub.add_parser("deploy", help="pack a dbt project and deploy it")
     dep.add_argument("path")
     dep.add_argument("--project", help="project name (default: dbt_project.yml's name)")
+    dep.add_argument(
+        "--replace-source",
+        action="store_true",
+        help="deploy from another folder than the project's current version came from",
+    )
     run = sub.add_parser("run", help="build a deployed project")
     run.add_argument("project").completer = _projects
     run.add_argument("--select", "-s", action="extend", nargs="+", help="dbt's --select")
@@ -40,6 +45,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--defer",
         action="store_true",
         help="resolve unbuilt refs to the environment's published state",
+    )
+    run.add_argument(
+        "--schema",
+        metavar="SCHEMA",
+        help="build into this scratch schema instead of the profile's (CI); publishes no state",
     )
     run.add_argument(
         "--arg",
@@ -61,6 +71,11 @@ def build_parser() -> argparse.ArgumentParser:
     rt.add_argument(
         "--project", help="the run's project (default: looked up from the API)"
     ).completer = _projects
+    rt.add_argument(
+        "--old-version",
+        action="store_true",
+        help="resume the version the run built even though a newer one is deployed",
+    )
     rt.add_argument("--watch", action="store_true", help="show live per-model progress")
     rt.add_argument("--json", action="store_true", help="print the structured result as JSON")
     _wait_limit(rt)

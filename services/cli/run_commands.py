@@ -21,12 +21,14 @@ from services.cli.common import (
     endpoints,
     open_bus,
 )
+from services.deploy_source import marks
 from services.watch import Progress, Tally, planned_nodes, result_table, styled
 from shared import bundle, subjects
 from shared import events as ev
 from shared.bus import Bus
 from shared.commands import BuildCommand, ParseCommand, RetryCommand, RunCommand
 from shared.config import Settings
+from shared.digests import short_digest
 
 __all__ = ["cmd_deploy", "cmd_run", "cmd_parse", "cmd_retry"]
 
@@ -66,7 +68,15 @@ async def cmd_deploy(args, settings: Settings) -> int:
         print(line, flush=True)
     bus = await open_bus(settings)
     try:
-        _, final = await client.deploy(bus, path, project, packed=packed, say=_say)
+        _, final = await client.deploy(
+            bus,
+            path,
+            project,
+            packed=packed,
+            say=_say,
+            source=marks(path),
+            replace_source=args.replace_source,
+        )
     finally:
         await bus.close()
     if isinstance(final, ev.Deployed):
@@ -123,6 +133,7 @@ async def cmd_run(args, settings: Settings) -> int:
         vars=_vars(args.vars),
         full_refresh=args.full_refresh,
         defer=True if args.defer else None,
+        schema=args.schema,
     )
     command = RunCommand(command=build, args=_run_args(args.arg or []), run_id=args.run_id)
     return await _follow(args, settings, project, command)
@@ -165,8 +176,19 @@ async def cmd_retry(args, settings: Settings) -> int:
             if exc.status != 404:
                 raise
             raise CliError(f"run {args.run_id!r} is not known to the API; pass --project") from None
-    command = RunCommand(command=RetryCommand(dbt_retry_job=args.run_id))
-    return await _follow(args, settings, subjects.check_project(project), command)
+    retry = RetryCommand(dbt_retry_job=args.run_id, old_version=args.old_version)
+    command = RunCommand(command=retry)
+
+    def resumes(event: ev.Event) -> None:
+        if isinstance(event, ev.RunStarted):
+            print(
+                f"retry of run {args.run_id} resumes version {short_digest(event.version)},"
+                " the version that run built",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    return await _follow(args, settings, subjects.check_project(project), command, resumes)
 
 
 async def _waited(waiting, seconds: float, what: str):
@@ -208,8 +230,9 @@ def _detached(run_id: str, tally: Tally) -> None:
     )
 
 
-async def _follow(args, settings: Settings, project: str, command: RunCommand) -> int:
-    """Publish, follow to the end, print; the same output contract for run and retry."""
+async def _follow(args, settings: Settings, project: str, command: RunCommand, heard=None) -> int:
+    """Publish, follow to the end, print; the same output contract for run and retry.
+    `heard`, when given, is told every event of the run as it comes."""
     if not command.run_id:  # chosen here, so a message about the run can name it
         command = msgspec.structs.replace(command, run_id=uuid.uuid4().hex)
     _, api_url = endpoints(settings)
@@ -218,6 +241,8 @@ async def _follow(args, settings: Settings, project: str, command: RunCommand) -
     follower = None
 
     async def on_event(event: ev.Event) -> None:
+        if heard is not None:
+            heard(event)
         if follower is None:
             tally.apply(event)
         else:

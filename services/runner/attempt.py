@@ -408,7 +408,7 @@ class Attempt:
         else:
             status = "passed" if code == 0 and not failed else "failed"
         if status == "failed" and error is None and not failed:
-            error = self._error_tail()
+            error = self._error_tail() or f"dbt exited with code {code} and printed nothing"
         return ev.RunResult(
             status=status,
             engine=plan.engine,

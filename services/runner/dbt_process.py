@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -34,6 +35,11 @@ if TYPE_CHECKING:
 __all__ = ["DbtInvocation", "RunTimedOut", "dbt_env", "ERROR_TAIL"]
 
 ERROR_TAIL = 20
+# dbt's text output starts each line it prints with the time; a message's later lines do not.
+_STAMP = re.compile(r"^\d\d:\d\d:\d\d  ")
+# What dbt prints before the error that ended it outside any node (a connection refused,
+# a missing database, a compilation error): from here on its lines say why.
+_ENCOUNTERED = "Encountered an error"
 KEPT_LINES = 100_000
 # A line longer than this is cut: it is published, kept and read as a prefix.
 MAX_LINE = 16 * 1024
@@ -149,8 +155,13 @@ class DbtInvocation:
             return None
 
     def error_tail(self, count: int = ERROR_TAIL) -> str:
-        """The last lines dbt printed: what a failed invocation reports when nothing else does."""
-        return "\n".join(list(self.lines)[-count:])
+        """Why dbt failed, in its own words, when no node says: its lines from the last
+        "Encountered an error" on when it printed one, else its last `count` lines; the
+        time stamps and blank lines left out."""
+        recent = list(self.lines)[-10 * count :]
+        said = [_STAMP.sub("", line, count=1) for line in recent if line.strip()]
+        start = max((i for i, line in enumerate(said) if line.startswith(_ENCOUNTERED)), default=0)
+        return "\n".join(said[start:][-count:])
 
     def _sealed_env(self) -> dict[str, str]:
         """The job's own HOME and TMPDIR, beside the project: nothing shared between runs."""

@@ -3,7 +3,9 @@
 The retry state is the last message on the (project, principal) retry subject,
 so a runner that never saw the run restores its run_results.json from the object
 store; `dbt retry` re-parses the project itself, so the manifest is not stored.
-A retry names the run it resumes and is refused for any other, naming both.
+A retry names the run it resumes and is refused for any other, naming both. It resumes
+the version that run built (the run's identity: version, packages, profile); when a newer
+version is deployed it is refused, naming both, unless the command asks for the old one.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from services.runner.dbt_process import DbtInvocation
 from shared import events as ev
 from shared import subjects
 from shared.commands import BuildCommand, RetryCommand, RunCommand
+from shared.digests import short_digest
 
 __all__ = ["retry"]
 
@@ -57,9 +60,30 @@ async def retry(
             f" {saved.run_id!r} (only the latest run per project and principal"
             " is kept)",
         )
+    newer = await _newer_version(ctx, project, saved, command)
+    if newer:
+        return await refuse(ctx, project, run_id, newer)
     resumed = msgspec.convert(saved.command, BuildCommand)
     source = Source(saved.version, saved.packages_digest, resumed, saved.args, resumes=saved)
     return await _Retry(ctx, project, body, run_id, attempt, cancelled, source).run()
+
+
+async def _newer_version(
+    ctx: RunnerContext, project: str, saved: ev.RetryStateSaved, command: RetryCommand
+) -> str | None:
+    """Why the retry is refused because another version is deployed since its run, or None."""
+    deployed = await ctx.bus.last_event(subjects.deploy_event(project, "deployed"))
+    if command.old_version or not isinstance(deployed, ev.Deployed):
+        return None
+    if deployed.version == saved.version:
+        return None
+    return (
+        f"run {saved.run_id!r} built version {short_digest(saved.version)} of project"
+        f" {project!r}, which is now at version {short_digest(deployed.version)}: a retry"
+        " resumes the version its run built, so it would rebuild the old files. Build the"
+        f" deployed version (jetdbt run {project}), or resume the old one on purpose"
+        f" (jetdbt retry {saved.run_id} --old-version; old_version: true in the command)"
+    )
 
 
 class _Retry(Attempt):
@@ -88,4 +112,6 @@ class _Retry(Attempt):
         return None
 
     async def steps(self) -> int:
+        saved = self.source.resumes
+        await self.log(f"jetdbt: resuming run {saved.run_id} at version {saved.version}")
         return await self.invoke(self.resume)

@@ -16,6 +16,7 @@ from services.runner.job_setup import Prepared, Refused, prepare
 from shared import event_blobs, subjects
 from shared import events as ev
 from shared.commands import DeployCommand
+from shared.digests import short_digest
 
 __all__ = ["deploy"]
 
@@ -53,6 +54,11 @@ async def deploy(
         final = ev.DeployUnchanged(project=project, deploy_id=deploy_id, version=cmd.bundle_digest)
         await bus.publish(final)
         return final
+    another = _another_source(project, latest, cmd)
+    if another:
+        final = ev.DeployRefused(project=project, deploy_id=deploy_id, reason=another)
+        await bus.publish(final)
+        return final
     holder = {"project": project, "run_id": f"deploy {deploy_id}", "runner": ctx.name}
     await admission.announce(bus, seq, holder)
     try:
@@ -66,7 +72,12 @@ async def deploy(
         async with admission.admitted(
             ctx, scope=f"deploy {project}", team=team, seq=seq, holder=holder
         ):
-            return await _parse(ctx, project, cmd, deploy_id, prepared)
+            newer = await _submitted_later(bus, project, seq)
+            if newer:
+                final = ev.DeployRefused(project=project, deploy_id=deploy_id, reason=newer)
+                await bus.publish(final)
+                return final
+            return await _parse(ctx, project, cmd, deploy_id, prepared, seq)
     except MemoryExceeded as exc:
         final = ev.DeployFailed(
             project=project, deploy_id=deploy_id, version=cmd.bundle_digest, reason=str(exc)
@@ -78,8 +89,44 @@ async def deploy(
         prepared.cleanup()
 
 
+def _another_source(project: str, latest: ev.Event | None, cmd: DeployCommand) -> str | None:
+    """Why a deploy from another folder than the current version's is refused, or None: the
+    same folder or a clone of it shares a mark (services/deploy_source.py), and a deploy
+    that names no source, or asks to replace it, is not held to it."""
+    if not isinstance(latest, ev.Deployed) or not latest.source or not cmd.source:
+        return None
+    if cmd.replace_source or set(latest.source) & set(cmd.source):
+        return None
+    return (
+        f"project {project!r} (version {short_digest(latest.version)}) was deployed from"
+        f" another folder ({', '.join(latest.source)}) than this one"
+        f" ({', '.join(cmd.source)}): deploy this one under its own name"
+        f" (jetdbt deploy PATH --project NAME), or make this folder the source of {project!r}"
+        " on purpose (jetdbt deploy PATH --replace-source; replace_source: true in the command)"
+    )
+
+
+async def _submitted_later(bus, project: str, seq: int) -> str | None:
+    """Why this deploy must not become the current version: a deploy submitted after it
+    (a higher command sequence) is deployed already. Deploys of a project take its scope one
+    at a time, so this holds until this one's version is published."""
+    latest = await bus.last_event(subjects.deploy_event(project, "deployed"))
+    if not isinstance(latest, ev.Deployed) or latest.command_seq <= seq:
+        return None
+    return (
+        f"superseded: deploy {latest.deploy_id!r} of project {project!r}, submitted after this"
+        f" one, is deployed already (version {short_digest(latest.version)}); the current"
+        " version is the one submitted last, so this one changes nothing"
+    )
+
+
 async def _parse(
-    ctx: RunnerContext, project: str, cmd: DeployCommand, deploy_id: str, prepared: Prepared
+    ctx: RunnerContext,
+    project: str,
+    cmd: DeployCommand,
+    deploy_id: str,
+    prepared: Prepared,
+    seq: int,
 ) -> ev.Event:
     job, plan = prepared.job, prepared.plan
     version = cmd.bundle_digest
@@ -132,6 +179,8 @@ async def _parse(
         requested_by=cmd.requested_by,
         packages_digest=packages_digest,
         files_blob=files_blob,
+        source=cmd.source,
+        command_seq=seq,
     )
     await ctx.bus.publish(final)
     return final

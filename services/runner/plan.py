@@ -69,7 +69,11 @@ class Plan(msgspec.Struct, frozen=True, kw_only=True):
     overridden: bool
     defer: bool = False
     environment: Environment | None = None
-    unlocated: str | None = None  # why `environment` is None
+    unlocated: str | None = None  # why `environment` (or a scratch run's `home`) is None
+    # A run's scratch schema (the command's `schema`): `environment` is then where it builds,
+    # and `home` the profile's own environment, whose state a deferral reads.
+    scratch_schema: str | None = None
+    home: Environment | None = None
     lease_scope: str = ""  # what one build at a time is kept to (see _lease_scope)
     # What a sandboxed invocation may reach and write (services/runner/containment.py):
     # the warehouse's real host and port, and a DuckDB warehouse's folder.
@@ -98,6 +102,11 @@ class Plan(msgspec.Struct, frozen=True, kw_only=True):
         if self.threads:
             args += option("--threads", str(self.threads))
         return args
+
+    def defers_to(self) -> Environment | None:
+        """The environment whose published state a deferral reads: the profile's own, also
+        for a run that builds into a scratch schema."""
+        return self.home if self.scratch_schema else self.environment
 
     def has_selection(self) -> bool:
         return bool(self.select or self.exclude or self.selector)
@@ -129,8 +138,10 @@ def _render_profile_name(project_dir: Path, env: dict[str, str]) -> str:
 
 
 def _own_profiles(
-    project_dir: Path, path: str, profile: str, target: str | None
+    project_dir: Path, path: str, profile: str, target: str | None, schema: str | None = None
 ) -> tuple[str, str, dict[str, Any]]:
+    """The project's own profiles.yml, its chosen target and that target's output; with a
+    scratch `schema`, the text with that output's schema replaced."""
     rel = bundle.check_path(path)
     file = project_dir / rel
     if not file.is_file():
@@ -145,7 +156,12 @@ def _own_profiles(
         raise PlanRefused(
             f"{path}: profile {profile!r} has no target {chosen!r}; outputs: {outputs}"
         )
-    return text, str(chosen), entry["outputs"][chosen]
+    if schema is None:
+        return text, str(chosen), entry["outputs"][chosen]
+    doc = yaml.safe_load(text)
+    output = {**doc[profile]["outputs"][chosen], "schema": schema}
+    doc[profile]["outputs"][chosen] = output
+    return yaml.safe_dump(doc, sort_keys=False), str(chosen), output
 
 
 def _selection(desc: Descriptor, cmd: BuildCommand | None):
@@ -271,17 +287,24 @@ def make_plan(
     # The environment dbt itself gets, never the runner's: a profile name rendered with
     # env_var() must not be a way to read (and echo in a refusal) the runner's secrets.
     profile = _render_profile_name(project_dir, dbt_env(env))
+    scratch = cmd.schema if cmd is not None else None
     if desc.profile.profiles_yml:
-        text, target, output = _own_profiles(
+        _, target, home_output = _own_profiles(
             project_dir, desc.profile.profiles_yml, profile, desc.profile.target
+        )
+        text, target, output = _own_profiles(
+            project_dir, desc.profile.profiles_yml, profile, desc.profile.target, scratch
         )
     else:
         target = desc.profile.target or wh.target
-        output = render_output(wh, resolver, schema=desc.profile.schema, threads=desc.threads)
+        home_output = render_output(wh, resolver, schema=desc.profile.schema, threads=desc.threads)
+        output = {**home_output, "schema": scratch} if scratch else home_output
         text = render_profiles(profile, target, output)
     environment, unlocated = _environment(wh.name, target, output)
+    home, home_unlocated = _environment(wh.name, target, home_output)
+    unlocated = unlocated or (home_unlocated if scratch else None)
     lease_scope = _lease_scope(wh.name, target, output, environment)
-    overridden = narrowed or bool(cmd and (cmd.vars or cmd.full_refresh))
+    overridden = narrowed or bool(cmd and (cmd.vars or cmd.full_refresh or scratch))
     plan = Plan(
         engine=engine,
         warehouse=wh.name,
@@ -301,6 +324,8 @@ def make_plan(
         defer=defer,
         environment=environment,
         unlocated=unlocated,
+        scratch_schema=scratch,
+        home=home,
         lease_scope=lease_scope,
         endpoint=_endpoint(output),
         duckdb_folder=_duckdb_folder(output),

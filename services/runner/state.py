@@ -33,15 +33,14 @@ class DeferRefused(ValueError):
 async def load(ctx: RunnerContext, project: str, prepared: Prepared) -> ev.StatePublished:
     """The environment's state, written into the job for dbt; refused when it cannot answer."""
     plan = prepared.plan
-    if plan.environment is None:
+    home = plan.defers_to()
+    if home is None:
         raise DeferRefused(
             f"defer is refused: {plan.unlocated}; a deferral would resolve unbuilt"
             " refs through another location's manifest"
         )
-    where = plan.environment.describe()
-    state = await ctx.bus.last_event(
-        subjects.state_event(project, plan.environment.key(), "published")
-    )
+    where = home.describe()
+    state = await ctx.bus.last_event(subjects.state_event(project, home.key(), "published"))
     if not isinstance(state, ev.StatePublished):
         raise DeferRefused(
             f"defer is refused: no state is published for project {project!r} in {where}."
@@ -73,8 +72,14 @@ def defer_args(plan: Plan) -> list[str]:
 
 
 def publishes(plan: Plan) -> bool:
-    """The same condition as graph ownership, plus: never a deferring run, never unlocated."""
-    return plan.publishes_ownership() and not plan.defer and plan.environment is not None
+    """The same condition as graph ownership, plus: never a deferring run, never one that
+    builds into a scratch schema, never unlocated."""
+    return (
+        plan.publishes_ownership()
+        and not plan.defer
+        and plan.scratch_schema is None
+        and plan.environment is not None
+    )
 
 
 async def publish(
