@@ -122,6 +122,7 @@ export async function runPage(runId, params, signal) {
           link(`#/runs/${runId}?focus=${encodeURIComponent(n.unique_id)}&depth=2`, n.unique_id)))));
       return;
     }
+    graphBox.replaceChildren();  // the note of a run not started yet
     cy = await drawDag(graphBox, folded, ids, (id) => ({ label: label(id), ...looks(id) }), select);
   }
 

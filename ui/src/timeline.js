@@ -55,7 +55,8 @@ export function drawTimeline(container, nodes, outcomeOf, onPick, now = Date.now
   const height = AXIS_PX + names.length * LANE_PX;
   const ticks = [];
   const step = niceStep((t1 - t0) / 1000 / 8);
-  for (let sec = 0; sec <= (t1 - t0) / 1000; sec += step) {
+  for (let i = 0; i * step <= (t1 - t0) / 1000; i++) {
+    const sec = Number((i * step).toFixed(1));
     ticks.push(s("line", { x1: x(t0 + sec * 1000), x2: x(t0 + sec * 1000), y1: AXIS_PX - 4,
       y2: height, stroke: "#e1e4e8" }),
     s("text", { x: x(t0 + sec * 1000) + 2, y: AXIS_PX - 6, "font-size": 10 }, `${sec} s`));
