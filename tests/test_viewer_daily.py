@@ -5,8 +5,9 @@ skipped) is looked at the way a person would: a second run's queue reason while 
 (then cancelled from its page), the failure panel and the test badges without a click,
 a node's panel with the SQL dbt compiled for it and its history, the timeline, a focus
 by dbt selector and one that matches nothing, the project's lineage page, and a run of a
-node and its children started from it. A synthetic run of 500 nodes checks the timeline
-at size without dbt. Screenshots go to tests/artifacts/ (ignored by git).
+node and its children started from it. Synthetic runs check the timeline at 500 nodes,
+a viewer's disabled actions and a node a cancel stopped, without dbt. Screenshots go to
+tests/artifacts/ (ignored by git).
 """
 
 from __future__ import annotations
@@ -213,15 +214,27 @@ def _on_threads(e: ev.Event) -> ev.Event:
     return msgspec.structs.replace(e, node=msgspec.structs.replace(e.node, thread=thread))
 
 
-async def test_the_timeline_draws_a_run_of_500_nodes_by_thread(stack):
+async def test_a_500_node_timeline_a_viewers_disabled_actions_and_a_cancelled_node(stack):
     from playwright.async_api import async_playwright
 
     ARTIFACTS.mkdir(exist_ok=True)
+    # The project is team ops's (its deployer's): a viewer of ops may read it, not run it.
+    await stack.bus.publish(
+        ev.DeployRequested(
+            project="synth",
+            deploy_id="d0",
+            bundle_digest=f"sha256:{0:064x}",
+            bundle_size=1,
+            team="ops",
+        )
+    )
     events = map(_on_threads, synthetic.run_events("synth", "wide", 0, nodes=500))
     await synthetic.publish(stack.bus, events)
+    await synthetic.publish(stack.bus, _cancelled_mid_node("stopped"))
     await wait_for(lambda: _finished(stack.api_url, "wide"), timeout=60)
+    await wait_for(lambda: _finished(stack.api_url, "stopped"), timeout=60)
     _, bearer = await identity.create_token(
-        stack.bus, principal="viewer-test", team="ops", role="admin"
+        stack.bus, principal="vic", team="ops", role="viewer", project="*"
     )
     async with async_playwright() as pw:
         chromium = await browser(pw)
@@ -242,5 +255,37 @@ async def test_the_timeline_draws_a_run_of_500_nodes_by_thread(stack):
         )
         assert took < 1000, took
         await _shot(page, "daily-timeline-500.png")
+        again = page.locator("#run-again")
+        assert await again.is_disabled()  # the API would refuse a viewer's POST
+        assert await again.get_attribute("title") == "needs role runner; this token has viewer"
+
+        # A run cancelled while a node ran: the node is drawn cancelled, never running.
+        await page.evaluate("location.hash = '#/runs/stopped'")
+        await page.wait_for_selector("#run-header .pill.cancelled", timeout=30_000)
+        assert await page.evaluate("viewer.status('model.synth.m0')") == "cancelled"
         await chromium.close()
     assert errors == []
+
+
+def _cancelled_mid_node(run_id: str):
+    """A run whose first node started and never finished: the run was cancelled."""
+    events = list(synthetic.run_events("synth", run_id, 1))
+    first = next(e for e in events if isinstance(e, ev.NodeStarted))
+    yield from (e for e in events if isinstance(e, ev.RunRequested | ev.RunStarted))
+    yield first
+    yield ev.RunFinished(
+        project="synth",
+        run_id=run_id,
+        attempt=1,
+        at=first.at,
+        result=ev.RunResult(
+            status="cancelled",
+            engine="dbt-core-1x",
+            engine_version="1.10.4",
+            command="build",
+            totals={},
+            nodes=[],
+            exit_code=130,
+            cancelled_by="vic",
+        ),
+    )
