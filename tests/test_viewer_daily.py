@@ -5,9 +5,10 @@ skipped) is looked at the way a person would: a second run's queue reason while 
 (then cancelled from its page), the failure panel and the test badges without a click,
 a node's panel with the SQL dbt compiled for it and its history, the timeline, a focus
 by dbt selector and one that matches nothing, the project's lineage page, and a run of a
-node and its children started from it. Synthetic runs check the timeline at 500 nodes,
-a viewer's disabled actions and a node a cancel stopped, without dbt. Screenshots go to
-tests/artifacts/ (ignored by git).
+node and its children started from it; the failed run's dbt artifacts are served as they
+were stored until that run makes retention remove them. Synthetic runs check the timeline
+at 500 nodes, a viewer's disabled actions and a node a cancel stopped, without dbt.
+Screenshots go to tests/artifacts/ (ignored by git).
 """
 
 from __future__ import annotations
