@@ -56,20 +56,29 @@ export function fold(graph) {
   return { byId, drawn, edges, testsOf, testedBy };
 }
 
-// A node and its ancestors and descendants up to `depth` steps.
-export function neighbourhood(folded, focus, depth) {
+// Each node's parents (`up`) and children (`down`) among `edges`.
+export function adjacency(edges) {
   const up = new Map(), down = new Map();
-  for (const e of folded.edges) {
+  for (const e of edges) {
     (up.get(e.child) || up.set(e.child, []).get(e.child)).push(e.parent);
     (down.get(e.parent) || down.set(e.parent, []).get(e.parent)).push(e.child);
   }
-  const keep = new Set([focus]);
-  for (const step of [up, down]) {
-    let ring = [focus];
-    for (let d = 0; d < depth && ring.length; d++) {
-      ring = ring.flatMap((id) => step.get(id) || []).filter((id) => !keep.has(id));
-      ring.forEach((id) => keep.add(id));
-    }
+  return { up, down };
+}
+
+// `start` and what `step` reaches from it in up to `depth` steps.
+export function walk(start, step, depth) {
+  const seen = new Set(start);
+  let ring = [...start];
+  for (let d = 0; ring.length && d < depth; d++) {
+    ring = ring.flatMap((id) => step.get(id) || []).filter((id) => !seen.has(id));
+    ring.forEach((id) => seen.add(id));
   }
-  return keep;
+  return seen;
+}
+
+// A node and its ancestors and descendants up to `depth` steps.
+export function neighbourhood(folded, focus, depth) {
+  const { up, down } = adjacency(folded.edges);
+  return new Set([...walk([focus], up, depth), ...walk([focus], down, depth)]);
 }

@@ -4,28 +4,12 @@
 import { me, nodeActions } from "./actions.js";
 import { seg } from "./api.js";
 import { COLOURS } from "./constants.js";
-import { fold, graphAt, neighbourhood } from "./dag.js";
+import { fold, graphAt } from "./dag.js";
 import { h, link, relationLink, table } from "./dom.js";
 import { drawGraph, pagePosition } from "./draw_graph.js";
+import { focusForm, focusedIds, noSuchNode } from "./focus.js";
 import { graphSections } from "./node_panel.js";
 import { provenance } from "./provenance.js";
-import { namesOneNode, selectNodes } from "./selector.js";
-
-function focusForm(project, focus, depth) {
-  const form = h("form", { class: "toolbar", id: "focus-form" },
-    "focus on ", h("input", { name: "focus", size: 40, value: focus || "",
-      placeholder: "a name, or a selector: orders+, tag:daily, 1+stg_orders" }),
-    " +", h("input", { name: "depth", type: "number", min: 0, max: 50, value: depth }),
-    h("button", { type: "submit" }, "focus"),
-    focus ? link(`#/projects/${project}`, "whole graph") : "");
-  form.addEventListener("submit", (e) => {
-    e.preventDefault();
-    const f = new FormData(form);
-    location.hash = `#/projects/${project}?focus=${encodeURIComponent(f.get("focus"))}`
-      + `&depth=${f.get("depth")}`;
-  });
-  return form;
-}
 
 // The section's elements, drawn into once they are on the page (`draw()`).
 export function lineageSection(project, params) {
@@ -35,7 +19,9 @@ export function lineageSection(project, params) {
   const panel = h("aside", { id: "panel" }, h("p", { class: "muted" }, "click a node"));
   const source = h("p", { class: "muted", id: "provenance" });
   const relations = h("div", { id: "relations" });
-  const elements = [h("h2", {}, "Lineage"), focusForm(project, focus, depth), source,
+  let names = () => [];
+  const elements = [h("h2", {}, "Lineage"),
+    focusForm(`#/projects/${project}`, focus, depth, () => names()), source,
     h("div", { class: "run-layout" }, graphBox, panel), h("h2", {}, "Relations"), relations];
 
   async function draw() {
@@ -53,16 +39,14 @@ export function lineageSection(project, params) {
     const nodes = [...folded.drawn.values()];
     relations.replaceChildren(table(["node", "type", "relation"], nodes.filter((n) => n.relation)
       .map((n) => [n.name, `${n.resource_type} ${n.materialized || ""}`, relationLink(n.relation)])));
+    names = () => nodes.map((n) => n.name);
     let ids = nodes.map((n) => n.unique_id);
     if (focus) {
-      const chosen = selectNodes(folded, focus);
-      if (!chosen.size) {
-        graphBox.replaceChildren(h("p", { class: "problem", id: "no-such-node" },
-          `no such node: nothing in the deployed graph matches ${JSON.stringify(focus)}`));
+      ids = focusedIds(folded, focus, depth);
+      if (!ids) {
+        graphBox.replaceChildren(noSuchNode(focus, "the deployed graph"));
         return { cy: null };
       }
-      ids = chosen.size === 1 && namesOneNode(focus)
-        ? [...neighbourhood(folded, [...chosen][0], depth)] : [...chosen];
     }
     const select = (id) => {
       const g = folded.byId.get(id) || {};

@@ -4,15 +4,15 @@
 import { Unauthorized, api, follow, seg } from "./api.js";
 import { me, nodeActions, runActions } from "./actions.js";
 import { COLOURS, DAGRE_UP_TO, FOCUS_ABOVE, LARGE_REDRAW_MS } from "./constants.js";
-import { fold, graphOf, graphWhenKnown, neighbourhood } from "./dag.js";
+import { fold, graphOf, graphWhenKnown } from "./dag.js";
 import { h, link, pill, show, sleep, view } from "./dom.js";
 import { drawGraph as drawDag, library, pagePosition } from "./draw_graph.js";
 import { failurePanel } from "./failures.js";
+import { focusForm, focusedIds, noSuchNode } from "./focus.js";
 import { nodeDetail, nodePanel } from "./node_panel.js";
 import { badge, drawnOutcome } from "./outcomes.js";
 import { provenance } from "./provenance.js";
 import { runHeader } from "./run_header.js";
-import { namesOneNode, selectNodes } from "./selector.js";
 import { drawTimeline } from "./timeline.js";
 import { askToken } from "./token.js";
 
@@ -27,17 +27,6 @@ async function runOnceKnown(runId, signal) {
       await sleep(500);
     }
   }
-}
-
-// The drawn node ids a focus asks for: one node by name with its neighbours `depth`
-// steps away, or what a dbt selector string selects; null when nothing matches.
-function focused(folded, focus, depth) {
-  const chosen = selectNodes(folded, focus);
-  if (!chosen.size) return null;
-  if (chosen.size === 1 && namesOneNode(focus)) {
-    return [...neighbourhood(folded, [...chosen][0], depth)];
-  }
-  return [...chosen];
 }
 
 export async function runPage(runId, params, signal) {
@@ -61,29 +50,13 @@ export async function runPage(runId, params, signal) {
     : h("p", { class: "muted" }, "the run has not started: its graph is drawn when it does"));
   const source = h("p", { class: "muted", id: "provenance" });
   const timeline = h("div", { id: "timeline" });
-  const nodeIds = h("datalist", { id: "node-ids" });
-  const focusForm = h("form", { class: "toolbar", id: "focus-form" },
-    "focus on ", h("input", { name: "focus", list: "node-ids", size: 40, value: focus || "",
-      placeholder: "a name, or a selector: orders+, tag:daily, 1+stg_orders" }),
-    " +", h("input", { name: "depth", type: "number", min: 0, max: 50, value: depth }),
-    h("button", { type: "submit" }, "focus"),
-    focus ? link(`#/runs/${runId}`, "whole graph") : "", nodeIds);
-  focusForm.addEventListener("submit", (e) => {
-    e.preventDefault();
-    const f = new FormData(focusForm);
-    location.hash = `#/runs/${runId}?focus=${encodeURIComponent(f.get("focus"))}&depth=${f.get("depth")}`;
-  });
-  // Filled when the input is first used: 500 options cost every load of the page a few ms.
-  focusForm.elements.focus.addEventListener("focus", () => {
-    if (!nodeIds.childElementCount) {
-      nodeIds.replaceChildren(...[...folded.drawn.values()].map((n) => h("option", { value: n.name })));
-    }
-  });
+  const focusing = focusForm(`#/runs/${runId}`, focus, depth,
+    () => [...folded.drawn.values()].map((n) => n.name));
   const legend = h("p", { class: "legend" }, Object.entries(COLOURS).map(([k, c]) =>
     h("span", {}, h("i", { style: `background:${c}` }), " ", k.replace("_", " "))),
     h("span", { class: "muted" }, "tests: ✓ passed ⚠ warned ✗ failed ⊘ skipped"));
   show(runId, [link("#/", "projects"), link(`#/projects/${run.project}`, run.project),
-    h("span", {}, runId)], header, failures, focusForm, legend, source,
+    h("span", {}, runId)], header, failures, focusing, legend, source,
     h("div", { class: "run-layout" }, graphBox, panel),
     h("h2", {}, "Timeline"), timeline,
     h("h2", {}, "Log"), logBox,
@@ -104,13 +77,11 @@ export async function runPage(runId, params, signal) {
   async function drawGraph(g) {
     folded = fold(g);
     source.replaceChildren(provenance(g));
-    nodeIds.replaceChildren();
     let ids = [...folded.drawn.keys()];
     if (focus) {
-      ids = focused(folded, focus, depth);
+      ids = focusedIds(folded, focus, depth);
       if (!ids) {
-        graphBox.replaceChildren(h("p", { class: "problem", id: "no-such-node" },
-          `no such node: nothing in this run's graph matches ${JSON.stringify(focus)}`));
+        graphBox.replaceChildren(noSuchNode(focus, "this run's graph"));
         return;
       }
     }

@@ -2,25 +2,7 @@
 // name, a unique id or package.name (`*` matches any run of characters), the methods
 // tag:, resource_type:, package: and config.materialized:, the graph operators `+`,
 // `n+` and `@`; words separated by spaces are a union, by commas an intersection.
-
-function adjacency(edges) {
-  const up = new Map(), down = new Map();
-  for (const e of edges) {
-    (up.get(e.child) || up.set(e.child, []).get(e.child)).push(e.parent);
-    (down.get(e.parent) || down.set(e.parent, []).get(e.parent)).push(e.child);
-  }
-  return { up, down };
-}
-
-function walk(start, step, depth) {
-  const seen = new Set(start);
-  let ring = [...start];
-  for (let d = 0; ring.length && d < depth; d++) {
-    ring = ring.flatMap((id) => step.get(id) || []).filter((id) => !seen.has(id));
-    ring.forEach((id) => seen.add(id));
-  }
-  return seen;
-}
+import { adjacency, walk } from "./dag.js";
 
 const glob = (value) => new RegExp(
   `^${value.split("*").map((p) => p.replace(/[.?^${}()|[\]\\/+]/g, "\\$&")).join(".*")}$`);
