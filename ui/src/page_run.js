@@ -12,6 +12,7 @@ import { focusForm, focusedIds, noSuchNode } from "./focus.js";
 import { nodeDetail, nodePanel } from "./node_panel.js";
 import { badge, drawnOutcome } from "./outcomes.js";
 import { provenance } from "./provenance.js";
+import { applyNodeEvent, applyRunEvent } from "./run_events.js";
 import { runHeader } from "./run_header.js";
 import { drawTimeline } from "./timeline.js";
 import { askToken } from "./token.js";
@@ -207,38 +208,17 @@ export async function runPage(runId, params, signal) {
   }
 
   function onEvent({ data }) {
-    const type = data.type;
-    if (type === "node.started.v1") {
-      state.set(data.unique_id, { ...(state.get(data.unique_id) || {}), unique_id: data.unique_id,
-        name: data.name, resource_type: data.resource_type,
-        status: "running", outcome: null, started_at: data.started_at || data.at });
-      repaint(data.unique_id);
-    } else if (type === "node.finished.v1") {
-      state.set(data.node.unique_id, data.node);
-      repaint(data.node.unique_id);
-    } else if (type.startsWith("run.")) {
-      if (type === "run.started.v1") {
-        Object.assign(run, { status: "running", started_at: data.at, version: data.version,
-          queue_position: null });
-        if (!graph && !lateGraph) drawLateGraph();
-      }
-      if (type === "run.queued.v1") {
-        Object.assign(run, { status: "queued", queue_reason: data.reason,
-          queue_position: data.position, queued_at: run.queued_at || data.at });
-      }
-      if (type === "run.refused.v1") {
-        Object.assign(run, { status: "refused", finished_at: data.at, refused_reason: data.reason });
-        ended();
-      }
-      if (type === "run.finished.v1" || type === "run.finished.v2") {
-        Object.assign(run, { status: data.result.status, finished_at: data.at,
-          totals: data.result.totals, result: data.result });
-        for (const n of data.result.nodes) state.set(n.unique_id, n);
-        // A large run keeps its nodes in a blob the event names: its record has them all.
-        (data.nodes_blob ? recordedNodes() : Promise.resolve()).then(ended);
-      }
-      drawHeader();
+    const touched = applyNodeEvent(state, data);
+    if (touched) {
+      repaint(touched);
+      return;
     }
+    const change = applyRunEvent(run, state, data);
+    if (change === "started" && !graph && !lateGraph) drawLateGraph();
+    if (change === "refused") ended();
+    // A large run keeps its nodes in a blob the event names: its record has them all.
+    if (change === "finished") (data.nodes_blob ? recordedNodes() : Promise.resolve()).then(ended);
+    if (change) drawHeader();
   }
 
   // The run's record once the projection has folded its end, every node in it.
