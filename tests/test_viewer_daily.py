@@ -95,7 +95,7 @@ async def test_a_failed_run_reads_at_a_glance_and_a_node_and_its_children_run_fr
         chromium = await browser(pw)
         page, errors = await _run_page(chromium, stack, bearer, "daily2")
         queue = page.locator("#queue")
-        await queue.wait_for(timeout=30_000)
+        await queue.wait_for(timeout=90_000)  # a loaded machine takes its time to queue it
         said = await queue.inner_text()
         _, run = await get_json(f"{stack.api_url}/v1/runs/daily2")
         assert run["queue_reason"] and run["queue_reason"] in said, (said, run["queue_reason"])
