@@ -5,7 +5,8 @@ skipped) is looked at the way a person would: a second run's queue reason while 
 (then cancelled from its page), the failure panel and the test badges without a click,
 a node's panel with the SQL dbt compiled for it and its history, the timeline, a focus
 by dbt selector and one that matches nothing, the project's lineage page, and a run of a
-node and its children started from it; the failed run's dbt artifacts are served as they
+node and its children started from it, then run again with the same arguments; the
+failed run's dbt artifacts are served as they
 were stored until that run makes retention remove them. Synthetic runs check the timeline
 at 500 nodes, a viewer's disabled actions and a node a cancel stopped, without dbt.
 Screenshots go to tests/artifacts/ (ignored by git).
@@ -188,6 +189,12 @@ async def test_a_failed_run_reads_at_a_glance_and_a_node_and_its_children_run_fr
         by_id = {b["id"]: b for b in badges}
         assert "✓" not in by_id[STG_CUSTOMERS]["label"]  # not selected: no badge at all
         assert await page.evaluate(f"viewer.status({STG_CUSTOMERS!r})") == "not_selected"
+
+        # Run it again with the same arguments: a new run of the same command.
+        await page.click("#run-again")
+        await page.wait_for_function(f"location.hash !== '#/runs/{run_id}'", timeout=10_000)
+        again = (await page.evaluate("location.hash")).removeprefix("#/runs/")
+        await wait_for(lambda: _finished(stack.api_url, again), timeout=180)
         await chromium.close()
 
     # The run that followed was the environment's newest: the failed one's files are gone.
@@ -196,6 +203,8 @@ async def test_a_failed_run_reads_at_a_glance_and_a_node_and_its_children_run_fr
     assert status == 404 and "retention" in json.loads(body)["error"], body
     _, child = await get_json(f"{stack.api_url}/v1/runs/{run_id}")
     assert child["command"]["select"] == ["stg_orders+"]
+    _, repeated = await get_json(f"{stack.api_url}/v1/runs/{again}")
+    assert again != run_id and repeated["command"] == child["command"]
     assert child["requested_by"] == me
     ran = {n["unique_id"] for n in child["nodes"] if n["resource_type"] == "model"}
     assert ran == {STG_ORDERS, ORDERS, BROKEN, GATE, "model.jaffle_shop.customers"}
