@@ -6,10 +6,10 @@ skipped) is looked at the way a person would: a second run's queue reason while 
 a node's panel with the SQL dbt compiled for it and its history, the timeline, a focus
 by dbt selector and one that matches nothing, the project's lineage page, and a run of a
 node and its children started from it, then run again with the same arguments; the
-failed run's dbt artifacts are served as they
-were stored until that run makes retention remove them. Synthetic runs check the timeline
-at 500 nodes, a viewer's disabled actions and a node a cancel stopped, without dbt.
-Screenshots go to tests/artifacts/ (ignored by git).
+failed run's dbt artifacts are served as they were stored until that run makes retention
+remove them. Synthetic runs check the timeline at 500 nodes, a viewer's disabled actions
+and a node a cancel stopped, without dbt. Screenshots go to tests/artifacts/ (ignored by
+git).
 """
 
 from __future__ import annotations
