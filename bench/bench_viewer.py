@@ -9,7 +9,8 @@ after the page's stream opened. Printed beside it: from the node's own time (its
 `node_started_at` for a start, the end of its timing for a finish, which dbt logs a few
 milliseconds later), and to the page's main thread handling the event. Then the
 page of the finished run is opened afresh a few times: the time from navigation to the
-graph painted.
+graph painted, and the time the page took to draw the run's timeline (one bar per node
+that started, drawn after the graph is on screen).
 
     python bench/bench_viewer.py [--models N] [--loads L] [--screenshot PNG]
 """
@@ -41,6 +42,7 @@ from shared.config import load
 
 RENDER_GOAL_S = 1.0
 EVENT_GOAL_MS = 50.0
+TIMELINE_GOAL_MS = 100.0
 RUN_ID = "viewerbench"
 
 
@@ -135,7 +137,7 @@ async def bench(models: int, loads: int, screenshot: str | None) -> None:
                 ):
                     nodes = {n["unique_id"]: n for n in (await resp.json())["nodes"]}
                 delays = await _delays(stack.bus.js, arrivals, nodes, opened)
-                renders, fetched = [], []
+                renders, fetched, timelines = [], [], []
                 for _ in range(loads):
                     page = await _page(browser, bearer)
                     await page.goto(url)
@@ -150,6 +152,14 @@ async def bench(models: int, loads: int, screenshot: str | None) -> None:
                     loaded = await _marks(page, "jetdbt:run-data-loaded")
                     fetched.append(loaded[0]["since"] / 1000)
                     drawn_nodes = await page.evaluate("viewer.cy.nodes().length")
+                    await page.wait_for_function(
+                        "performance.getEntriesByName('jetdbt:timeline-drawn').length"
+                    )
+                    timelines.append(
+                        await page.evaluate(
+                            "performance.getEntriesByName('jetdbt:timeline-drawn')[0].duration"
+                        )
+                    )
                     if screenshot:
                         await page.screenshot(path=screenshot)
                     await page.close()
@@ -161,6 +171,7 @@ async def bench(models: int, loads: int, screenshot: str | None) -> None:
     handled = [page - logged for logged, _, _, _, page in delays]
     render_met = "met" if max(renders) < RENDER_GOAL_S else "MISSED"
     event_met = "met" if _pct(total, 0.99) < EVENT_GOAL_MS else "MISSED"
+    timeline_met = "met" if max(timelines) < TIMELINE_GOAL_MS else "MISSED"
     stored = [s - logged for logged, s, _, _, _ in delays]
     served = [browser - s for _, s, browser, _, _ in delays]
     rows = [
@@ -170,6 +181,9 @@ async def bench(models: int, loads: int, screenshot: str | None) -> None:
          f"p50 {statistics.median(renders):.2f} s, max {max(renders):.2f} s"
          f"  (goal < {RENDER_GOAL_S:.0f} s: {render_met})"),
         ("  of which reading the run and its graph", f"p50 {statistics.median(fetched):.2f} s"),
+        (f"timeline drawn, every node that started (n={loads})",
+         f"p50 {statistics.median(timelines):.1f} ms, max {max(timelines):.1f} ms"
+         f"  (goal < {TIMELINE_GOAL_MS:.0f} ms: {timeline_met})"),
         (f"node event, dbt's time to the browser (n={len(total)})",
          f"{_spread(total)}  (goal p99 < {EVENT_GOAL_MS:.0f} ms: {event_met})"),
         ("  dbt's time to stored in JetStream", _spread(stored)),

@@ -94,6 +94,8 @@ def _node_started(row: dict | None, e: ev.NodeStarted) -> dict | None:
         "failures": None,
         "round": e.round,
         "attempt": e.attempt,
+        "thread": None,
+        "compiled_code": None,
     }
 
 
@@ -122,6 +124,8 @@ def _node_finished(
         "failures": n.failures,
         "round": n.round,
         "attempt": attempt,
+        "thread": _prefer(n.thread, old, "thread"),
+        "compiled_code": _prefer(n.compiled_code, old, "compiled_code"),
     }
 
 
@@ -153,6 +157,7 @@ def _new_run(e: ev.Event, status: str, requested_at) -> dict:
         "queue_position": None,
         "queued_at": None,
         "queued_seconds": None,
+        "artifacts": None,
     }
 
 
@@ -235,6 +240,7 @@ def _log_kept(row: dict | None, e: ev.RunLogKept) -> dict | None:
     line of the earlier ones, so the longest wins, whatever order duplicates arrive in."""
     if row is not None and (row["log_lines"] or 0) <= e.lines:
         row.update(log_object=e.object, log_lines=e.lines, log_bytes=e.bytes)
+        row["artifacts"] = _json(e.artifacts) if e.artifacts else row["artifacts"]
     return row
 
 

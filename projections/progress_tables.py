@@ -3,7 +3,14 @@ the API reads them: their columns, and what a stored run result holds."""
 
 from __future__ import annotations
 
-__all__ = ["RUN_COLUMNS", "JSON_COLUMNS", "COUNT_COLUMNS", "NODE_COLUMNS", "without_nodes"]
+__all__ = [
+    "RUN_COLUMNS",
+    "JSON_COLUMNS",
+    "COUNT_COLUMNS",
+    "NODE_COLUMNS",
+    "NODE_DETAIL_COLUMNS",
+    "without_nodes",
+]
 
 RUN_COLUMNS = (
     "run_id",
@@ -32,8 +39,9 @@ RUN_COLUMNS = (
     "queue_position",
     "queued_at",
     "queued_seconds",
+    "artifacts",
 )
-JSON_COLUMNS = ("command", "totals", "result")
+JSON_COLUMNS = ("command", "totals", "result", "artifacts")
 # Counted from the run's run_nodes rows each time the run row is written, never incremented.
 COUNT_COLUMNS = ("nodes_started", "nodes_finished")
 NODE_COLUMNS = (
@@ -52,7 +60,11 @@ NODE_COLUMNS = (
     "failures",
     "round",
     "attempt",
+    "thread",
+    "compiled_code",
 )
+# What a run's listing of its nodes leaves out: the compiled SQL is read one node at a time.
+NODE_DETAIL_COLUMNS = ("compiled_code",)
 
 
 def without_nodes(result: dict) -> dict:

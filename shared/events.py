@@ -101,6 +101,10 @@ class NodeResult(msgspec.Struct, frozen=True, kw_only=True):
     started_at: datetime | None = None
     finished_at: datetime | None = None
     round: int = 0
+    # The SQL dbt compiled for the node in this run (its run_results.json, cut to a limit),
+    # and the dbt thread that ran it: the viewer's node panel and timeline.
+    compiled_code: str | None = None
+    thread: str | None = None
 
 
 class RunResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -314,6 +318,8 @@ class RunLogKept(_RunEvent, frozen=True, kw_only=True, tag="run.log_kept.v1"):
     object: str
     lines: int
     bytes: int
+    # dbt's artifacts of the run's last invocation as dbt wrote them: name -> blob digest.
+    artifacts: dict[str, str] = {}
     _kind = "log_kept"
 
     def event_id(self) -> str:

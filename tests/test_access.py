@@ -115,7 +115,8 @@ async def test_without_a_valid_token_every_v1_route_is_401(site):
         if route.method == "HEAD" or not path.startswith(("/v1/", "/metrics")):
             continue
         concrete = path.replace("{key}", "x").replace("{run_id}", "r1")
-        concrete = concrete.replace("{project}", ANALYTICS)
+        concrete = concrete.replace("{project}", ANALYTICS).replace("{unique_id}", "model.p.m")
+        concrete = concrete.replace("{name}", "manifest.json")
         status, body = await _call(site, route.method, concrete)
         assert status == 401, (route.method, path, body)
         assert "Authorization: Bearer" in body["error"]

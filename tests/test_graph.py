@@ -20,7 +20,7 @@ from services.runner import graph
 from services.runner import job_setup as setup
 from services.runner.context import RunnerContext
 from shared import events as ev
-from shared import subjects
+from shared import identity, subjects
 from shared.commands import BuildCommand
 from tests.conftest import EXAMPLE
 from tests.helpers import get_json, jetdbt, wait_for
@@ -138,6 +138,17 @@ async def test_example_graph_is_exact(stack):
     assert status == 200 and rel["relation"] == "dbt://main/main/orders"
     assert rel["producers"] == [{"kind": "dbt", "project": P, "unique_id": M + "orders"}]
     assert M + "customers" in {r["unique_id"] for r in rel["readers"]}
+    # Anyone who may read a project that writes or reads it may read the relation's page;
+    # a token of another team may not, and is not told which projects those are.
+    deployer = await stack.pool.fetchval("SELECT team FROM deploys WHERE project = $1", P)
+    url = _relation_url(stack, "dbt://main/main/orders")
+    for team, expected in ((deployer, 200), ("elsewhere", 403)):
+        _, bearer = await identity.create_token(
+            stack.bus, principal=f"reader-{team}", team=team, role="viewer"
+        )
+        status, body = await get_json(url, bearer)
+        assert status == expected, body
+    assert P not in body["error"] and "no project" in body["error"]
 
 
 REPORTS = {

@@ -153,14 +153,13 @@ async def test_a_viewer_lists_only_read_tools_and_is_refused_a_changing_one_by_n
         assert {"list_projects", "get_lineage", "get_model", "get_run", "get_run_logs"} <= set(
             listed
         )
-        assert "get_relation" not in listed  # its route is the admin's
+        assert "get_relation" in listed  # a reader of a project that writes it may read it
         for tool in listed.values():
             assert tool.annotations.read_only_hint is True, tool.name
             assert tool.input_schema["type"] == "object" and tool.output_schema, tool.name
         refused = await mcp.call_tool("start_run", {"project": SHOP, "command": {"label": "build"}})
-        admins = _refusal(await mcp.call_tool("get_relation", {"key": "dbt://main/main/orders"}))
     status, body = await _rest(site, "GET", "/v1/relations/dbt://main/main/orders", "vera")
-    assert admins == {"status": 403, **body} and "needs role 'admin'" in body["error"]
+    assert status == 200 and body["producers"], body
     status, body = await _rest(
         site, "POST", f"/v1/projects/{SHOP}/runs", "vera", {"command": {"label": "build"}}
     )

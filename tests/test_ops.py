@@ -57,6 +57,15 @@ async def test_lag_and_dead_letters_are_served_and_retried_after_a_fix(stack):
     assert values['jetdbt_projection_dead_letters{projection="progress"}'] == 1
     assert values['jetdbt_projection_dead_letters{projection="deploys"}'] == 1
     assert values['jetdbt_projection_dead_letters{projection="graph"}'] == 0
+    # The four synthetic runs passed, each in 20 s, each of their 20 nodes in 0.25 s.
+    assert values['jetdbt_runs_finished_total{project="synth",outcome="passed"}'] == 4
+    assert values['jetdbt_run_duration_seconds_bucket{le="15"}'] == 0
+    assert values['jetdbt_run_duration_seconds_bucket{le="30"}'] == 4
+    assert values["jetdbt_run_duration_seconds_sum"] == 80
+    assert values['jetdbt_node_duration_seconds_bucket{le="0.1"}'] == 0
+    assert values['jetdbt_node_duration_seconds_bucket{le="0.5"}'] == 80
+    assert values['jetdbt_node_duration_seconds_bucket{le="+Inf"}'] == 80
+    assert values["jetdbt_node_duration_seconds_count"] == 80
 
     status = await jetdbt(stack, "status")
     assert status.returncode == 0, status.stderr

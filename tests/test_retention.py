@@ -157,7 +157,8 @@ async def test_old_runs_lose_their_files_and_keep_their_results(settings, keep, 
         for run_id in gone:
             event = await stack.bus.last_event(subjects.run_event("kept", run_id, "pruned"))
             assert isinstance(event, ev.RunPruned), run_id
-            assert run_logs.object_name(run_id) in event.objects and len(event.objects) == 2
+            # Its log, the run_results a retry would resume, and dbt's manifest and run_results.
+            assert run_logs.object_name(run_id) in event.objects and len(event.objects) == 4
             assert not [o for o in event.objects if await _exists(store, o)]
             status, body = await get_json(f"{stack.api_url}/v1/runs/{run_id}/logs")
             assert status == 410 and "removed by retention" in body["error"]
@@ -169,6 +170,11 @@ async def test_old_runs_lose_their_files_and_keep_their_results(settings, keep, 
             record = await wait_for(projected)
             assert record["status"] == "passed" and record["totals"]["passed"] >= 1
             assert record["nodes"] and record["log_object"] == run_logs.object_name(run_id)
+            assert set(record["artifacts"].values()) <= set(event.objects)
+            status, body = await get_json(
+                f"{stack.api_url}/v1/runs/{run_id}/artifacts/manifest.json"
+            )
+            assert status == 404 and "removed by retention" in body["error"]
         for final in [finals[0], *finals[pruned + 1 :]]:
             assert await _exists(store, run_logs.object_name(final.run_id)), final.run_id
             assert (

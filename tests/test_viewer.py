@@ -109,6 +109,8 @@ async def test_the_run_page_is_live_and_a_failure_is_red_with_its_message(
         await page.wait_for_selector("body[data-run-ended='1']", timeout=30_000)
         assert await page.evaluate(f"viewer.status({BROKEN!r})") == "failed"
         assert _colour(await page.evaluate(f"viewer.colour({BROKEN!r})")) == FAILED_RGB
+        # The graph is below the failure panel: scrolled to the top, so all of it is on screen.
+        await page.evaluate("document.getElementById('graph').scrollIntoView()")
         at = await page.evaluate(f"viewer.position({BROKEN!r})")
         await page.mouse.click(at["x"], at["y"])  # a person clicks the red node
         panel = page.locator("#panel")

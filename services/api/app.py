@@ -15,13 +15,21 @@ import asyncpg
 import msgspec
 from aiohttp import web
 
-from projections.progress_tables import COUNT_COLUMNS, NODE_COLUMNS, RUN_COLUMNS, without_nodes
+from projections.progress_tables import (
+    COUNT_COLUMNS,
+    NODE_COLUMNS,
+    NODE_DETAIL_COLUMNS,
+    RUN_COLUMNS,
+    without_nodes,
+)
 from services.api import auth, schemas
+from services.api.artifact_routes import add_artifact_routes
 from services.api.boundary import check_routes, error, guard, page, path, respond
 from services.api.cancel_routes import add_cancel_routes
 from services.api.event_stream import add_event_stream_routes
 from services.api.graph_routes import add_graph_routes
 from services.api.log_routes import add_log_routes
+from services.api.node_routes import add_node_routes
 from services.api.openapi import add_openapi_routes
 from services.api.ops_routes import add_ops_routes
 from services.api.project_routes import add_project_routes
@@ -47,7 +55,7 @@ NATS_DEADLINE_SECONDS = 2.0
 
 # A run as listed: its columns without the stored result, with the node counts.
 _RUN = ", ".join([c for c in RUN_COLUMNS if c != "result"] + list(COUNT_COLUMNS))
-_NODE = ", ".join(c for c in NODE_COLUMNS if c != "run_id")
+_NODE = ", ".join(c for c in NODE_COLUMNS if c not in ("run_id", *NODE_DETAIL_COLUMNS))
 
 
 # Rows per page of each list route: (default, maximum).
@@ -202,6 +210,8 @@ def create_app(
     app.router.add_get("/v1/projects/{project}/environments", environments)
     app.router.add_get("/v1/projects/{project}/deploys", list_deploys)
     add_graph_routes(app, pool)
+    add_node_routes(app, pool)
+    add_artifact_routes(app, pool, bus)
     add_ops_routes(app, pool, bus)
     add_cancel_routes(app, pool, bus)
     add_log_routes(app, bus)

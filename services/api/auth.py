@@ -8,6 +8,9 @@ is at least the route's and, for a route about one project or one run, the proje
 the token's: its pattern matches and the project's team (the team on its latest deploy)
 is the token's team. Admin tokens see every project.
 
+A relation is about the projects that write or read it: its route checks that the token
+may read one of them (`scope_problem`), as it learns them.
+
 A route's role is decided here only: `ROUTE_ROLES` by method and route, else
 `METHOD_ROLES` by method. A new route needs nothing when its method's role fits (GET
 viewer, POST runner); otherwise it adds one line to ROUTE_ROLES.
@@ -31,6 +34,7 @@ __all__ = [
     "project_problem",
     "project_team",
     "route_role",
+    "scope_problem",
     "token_of",
 ]
 
@@ -41,8 +45,6 @@ METHOD_ROLES = {"GET": "viewer", "HEAD": "viewer", "POST": "runner"}
 ROUTE_ROLES = {
     # Dead letters hold raw events of every project.
     ("GET", "/v1/dead-letters"): "admin",
-    # Producers and readers of a relation span every project's graph.
-    ("GET", "/v1/relations/{key}"): "admin",
     ("POST", "/v1/projects/{project}/deploys"): "deployer",
 }
 _TOKEN = web.RequestKey("token", identity.Token)
@@ -127,23 +129,26 @@ async def project_problem(request: web.Request, project: str) -> web.Response | 
     return None if token.role == "admin" else await _project_scope(token, request, project)
 
 
+async def scope_problem(conn, token: identity.Token, project: str) -> str | None:
+    """Why `token` may not read `project` (its pattern, or the project's team), else None."""
+    if token.role == "admin":
+        return None
+    if not identity.project_matches(token.project, project):
+        return f"token {token.id} covers projects matching {token.project!r}, not {project!r}"
+    if await project_team(conn, project) != token.team:
+        return (
+            f"project {project!r} is not a project of team {token.team!r}"
+            " (a project's team is the team of its deployer)"
+        )
+    return None
+
+
 async def _project_scope(
     token: identity.Token, request: web.Request, project: str
 ) -> web.Response | None:
-    if not identity.project_matches(token.project, project):
-        return error(
-            403,
-            f"token {token.id} covers projects matching {token.project!r}, not {project!r}",
-        )
     async with request.app[_POOL].acquire() as conn:
-        team = await project_team(conn, project)
-    if team != token.team:
-        return error(
-            403,
-            f"project {project!r} is not a project of team {token.team!r}"
-            " (a project's team is the team of its deployer)",
-        )
-    return None
+        problem = await scope_problem(conn, token, project)
+    return None if problem is None else error(403, problem)
 
 
 async def _claim_problem(token: identity.Token, request: web.Request) -> web.Response | None:

@@ -25,6 +25,7 @@ from aiohttp import hdrs, web
 
 from shared import contract
 from shared import logging as jlog
+from shared.artifacts import check_name
 from shared.digests import check_digest
 from shared.quote import quote, shorten
 from shared.relations import InvalidRelation, normalise
@@ -85,6 +86,14 @@ def _relation_key(value: str) -> str:
         ) from None
 
 
+def _unique_id(value: str) -> str:
+    """A dbt node id: `<resource type>.<package>.<name...>`, dots between non-empty parts."""
+    parts = value.split(".")
+    if len(parts) < 3 or not all(parts):
+        raise ValueError(f"{quote(value)} is not a node id: expected <type>.<package>.<name>")
+    return value
+
+
 def _whole(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
     def rule(value: str) -> int:
         if not _WHOLE.match(value):
@@ -117,6 +126,8 @@ PATH_RULES: dict[str, Callable[[str], object]] = {
     "project": check_project,
     "run_id": check_run_id,
     "key": _relation_key,
+    "unique_id": _unique_id,
+    "name": check_name,  # a run's artifact
 }
 QUERY_RULES: dict[str, Callable[[str], object]] = {
     "limit": _whole(minimum=1),  # above a route's maximum reads as its maximum

@@ -29,7 +29,7 @@ from aiohttp import hdrs, web
 
 from projections.graph import DEPLOYED
 from projections.graph_layers import PRODUCING
-from services.api import schemas
+from services.api import auth, schemas
 from services.api.boundary import error, path, query, respond
 from shared.digests import digest_of
 from shared.graph import SCOPE_VERSION
@@ -214,6 +214,22 @@ async def _graph(conn, head, key: tuple[str, str, str], want: _Nodes, extra: dic
     )
 
 
+async def _relation_problem(conn, request, key: str, nodes, readers) -> web.Response | None:
+    """A 403 unless the token may read a project that writes or reads the relation (an
+    admin may read every relation, one only other systems declared writes on too)."""
+    token = auth.token_of(request)
+    if token.role == "admin":
+        return None
+    projects = sorted({r["project"] for r in [*nodes, *readers]})
+    for project in projects:
+        if await auth.scope_problem(conn, token, project) is None:
+            return None
+    # Never which projects they are: another team's project names are not the token's to read.
+    return error(
+        403, f"relation {key!r} is written or read by no project token {token.id} may read"
+    )
+
+
 def add_graph_routes(app: web.Application, pool: asyncpg.Pool) -> None:
     pages = _Pages()
 
@@ -315,6 +331,9 @@ def add_graph_routes(app: web.Application, pool: asyncpg.Pool) -> None:
                 key,
                 WRITES_SHOWN,
             )
+            refused = await _relation_problem(conn, request, key, nodes, readers)
+            if refused is not None:
+                return refused
             declared = (await _writes(conn, [key])).get(key, [])
             # Run nodes carry dbt's relation name, not the key: the producing nodes say which.
             runs = await conn.fetch(

@@ -6,13 +6,19 @@ is and which error statuses it answers; the schemas themselves come from
 into, so the document and the answers cannot drift apart. A route registered on the
 app without an entry here is still listed, marked as having no published shape.
 `/openapi.json` serves the document, `/docs` a plain page rendered from it.
+
+The document is also committed (`openapi.json` at the top of the repository), so a change
+of the API shows as a diff to review; a test fails while the two differ, and
+`python -m services.api.openapi` writes the committed copy again.
 """
 
 from __future__ import annotations
 
 import html
+import json
 import re
-from typing import NamedTuple, Union
+from pathlib import Path
+from typing import Any, NamedTuple, Union
 
 import msgspec
 from aiohttp import web
@@ -21,19 +27,23 @@ from services.api import schemas
 from services.api.auth import PUBLIC
 from services.api.boundary import MAX_OFFSET
 from shared import events as ev
+from shared.artifacts import NAMES as ARTIFACTS
 from shared.commands import RunCommand
 
 __all__ = [
     "OPERATIONS",
+    "COMMITTED",
     "UNDESCRIBED",
     "Operation",
     "add_openapi_routes",
+    "committed_text",
     "document",
     "parameter",
     "render_html",
 ]
 
 _REF = "#/components/schemas/{name}"
+COMMITTED = Path(__file__).resolve().parents[2] / "openapi.json"
 UNDESCRIBED = "(no published response shape yet)"
 _ERRORS = {
     400: "a parameter or the body is malformed; the message names it",
@@ -49,6 +59,15 @@ _PARAMS = {
     "project": ("path", {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]{0,127}$"}),
     "run_id": ("path", {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]{0,127}$"}),
     "key": ("path", {"type": "string", "description": "a relation key, dbt://<wh>/<schema>/<n>"}),
+    "unique_id": (
+        "path",
+        {
+            "type": "string",
+            "pattern": r"^[^.]+(\.[^.]+){2,}$",
+            "description": "a dbt node id, <type>.<package>.<name>",
+        },
+    ),
+    "name": ("path", {"type": "string", "enum": list(ARTIFACTS)}),
     "limit": ("query", {"type": "integer", "minimum": 1}),
     "offset": ("query", {"type": "integer", "minimum": 0, "maximum": MAX_OFFSET}),
     "after": ("query", {"type": "string", "description": "the last node id of the page before"}),
@@ -97,6 +116,14 @@ OPERATIONS = (
               "a page of the run's log lines; `?follow=true` streams them as NDJSON to the end",
               schemas.RunLog, params=("run_id", "after:line", "limit", "follow"),
               errors=(400, 401, 403, 404, 410), also="application/x-ndjson"),
+    Operation("GET", "/v1/runs/{run_id}/nodes/{unique_id}",
+              "one node of a run: its compiled SQL, its thread, and its outcome and duration"
+              " over its project's latest runs (`limit` of them)", schemas.RunNodeDetail,
+              params=("run_id", "unique_id", "limit")),
+    Operation("GET", "/v1/runs/{run_id}/artifacts/{name}",
+              "dbt's manifest.json or run_results.json of the run's last invocation, byte for"
+              " byte as dbt wrote them, while retention keeps the run's files (then a 404"
+              " naming retention)", dict[str, Any], params=("run_id", "name")),
     Operation("GET", "/v1/runs/{run_id}/graph", "the graph a run used, a page of nodes",
               schemas.Graph, params=("run_id", "after", "limit")),
     Operation("GET", "/v1/whoami", "the token this request carries: principal, team, role,"
@@ -124,7 +151,8 @@ OPERATIONS = (
               schemas.Lags, errors=(401, 403)),
     Operation("GET", "/v1/dead-letters", "events a projection could not apply",
               schemas.DeadLetters, params=("projection", *_PAGE), errors=(400, 401, 403)),
-    Operation("GET", "/metrics", "/v1/projections in Prometheus text format", None,
+    Operation("GET", "/metrics", "/v1/projections, the queue, runs finished by project and"
+              " outcome, run and node duration histograms, in Prometheus text format", None,
               errors=(401, 403), media="text/plain"),
 )  # fmt: skip
 
@@ -283,3 +311,15 @@ def add_openapi_routes(app: web.Application) -> None:
 
     app.router.add_get("/openapi.json", openapi_json)
     app.router.add_get("/docs", docs)
+
+
+def committed_text(app: web.Application) -> str:
+    """The document of `app` as the repository keeps it: indented, keys sorted (a set of
+    shapes has no order of its own), one trailing newline."""
+    return json.dumps(document(app), indent=2, ensure_ascii=False, sort_keys=True) + "\n"
+
+
+if __name__ == "__main__":
+    from services.api.app import create_app
+
+    COMMITTED.write_text(committed_text(create_app(None, None)))

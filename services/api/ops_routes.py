@@ -15,6 +15,7 @@ from services.api import schemas
 from services.api.boundary import page, query, respond
 from services.api.principal_metrics import principal_metrics
 from services.api.queue_metrics import queue_metrics
+from services.api.run_metrics import run_metrics
 from shared import contract
 from shared.bus import Bus
 
@@ -68,7 +69,7 @@ def add_ops_routes(app: web.Application, pool: asyncpg.Pool, bus: Bus) -> None:
 
     async def metrics(request: web.Request) -> web.Response:
         async with pool.acquire() as conn:
-            queue = await queue_metrics(conn)
+            queue = await queue_metrics(conn) + await run_metrics(conn)
         principals = _by_principal(await principal_metrics(bus.js))
         return web.Response(
             body=(prometheus(await current()) + queue + principals).encode(),

@@ -1,18 +1,23 @@
 """Queueing in `/metrics`: how many runs wait and run now, how long the oldest has waited,
-and the waits of runs that started (a sum and a count, so a scraper takes the mean over
-any window). Read from the progress projection's `runs`, like every answer of the API."""
+and the waits of runs that started (a histogram: its sum and count give the mean over any
+window, its buckets how many waited longer than a bound). Read from the progress
+projection's `runs`, like every answer of the API."""
 
 from __future__ import annotations
 
-__all__ = ["queue_metrics"]
+from services.api.run_metrics import histogram, histogram_sql
+
+__all__ = ["queue_metrics", "WAIT_BUCKETS"]
+
+WAIT_BUCKETS = (0.1, 1, 5, 15, 60, 300, 900, 3600)  # seconds; +Inf is added
 
 _READ = (
     "SELECT count(*) FILTER (WHERE status = 'queued') AS queued,"
     " count(*) FILTER (WHERE status = 'running') AS running,"
     " coalesce(max(extract(epoch FROM now() - queued_at)) FILTER (WHERE status = 'queued'), 0)"
-    " AS oldest,"
-    " count(queued_seconds) AS waits, coalesce(sum(queued_seconds), 0) AS waited FROM runs"
+    " AS oldest FROM runs"
 )
+_WAITS = histogram_sql("queued_seconds", "runs", "queued_seconds IS NOT NULL", WAIT_BUCKETS)
 _GAUGES = (
     ("queued", "jetdbt_runs_queued", "Runs waiting to start, holding no slot."),
     ("running", "jetdbt_runs_running", "Runs building now."),
@@ -28,10 +33,10 @@ async def queue_metrics(conn) -> str:
     for column, metric, help_text in _GAUGES:
         lines += [f"# HELP {metric} {help_text}", f"# TYPE {metric} gauge"]
         lines.append(f"{metric} {float(row[column]):g}")
-    lines += [
-        f"# HELP {_WAIT} How long runs that started had waited in the queue.",
-        f"# TYPE {_WAIT} summary",
-        f"{_WAIT}_sum {float(row['waited']):g}",
-        f"{_WAIT}_count {row['waits']}",
-    ]
+    lines += histogram(
+        _WAIT,
+        "How long runs that started had waited in the queue.",
+        await conn.fetchrow(_WAITS),
+        WAIT_BUCKETS,
+    )
     return "\n".join(lines) + "\n"

@@ -40,6 +40,7 @@ __all__ = [
     "LogNext",
     "NextAfter",
     "NextOffset",
+    "NodeHistory",
     "ProjectSummary",
     "Projects",
     "Reader",
@@ -53,6 +54,7 @@ __all__ = [
     "RunAccepted",
     "RunLog",
     "RunNode",
+    "RunNodeDetail",
     "RunSummary",
     "Runs",
     "Upstream",
@@ -115,6 +117,34 @@ class RunNode(_Body):
     failures: int | None
     round: int
     attempt: int
+    # The dbt thread that ran it (the viewer's timeline), once the run recorded one.
+    thread: str | None = None
+
+
+class NodeHistory(_Body):
+    """The node in one of its project's runs: how it ended and how long it took."""
+
+    run_id: str
+    run_status: str
+    status: str
+    outcome: str | None
+    execution_time: float | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    requested_at: datetime | None
+
+
+class RunNodeDetail(_Body):
+    """What a run recorded of one node beyond its row (`in_run`: it has one), and the
+    node's history over its project's latest runs, newest first."""
+
+    run_id: str
+    project: str
+    unique_id: str
+    in_run: bool
+    compiled_code: str | None
+    thread: str | None
+    history: list[NodeHistory]
 
 
 class RunSummary(_Body):
@@ -157,6 +187,8 @@ class RunSummary(_Body):
     log_lines: int | None = None
     log_bytes: int | None = None
     files_pruned_at: datetime | None = None
+    # dbt's artifacts the run kept (GET /v1/runs/{run_id}/artifacts/{name}): name -> digest.
+    artifacts: dict[str, str] | None = None
 
 
 class Run(RunSummary, kw_only=True, forbid_unknown_fields=True):

@@ -19,7 +19,7 @@ from typing import Any
 
 import msgspec
 
-from services.runner import admission, results, run_log
+from services.runner import admission, artifacts, results, run_log
 from services.runner.admission import Admission, Blocked
 from services.runner.containment import MemoryExceeded
 from services.runner.context import RunnerContext
@@ -104,6 +104,7 @@ class Attempt:
         self.source = source
         self.prepared: Prepared | None = None
         self.results = results.Overlay()
+        self.artifacts: dict[str, bytes] = {}  # by name, kept with the log when the run ends
         self.round = 0  # the node retry round of the latest invocation
         self._last: DbtInvocation | None = None
         self._deadline = float("inf")
@@ -333,6 +334,7 @@ class Attempt:
         run_results = inv.artifact("run_results.json")
         if run_results is not None:
             self.results.add(run_results, inv.artifact("manifest.json"), round_)
+            self.artifacts = artifacts.read(inv)  # the last invocation's, as dbt wrote them
             # Gone, so a later invocation that writes none is not read as this one again.
             inv.artifact_path("run_results.json").unlink()
         return code

@@ -37,6 +37,9 @@ NODE_EVENTS = (NODE_START, NODE_FINISHED)
 # A node's message is kept to this many characters: a database error that quotes a whole
 # query must not make its node event, or the run's result, grow without bound.
 MESSAGE_LIMIT = 16 * 1024
+# A node's compiled SQL is kept to this many characters (its head and its tail): enough for
+# any hand-written model, bounded for a generated one.
+COMPILED_LIMIT = 64 * 1024
 
 
 def _time(value: str | None) -> datetime | None:
@@ -118,12 +121,13 @@ def node_finished(record: dict, round_: int = 0) -> NodeResult | None:
         started_at=started or _time(info.get("node_started_at")),
         finished_at=finished or _time(info.get("node_finished_at")),
         round=round_,
+        thread=result.get("thread") or result.get("thread_id") or None,
     )
 
 
-def _message(value) -> str | None:
-    """dbt's message for a node, cut to MESSAGE_LIMIT characters (its head and its tail)."""
-    return None if value is None else shorten(str(value), MESSAGE_LIMIT)
+def _message(value, limit: int = MESSAGE_LIMIT) -> str | None:
+    """dbt's text for a node, cut to `limit` characters (its head and its tail)."""
+    return None if value is None else shorten(str(value), limit)
 
 
 def from_artifacts(run_results: dict, manifest: dict | None, round_: int = 0) -> list[NodeResult]:
@@ -150,6 +154,8 @@ def from_artifacts(run_results: dict, manifest: dict | None, round_: int = 0) ->
                 started_at=started,
                 finished_at=finished,
                 round=round_,
+                compiled_code=_message(r.get("compiled_code") or None, COMPILED_LIMIT),
+                thread=r.get("thread_id") or None,
             )
         )
     return out

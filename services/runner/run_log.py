@@ -1,6 +1,7 @@
-"""A run's end, for its log: keep the whole log as an object named for the run, say so
-with `run.log_kept` (before RunFinished, so whoever sees the end can read it), then let
-retention remove the files of runs past the newest RUN_RETENTION.
+"""A run's end, for its log: keep the whole log as an object named for the run, and dbt's
+artifacts as it wrote them, say so with `run.log_kept` (before RunFinished, so whoever
+sees the end can read them), then let retention remove the files of runs past the newest
+RUN_RETENTION.
 
 Neither step may change how the run ended: a log that could not be kept, or a retention
 pass that failed, is a warning in the runner's log, and the next run of the environment
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from services.runner import retention
+from services.runner import artifacts, retention
 from shared import events as ev
 from shared import logging as jlog
 from shared import run_logs, subjects
@@ -45,7 +46,7 @@ async def keep(attempt: Attempt, result: ev.RunResult) -> None:
             run=retention.Kept(
                 run_id=attempt.run_id,
                 principal=attempt.body.requested_by,
-                objects=[kept.object, *await _files(bus, attempt)],
+                objects=[kept.object, *kept.artifacts.values(), *await _files(bus, attempt)],
             ),
         )
     except Exception as exc:  # noqa: BLE001 - the next run of the environment prunes again
@@ -79,6 +80,7 @@ async def _keep_log(bus: Bus, attempt: Attempt, status: str) -> ev.RunLogKept:
         object=name,
         lines=len(lines),
         bytes=len(data),
+        artifacts=await artifacts.store(bus, attempt.artifacts),
     )
     await bus.publish(kept)
     return kept

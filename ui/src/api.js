@@ -1,0 +1,56 @@
+// Talking to the API: every call with the tab's bearer token, a 401 as Unauthorized (the
+// page then asks for a token), any other refusal as an Error carrying the status.
+import { token } from "./token.js";
+
+export class Unauthorized extends Error {}
+
+function headers(extra = {}) {
+  return { Authorization: `Bearer ${token()}`, ...extra };
+}
+
+// A value from the URL or an answer, as one path segment: "../" or "?" in a run id read
+// from the location must not reach another route with the viewer's token.
+export const seg = encodeURIComponent;
+
+export async function api(path, options = {}) {
+  const resp = await fetch(path, { ...options, headers: headers(options.headers) });
+  if (resp.status === 401) throw new Unauthorized((await resp.json()).error);
+  const body = resp.headers.get("content-type")?.includes("json") ? await resp.json() : null;
+  if (!resp.ok) {
+    const err = new Error(body?.error || `${resp.status} ${resp.statusText}`);
+    err.status = resp.status;
+    throw err;
+  }
+  return body;
+}
+
+// A JSON POST: a command the API publishes as the token's principal.
+export function post(path, body = {}) {
+  return api(path, { method: "POST", body: JSON.stringify(body),
+    headers: { "Content-Type": "application/json" } });
+}
+
+// The run's events, read by follow.js in a worker of its own and posted here in order.
+// Each gets a user-timing mark at the time it reached the browser, its detail saying when
+// this page handled it: bench/bench_viewer.py reads both.
+export function follow(runId, onEvent, signal) {
+  const worker = new Worker("follow.js");
+  signal.addEventListener("abort", () => worker.terminate());
+  const since = (epochMs) => epochMs - performance.timeOrigin;
+  return new Promise((ended, refused) => {
+    worker.onmessage = ({ data }) => {
+      if (data.opened) performance.mark("jetdbt:stream-open", { startTime: since(data.opened) });
+      for (const message of data.events || []) {
+        const { type, unique_id, node } = message.data;
+        performance.mark("jetdbt:event", { startTime: since(message.arrived), detail: {
+          type, unique_id: unique_id || node?.unique_id, seq: message.id,
+          handled: performance.timeOrigin + performance.now() } });
+        onEvent(message);
+      }
+      if (data.ended || data.refused) worker.terminate();
+      if (data.ended) ended();
+      if (data.refused) refused(new Unauthorized(data.refused));
+    };
+    worker.postMessage({ runId, token: token() });
+  });
+}

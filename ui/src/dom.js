@@ -1,0 +1,44 @@
+// Small DOM helpers: elements built from data (text is always text, never markup).
+export const view = document.getElementById("view");
+const crumbs = document.getElementById("crumbs");
+
+export const sleep = (ms) => new Promise((ok) => setTimeout(ok, ms));
+
+export function h(tag, attrs = {}, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k === "onclick") el.addEventListener("click", v);
+    else if (v !== undefined && v !== null) el.setAttribute(k, v);
+  }
+  for (const c of children.flat()) {
+    if (c !== null && c !== undefined) el.append(c instanceof Node ? c : String(c));
+  }
+  return el;
+}
+
+export const pill = (status) => h("span", { class: `pill ${status}` }, status ?? "");
+export const when = (t) => (t ? new Date(t).toLocaleString() : "");
+export const link = (href, text) => h("a", { href }, text);
+export const runLink = (id) => link(`#/runs/${encodeURIComponent(id)}`, id);
+export const relationLink = (key) => link(`#/relations/${encodeURIComponent(key)}`, key);
+
+export function seconds(from, to) {
+  if (!from) return "";
+  const end = to ? new Date(to) : new Date();
+  return `${((end - new Date(from)) / 1000).toFixed(1)} s`;
+}
+
+export function totals(t) {
+  return Object.entries(t || {}).filter(([, n]) => n).map(([k, n]) => `${k} ${n}`).join(", ");
+}
+
+export function table(head, rows, attrs = {}) {
+  return h("table", attrs, h("tr", {}, head.map((c) => h("th", {}, c))),
+    rows.map((r) => h("tr", {}, r.map((c) => h("td", {}, c)))));
+}
+
+export function show(title, path, ...content) {
+  document.title = `${title} · jetdbt`;
+  crumbs.replaceChildren(...path.flatMap((p, i) => (i ? [" / ", p] : [p])));
+  view.replaceChildren(...content);
+}
