@@ -187,6 +187,9 @@ class Deployed(_DeployEvent, frozen=True, kw_only=True, tag="deploy.deployed.v2"
     requested_by: str = ""
     packages_digest: str | None = None
     files_blob: Blob | None = None
+    # The digest of the package-lock.yml the deploy's `dbt deps` wrote (None: no packages):
+    # it keys each runner's package cache (services/runner/packages.py).
+    package_lock_digest: str | None = None
     _kind = "deployed"
 
 

@@ -42,7 +42,8 @@ MAX_BACKLOG = 10_000
 _PIPE_LIMIT = 1 << 20
 _log = jlog.get("dbt")
 # What dbt may see of the runner's own environment: locale, time zone, the search
-# path and TLS/proxy settings a warehouse connection may need. Never the runner's
+# path, TLS/proxy settings a warehouse connection may need and the operator's mirror of
+# dbt's package hub (DBT_PACKAGE_HUB_URL, read by `dbt deps`). Never the runner's
 # credentials (NATS, Postgres, tokens): those are simply not on this list.
 _INHERITED = (
     "PATH",
@@ -60,6 +61,7 @@ _INHERITED = (
     "http_proxy",
     "https_proxy",
     "no_proxy",
+    "DBT_PACKAGE_HUB_URL",
 )
 
 
@@ -90,6 +92,11 @@ def dbt_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env.update(extra or {})
     env.update(RUNNER_SETTINGS)  # last: a project's env never overrides them
     return env
+
+
+# dbt's commands that take no --target-path (their click options say so): they write no
+# artifacts, and dbt refuses the flag ("No such option").
+WITHOUT_TARGET_PATH = frozenset({"deps", "debug", "init"})
 
 
 class DbtInvocation:
@@ -125,8 +132,7 @@ class DbtInvocation:
             str(project_dir),
             "--profiles-dir",
             str(profiles_dir),
-            "--target-path",
-            target_dir,
+            *([] if command in WITHOUT_TARGET_PATH else ["--target-path", target_dir]),
             "--log-path",
             log_dir,
             *(file_log if executable else ["--log-level-file", "none"]),

@@ -176,6 +176,14 @@ def _event_writer(fd: int, names: frozenset[str]):
     return forward
 
 
+def _hub_address(env: dict[str, str]) -> None:
+    """dbt reads DBT_PACKAGE_HUB_URL once, when this server imported it: a child takes the
+    address its own invocation was handed."""
+    registry = sys.modules.get("dbt.clients.registry")
+    if registry is not None and env.get("DBT_PACKAGE_HUB_URL"):
+        registry.DEFAULT_REGISTRY_BASE_URL = env["DBT_PACKAGE_HUB_URL"]
+
+
 def _invoke(argv: list[str], callbacks: list) -> int:
     """dbt's programmatic entry point; the exit code its CLI would give (0, 1 failed, 2 error)."""
     from dbt.cli.exceptions import DbtUsageException
@@ -224,6 +232,7 @@ def _child(
         env = {k: v for k, v in request["env"].items() if k not in dropped}
         os.environ.clear()
         os.environ.update(env)
+        _hub_address(env)
         if request.get("exec"):
             os.execve(request["exec"][0], request["exec"], env)
         sys.stdout = open(1, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115

@@ -22,6 +22,7 @@ from services.runner import engine, workspace
 from services.runner.containment import JobSandbox, SandboxMissing
 from services.runner.context import RunnerContext
 from services.runner.dbt_process import DbtInvocation, dbt_env
+from services.runner.packages import PackageCache, PackagesRefused
 from services.runner.plan import Plan, PlanRefused, make_plan
 from services.runner.secrets import Resolver, UnresolvedReference
 from services.runner.warehouses import UnknownWarehouse, pick
@@ -55,6 +56,13 @@ _REFUSALS = (
 PARTIAL_PARSE = "partial_parse.msgpack"
 
 
+# The sandbox's uid owns no repository on the machine, so git would refuse a file://
+# package repository an operator shows the sandbox (JETDBT_SANDBOX_READ) as of "dubious
+# ownership": inside the sandbox it sees nothing else, so deps' git trusts what it sees.
+# In the job's own HOME: git hands no -c setting to the process that reads a local repository.
+_GIT_CONFIG = "[safe]\n\tdirectory = *\n"
+
+
 @dataclass
 class Prepared:
     job: workspace.Job
@@ -64,6 +72,7 @@ class Prepared:
     executable: list[str] | None
     env: dict[str, str]
     partial_parse: Path
+    packages: PackageCache
     sandbox: JobSandbox | None = None
 
     def cleanup(self) -> None:
@@ -89,6 +98,27 @@ class Prepared:
             sandbox=self.sandbox,
             **kw,
         )
+
+    def deps(self) -> DbtInvocation:
+        """`dbt deps` in this job: the network it fetches packages over, no project SQL."""
+        home = self.job.root / "home"
+        home.mkdir(exist_ok=True)
+        (home / ".gitconfig").write_text(_GIT_CONFIG)
+        return DbtInvocation(
+            "deps",
+            [],
+            self.job.project,
+            self.job.profiles,
+            self.env,
+            executable=self.executable,
+            sandbox=self.sandbox.for_deps() if self.sandbox else None,
+        )
+
+    def use_packages(self, tree: Path) -> None:
+        """Package tree `tree` linked into the job, and readable (only) in its sandbox."""
+        PackageCache.link(tree, self.job.project, self.plan.packages_path)
+        if self.sandbox is not None:
+            self.sandbox.readonly.append(str(tree))
 
     @property
     def engine_version(self) -> str:
@@ -128,15 +158,12 @@ async def prepare(
     except SandboxMissing as exc:
         raise Refused(str(exc)) from None
     try:
-        job = await workspace.prepare(
-            ctx.bus, ctx.settings.runner_cache, version, name, packages_digest
-        )
+        job = await workspace.prepare(ctx.bus, ctx.settings.runner_cache, version, name)
     except bundle.BundleRefused as exc:
         raise Refused(str(exc)) from None
     except ObjectNotFoundError:
         raise Refused(
-            f"version {version} (or its packages) is missing from the object store"
-            f" {BLOBS}: deploy the project again"
+            f"version {version} is missing from the object store {BLOBS}: deploy the project again"
         ) from None
     except (ValueError, tarfile.TarError) as exc:  # a digest mismatch, a torn archive
         raise Refused(f"version {version} cannot be materialised: {quote(str(exc), 200)}") from None
@@ -150,21 +177,45 @@ async def prepare(
     except _REFUSALS as exc:
         job.cleanup()
         raise Refused(str(exc)) from None
-    (job.profiles / "profiles.yml").write_text(plan.profiles_text)
-    key = msgspec.json.encode(
-        [version, engine.version(plan.engine, executable), plan.profiles_text, plan.vars,
-         plan.target]
-    )  # fmt: skip
-    partial_parse = ctx.settings.runner_cache / "partial-parse" / digest_of(key)[7:] / PARTIAL_PARSE
-    if partial_parse.exists():
-        _reuse_partial_parse(partial_parse, job)
-    return Prepared(
+    prepared = Prepared(
         job=job,
         descriptor=desc,
         plan=plan,
         resolver=resolver,
         executable=executable,
         env=dbt_env(plan.env),
-        partial_parse=partial_parse,
+        partial_parse=_partial_parse(ctx, version, executable, plan),
+        packages=PackageCache(ctx.settings.runner_cache / "packages"),
         sandbox=JobSandbox(ctx.containment, job.root, plan) if ctx.containment.enabled else None,
     )
+    if packages_digest:
+        await _restore_packages(ctx, prepared, packages_digest)
+    (job.profiles / "profiles.yml").write_text(plan.profiles_text)
+    if prepared.partial_parse.exists():
+        _reuse_partial_parse(prepared.partial_parse, job)
+    return prepared
+
+
+async def _restore_packages(ctx: RunnerContext, prepared: Prepared, blob: str) -> None:
+    """The version's pinned package tree, from this runner's cache or the object store;
+    a run never resolves packages itself."""
+    try:
+        prepared.use_packages(await prepared.packages.tree(ctx.bus, blob))
+    except ObjectNotFoundError:
+        prepared.job.cleanup()
+        raise Refused(
+            f"the version's packages {blob} are missing from the object store {BLOBS}:"
+            " deploy the project again"
+        ) from None
+    except (PackagesRefused, ValueError, tarfile.TarError) as exc:
+        prepared.job.cleanup()
+        reason = quote(str(exc), 200)
+        raise Refused(f"the version's packages cannot be restored: {reason}") from None
+
+
+def _partial_parse(ctx: RunnerContext, version: str, executable, plan: Plan) -> Path:
+    key = msgspec.json.encode(
+        [version, engine.version(plan.engine, executable), plan.profiles_text, plan.vars,
+         plan.target]
+    )  # fmt: skip
+    return ctx.settings.runner_cache / "partial-parse" / digest_of(key)[7:] / PARTIAL_PARSE

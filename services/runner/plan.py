@@ -75,6 +75,7 @@ class Plan(msgspec.Struct, frozen=True, kw_only=True):
     # the warehouse's real host and port, and a DuckDB warehouse's folder.
     endpoint: tuple[str, int] | None = None
     duckdb_folder: str | None = None
+    packages_path: str = "dbt_packages"  # dbt_project.yml's packages-install-path, rendered
 
     def publishes_ownership(self) -> bool:
         """A run whose graph is what the project owns: no override, nothing dynamic."""
@@ -107,25 +108,40 @@ class Plan(msgspec.Struct, frozen=True, kw_only=True):
         return compares_state(self.select + self.exclude)
 
 
-def _render_profile_name(project_dir: Path, env: dict[str, str]) -> str:
-    """dbt_project.yml's `profile:`, rendered against the run's environment first,
-    since dbt allows env_var() there and reads the rendered value."""
-    doc = yaml.safe_load((project_dir / "dbt_project.yml").read_text()) or {}
-    raw = doc.get("profile") or doc.get("name")
-    if not isinstance(raw, str) or not raw:
-        raise PlanRefused("dbt_project.yml names no profile")
-    if "{" not in raw:
+def _project_setting(doc: dict, key: str, env: dict[str, str]) -> str | None:
+    """A dbt_project.yml setting rendered against the run's environment first, since dbt
+    allows env_var() there and acts on the rendered value."""
+    raw = doc.get(key)
+    if raw is None or not isinstance(raw, str) or "{" not in raw:
         return raw
 
     def env_var(name: str, default: str | None = None) -> str:
         if name in env:
             return env[name]
         if default is None:
-            raise PlanRefused(f"dbt_project.yml profile uses env_var('{name}'), which is not set")
+            raise PlanRefused(f"dbt_project.yml {key} uses env_var('{name}'), which is not set")
         return default
 
     sandbox = jinja2.sandbox.SandboxedEnvironment(undefined=jinja2.StrictUndefined)
     return sandbox.from_string(raw).render(env_var=env_var).strip()
+
+
+def _render_profile_name(doc: dict, env: dict[str, str]) -> str:
+    raw = _project_setting(doc, "profile", env) or doc.get("name")
+    if not isinstance(raw, str) or not raw:
+        raise PlanRefused("dbt_project.yml names no profile")
+    return raw
+
+
+def _packages_path(doc: dict, env: dict[str, str]) -> str:
+    """Where dbt deps installs packages: a folder inside the project, whatever it is called."""
+    raw = _project_setting(doc, "packages-install-path", env) or "dbt_packages"
+    try:
+        return bundle.check_path(str(raw)).rstrip("/")
+    except bundle.BundleRefused:
+        raise PlanRefused(
+            f"dbt_project.yml packages-install-path {raw!r} must be a folder inside the project"
+        ) from None
 
 
 def _own_profiles(
@@ -270,7 +286,9 @@ def make_plan(
     full_refresh = bool(desc.full_refresh or (cmd is not None and cmd.full_refresh))
     # The environment dbt itself gets, never the runner's: a profile name rendered with
     # env_var() must not be a way to read (and echo in a refusal) the runner's secrets.
-    profile = _render_profile_name(project_dir, dbt_env(env))
+    seen = dbt_env(env)
+    project_doc = yaml.safe_load((project_dir / "dbt_project.yml").read_text()) or {}
+    profile = _render_profile_name(project_doc, seen)
     if desc.profile.profiles_yml:
         text, target, output = _own_profiles(
             project_dir, desc.profile.profiles_yml, profile, desc.profile.target
@@ -304,6 +322,7 @@ def make_plan(
         lease_scope=lease_scope,
         endpoint=_endpoint(output),
         duckdb_folder=_duckdb_folder(output),
+        packages_path=_packages_path(project_doc, seen),
     )
     plan.selection_args()  # refuses a value that would reach dbt as a flag, before it runs
     plan.common_args()
