@@ -190,6 +190,9 @@ class Deployed(_DeployEvent, frozen=True, kw_only=True, tag="deploy.deployed.v2"
     # The digest of the package-lock.yml the deploy's `dbt deps` wrote (None: no packages):
     # it keys each runner's package cache (services/runner/packages.py).
     package_lock_digest: str | None = None
+    # The engine environment's every package at its exact version, when the adapter runs in
+    # one provisioned for it (services/runner/environments.py); {}: jetdbt's own.
+    environment_lock: dict[str, str] = {}
     _kind = "deployed"
 
 

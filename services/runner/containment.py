@@ -168,8 +168,8 @@ class Containment:
                 spec["readonly"].append(str(socket))  # the socket alone, not its folder
             elif plan.endpoint:
                 spec["network"] = {"host": plan.endpoint[0], "port": plan.endpoint[1]}
-        if plan is not None and plan.duckdb_folder:
-            spec["writable"].append(plan.duckdb_folder)
+        if plan is not None and plan.warehouse_folder:
+            spec["writable"].append(plan.warehouse_folder)
         return spec
 
     async def release(self, name: str) -> bool:

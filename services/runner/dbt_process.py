@@ -30,6 +30,7 @@ from shared import logging as jlog
 
 if TYPE_CHECKING:
     from services.runner.containment import JobSandbox
+    from services.runner.environments import EngineEnvironment
 
 __all__ = ["DbtInvocation", "RunTimedOut", "dbt_env", "ERROR_TAIL"]
 
@@ -102,7 +103,8 @@ WITHOUT_TARGET_PATH = frozenset({"deps", "debug", "init"})
 class DbtInvocation:
     """`dbt <command> ...` in `project_dir`, with logs under `logs/` and artifacts under `target/`.
 
-    `executable` is None for the installed dbt-core (warm), else an engine binary's argv.
+    `executable` is None for the installed dbt-core (warm), else an engine binary's argv;
+    `environment` the engine environment whose warm dbt runs it (None: jetdbt's own).
     """
 
     def __init__(
@@ -117,9 +119,11 @@ class DbtInvocation:
         log_dir: str = "logs",
         target_dir: str = "target",
         sandbox: JobSandbox | None = None,
+        environment: EngineEnvironment | None = None,
     ):
         self.project_dir = project_dir
         self.sandbox = sandbox
+        self.environment = environment
         self.log_file = project_dir / log_dir / "dbt.log"
         self.target_dir = project_dir / target_dir
         self.executable = executable
@@ -201,6 +205,7 @@ class DbtInvocation:
                 events_fd=events_w,
                 events=results.NODE_EVENTS if piped else (),
                 sandbox=sandbox,
+                environment=self.environment,
             )
         except BaseException:
             for fd in (read_fd, events_r):

@@ -12,7 +12,7 @@ import shutil
 
 from nats.js.errors import ObjectNotFoundError
 
-from services.runner import admission, engine, graph, packages
+from services.runner import admission, graph, packages
 from services.runner.containment import MemoryExceeded
 from services.runner.context import RunnerContext
 from services.runner.job_setup import Prepared, Refused, prepare
@@ -115,7 +115,6 @@ async def _parse(
     )
     if reason:
         return await fail(reason)
-    adapter = ctx.warehouses[plan.warehouse].adapter()
     files, files_blob = await event_blobs.split(ctx.bus, files)
     final = ev.Deployed(
         project=project,
@@ -126,14 +125,15 @@ async def _parse(
         manifest_size=len(manifest),
         engine=plan.engine,
         engine_version=prepared.engine_version,
-        adapter=adapter,
-        adapter_version=engine.adapter_version(adapter),
+        adapter=plan.adapter,
+        adapter_version=prepared.adapter_version,
         files=files,
         skipped=cmd.skipped,
         requested_by=cmd.requested_by,
         packages_digest=resolution.blob if resolution else None,
         files_blob=files_blob,
         package_lock_digest=resolution.lock_digest if resolution else None,
+        environment_lock=prepared.environment_lock,
     )
     await ctx.bus.publish(final)
     return final

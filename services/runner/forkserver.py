@@ -92,9 +92,10 @@ def die_with_parent(parent: int) -> None:
         os._exit(1)
 
 
-def _preload() -> frozenset[str]:
-    """Import dbt and its adapters; return the environment variables dbt reads as flags."""
-    for name in PRELOAD:
+def _preload(adapter: str | None) -> frozenset[str]:
+    """Import dbt and its adapters (an engine environment's `adapter` among them); return
+    the environment variables dbt reads as flags."""
+    for name in (*PRELOAD, *([f"dbt.adapters.{adapter}"] if adapter else [])):
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
     try:
@@ -109,7 +110,7 @@ def _preload() -> frozenset[str]:
             names = getattr(param, "envvar", None) or ()
             found.update([names] if isinstance(names, str) else names)
         commands.extend(getattr(command, "commands", {}).values())
-    failure = _rehearse()
+    failure = _rehearse() if "dbt.adapters.duckdb" in sys.modules else None
     if failure is not None:
         print(json.dumps({"event": "dbt_warm_up_failed", "error": failure[:500]}), file=sys.stderr)
     return frozenset(found)
@@ -117,7 +118,8 @@ def _preload() -> frozenset[str]:
 
 def _rehearse() -> str | None:
     """Parse and build _REHEARSAL in a folder removed after; the failure, if any. Best
-    effort: a failure leaves the children to build what they need themselves."""
+    effort: a failure leaves the children to build what they need themselves (and an
+    engine environment without dbt-duckdb skips it)."""
     import tempfile
     from pathlib import Path
 
@@ -259,7 +261,7 @@ def _send(control: socket.socket, message: dict) -> None:
         control.send(json.dumps(message).encode())
 
 
-def serve(parent: int, control_fd: int) -> None:
+def serve(parent: int, control_fd: int, adapter: str | None = None) -> None:
     die_with_parent(parent)
     control = socket.socket(fileno=control_fd)
     wake_r, wake_w = os.pipe()
@@ -267,7 +269,7 @@ def serve(parent: int, control_fd: int) -> None:
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    flags = _preload()
+    flags = _preload(adapter)
     gc.collect()
     gc.freeze()
     gc.set_threshold(*_GC_THRESHOLD)
@@ -318,4 +320,4 @@ def _reap(control: socket.socket, children: dict[int, str]) -> None:
 
 
 if __name__ == "__main__":
-    serve(int(sys.argv[1]), int(sys.argv[2]))
+    serve(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] if len(sys.argv) > 3 else None)

@@ -18,7 +18,7 @@ from typing import Any
 import msgspec
 from nats.js.errors import ObjectNotFoundError
 
-from services.runner import engine, workspace
+from services.runner import engine, environments, workspace
 from services.runner.containment import JobSandbox, SandboxMissing
 from services.runner.context import RunnerContext
 from services.runner.dbt_process import DbtInvocation, dbt_env
@@ -45,6 +45,7 @@ _REFUSALS = (
     UnknownWarehouse,
     UnresolvedReference,
     engine.EngineUnavailable,
+    environments.EnvironmentUnavailable,
     PlanRefused,
     ValueError,
 )
@@ -74,6 +75,7 @@ class Prepared:
     partial_parse: Path
     packages: PackageCache
     sandbox: JobSandbox | None = None
+    environment: environments.EngineEnvironment | None = None  # None: jetdbt's own
 
     def cleanup(self) -> None:
         """Keep what dbt parsed for the next job of the same kind, then remove this job."""
@@ -96,6 +98,7 @@ class Prepared:
             self.env,
             executable=self.executable,
             sandbox=self.sandbox,
+            environment=self.environment,
             **kw,
         )
 
@@ -112,6 +115,7 @@ class Prepared:
             self.env,
             executable=self.executable,
             sandbox=self.sandbox.for_deps() if self.sandbox else None,
+            environment=self.environment,
         )
 
     def use_packages(self, tree: Path) -> None:
@@ -122,7 +126,20 @@ class Prepared:
 
     @property
     def engine_version(self) -> str:
+        if self.environment is not None:
+            return self.environment.version("dbt-core")
         return engine.version(self.plan.engine, self.executable)
+
+    @property
+    def adapter_version(self) -> str:
+        if self.environment is not None:
+            return self.environment.version(f"dbt-{self.plan.adapter}")
+        return engine.adapter_version(self.plan.adapter)
+
+    @property
+    def environment_lock(self) -> dict[str, str]:
+        """Every package of the engine environment at its exact version ({}: jetdbt's own)."""
+        return dict(self.environment.lock) if self.environment is not None else {}
 
     @property
     def profile_digest(self) -> str:
@@ -173,7 +190,11 @@ async def prepare(
         executable = engine.command(desc.engine, ctx.settings.engines_dir)
         resolver = ctx.resolver()
         plan = make_plan(desc, cmd, args, wh, resolver, job.project, desc.engine)
-        ctx.containment.check_writable(plan.duckdb_folder)
+        ctx.containment.check_writable(plan.warehouse_folder)
+        # An engine binary carries its adapters; the installed dbt-core needs one for it.
+        environment = None
+        if executable is None and plan.adapter:
+            environment = await environments.ensure(ctx.settings, plan.adapter)
     except _REFUSALS as exc:
         job.cleanup()
         raise Refused(str(exc)) from None
@@ -184,10 +205,13 @@ async def prepare(
         resolver=resolver,
         executable=executable,
         env=dbt_env(plan.env),
-        partial_parse=_partial_parse(ctx, version, executable, plan),
+        partial_parse=_partial_parse(ctx, version, environment, executable, plan),
         packages=PackageCache(ctx.settings.runner_cache / "packages"),
         sandbox=JobSandbox(ctx.containment, job.root, plan) if ctx.containment.enabled else None,
+        environment=environment,
     )
+    if prepared.sandbox is not None and environment is not None:
+        prepared.sandbox.readonly.append(environment.root)
     if packages_digest:
         await _restore_packages(ctx, prepared, packages_digest)
     (job.profiles / "profiles.yml").write_text(plan.profiles_text)
@@ -213,9 +237,7 @@ async def _restore_packages(ctx: RunnerContext, prepared: Prepared, blob: str) -
         raise Refused(f"the version's packages cannot be restored: {reason}") from None
 
 
-def _partial_parse(ctx: RunnerContext, version: str, executable, plan: Plan) -> Path:
-    key = msgspec.json.encode(
-        [version, engine.version(plan.engine, executable), plan.profiles_text, plan.vars,
-         plan.target]
-    )  # fmt: skip
+def _partial_parse(ctx: RunnerContext, version: str, environment, executable, plan: Plan) -> Path:
+    core = environment.root if environment else engine.version(plan.engine, executable)
+    key = msgspec.json.encode([version, core, plan.profiles_text, plan.vars, plan.target])
     return ctx.settings.runner_cache / "partial-parse" / digest_of(key)[7:] / PARTIAL_PARSE

@@ -72,10 +72,11 @@ class Plan(msgspec.Struct, frozen=True, kw_only=True):
     unlocated: str | None = None  # why `environment` is None
     lease_scope: str = ""  # what one build at a time is kept to (see _lease_scope)
     # What a sandboxed invocation may reach and write (services/runner/containment.py):
-    # the warehouse's real host and port, and a DuckDB warehouse's folder.
+    # the warehouse's real host and port, and a file warehouse's folder (DuckDB, SQLite).
     endpoint: tuple[str, int] | None = None
-    duckdb_folder: str | None = None
+    warehouse_folder: str | None = None
     packages_path: str = "dbt_packages"  # dbt_project.yml's packages-install-path, rendered
+    adapter: str = ""  # the target's type: the dbt adapter that runs it
 
     def publishes_ownership(self) -> bool:
         """A run whose graph is what the project owns: no override, nothing dynamic."""
@@ -258,12 +259,14 @@ def _endpoint(output: dict[str, Any]) -> tuple[str, int] | None:
     return None
 
 
-def _duckdb_folder(output: dict[str, Any]) -> str | None:
-    """A DuckDB warehouse's folder, which its invocations write (its file and WAL)."""
-    path = output.get("path")
-    if output.get("type") != "duckdb" or not isinstance(path, str) or not path.startswith("/"):
+def _warehouse_folder(output: dict[str, Any]) -> str | None:
+    """A file warehouse's folder, which its invocations write: a DuckDB file's (its file and
+    WAL), a SQLite target's schema_directory (where its attached schema files lie)."""
+    kind = output.get("type")
+    place = output.get("path") if kind == "duckdb" else output.get("schema_directory")
+    if kind not in ("duckdb", "sqlite") or not isinstance(place, str) or not place.startswith("/"):
         return None
-    return str(Path(path).resolve().parent)
+    return str(Path(place).resolve().parent if kind == "duckdb" else Path(place).resolve())
 
 
 def make_plan(
@@ -321,8 +324,9 @@ def make_plan(
         unlocated=unlocated,
         lease_scope=lease_scope,
         endpoint=_endpoint(output),
-        duckdb_folder=_duckdb_folder(output),
+        warehouse_folder=_warehouse_folder(output),
         packages_path=_packages_path(project_doc, seen),
+        adapter=str(output.get("type") or ""),
     )
     plan.selection_args()  # refuses a value that would reach dbt as a flag, before it runs
     plan.common_args()

@@ -1,0 +1,148 @@
+"""Engine environments against real NATS, Postgres, uv and dbt: an adapter jetdbt's own
+environment does not hold is provisioned on first use, cached, locked and run warm."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import msgspec
+import pytest
+
+from services import client
+from services.runner import environments
+from services.stack import Stack
+from shared import events as ev
+from shared import subjects
+from shared.commands import BuildCommand, RunCommand
+
+pytestmark = pytest.mark.dbt
+
+PROJECT = {
+    "dbt_project.yml": "name: lite\nversion: '1.0'\nconfig-version: 2\nprofile: lite\n",
+    "models/first.sql": "select 1 as id",
+    "models/second.sql": (
+        "{{ config(materialized='table') }} select id + 1 as id from {{ ref('first') }}"
+    ),
+}
+
+
+def _write(root, files) -> None:
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _with_warehouse(settings, tmp_path, output: dict, **changes):
+    file = tmp_path / "warehouses.yaml"
+    file.write_text(
+        msgspec.json.encode({"main": {"type": "dbt_profile", "output": output}}).decode()
+    )
+    return msgspec.structs.replace(settings, warehouses_file=file, **changes)
+
+
+@pytest.fixture
+def sqlite_settings(settings, tmp_path):
+    data = tmp_path / "sqlite"
+    data.mkdir()
+    output = {
+        "type": "sqlite",
+        "threads": 1,
+        "database": "main",
+        "schema": "main",
+        "schemas_and_paths": {"main": str(data / "main.db")},
+        "schema_directory": str(data),
+    }
+    # Below the runner's own dbt-core (1.11): the environment resolves its own.
+    return _with_warehouse(settings, tmp_path, output, dbt_core_ceiling="1.11")
+
+
+async def test_an_adapter_is_provisioned_on_first_use_and_built_warm(
+    sqlite_settings, tmp_path, monkeypatch
+):
+    # Concurrent first uses: one install, one environment.
+    both = await asyncio.gather(
+        environments.ensure(sqlite_settings, "sqlite"),
+        environments.ensure(sqlite_settings, "sqlite"),
+    )
+    assert both[0] == both[1] and both[0].version("dbt-core").startswith("1.10.")
+    installed = [
+        p for p in sqlite_settings.engine_environments.iterdir() if p.name.startswith("sqlite-")
+    ]
+    assert installed == [environments.Path(both[0].root)]
+
+    project = tmp_path / "lite"
+    _write(project, PROJECT)
+    stack = await Stack(sqlite_settings).start()
+    try:
+        _, deployed = await client.deploy(stack.bus, project, "lite")
+        assert isinstance(deployed, ev.Deployed), deployed
+        assert deployed.adapter == "sqlite"
+        assert (
+            deployed.engine_version
+            == both[0].version("dbt-core")
+            != environments.metadata.version("dbt-core")
+        )
+        assert deployed.environment_lock["dbt-sqlite"] == deployed.adapter_version
+        assert deployed.environment_lock["dbt-core"] == deployed.engine_version
+
+        final = await client.run(stack.bus, "lite", RunCommand(command=BuildCommand()))
+        assert isinstance(final, ev.RunFinished), final
+        assert final.result.status == "passed", [n.message for n in final.result.nodes]
+        assert final.result.engine_version == deployed.engine_version
+        # Live node events, handed over by the environment's own warm dbt as dbt fired them.
+        live = await stack.bus.last_event(subjects.node_event("lite", final.run_id, "finished"))
+        assert isinstance(live, ev.NodeFinished), live
+
+        # The index unreachable from here on: a second deploy installs nothing.
+        monkeypatch.setenv("UV_INDEX_URL", f"http://127.0.0.1:{_closed_port()}/simple")
+        (project / "models/third.sql").write_text("select 3 as id")
+        _, again = await client.deploy(stack.bus, project, "lite")
+        assert isinstance(again, ev.Deployed), again
+        assert again.environment_lock == deployed.environment_lock
+    finally:
+        await stack.stop()
+
+
+async def test_an_adapter_outside_the_allowlist_is_refused_naming_the_setting(settings, tmp_path):
+    changed = _with_warehouse(settings, tmp_path, {"type": "madeup", "threads": 1})
+    project = tmp_path / "p"
+    _write(project, PROJECT)
+    stack = await Stack(changed).start()
+    try:
+        _, final = await client.deploy(stack.bus, project, "p")
+    finally:
+        await stack.stop()
+    assert isinstance(final, ev.DeployRefused), final
+    assert "adapter 'madeup'" in final.reason and "JETDBT_EXTRA_ADAPTERS" in final.reason
+
+
+async def test_a_failed_install_refuses_the_deploy_and_leaves_nothing(
+    settings, tmp_path, monkeypatch
+):
+    # The operator's index, at a loopback port nobody listens on.
+    monkeypatch.setenv("UV_INDEX_URL", f"http://127.0.0.1:{_closed_port()}/simple")
+    monkeypatch.setenv("UV_HTTP_RETRIES", "0")
+    monkeypatch.delenv("PIP_FIND_LINKS", raising=False)
+    monkeypatch.delenv("UV_FIND_LINKS", raising=False)
+    isolated = tmp_path / "environments"
+    changed = _with_warehouse(
+        settings, tmp_path, {"type": "mysql", "server": "127.0.0.1"}, environments_dir=isolated
+    )
+    project = tmp_path / "p"
+    _write(project, PROJECT)
+    stack = await Stack(changed).start()
+    try:
+        _, final = await client.deploy(stack.bus, project, "p")
+    finally:
+        await stack.stop()
+    assert isinstance(final, ev.DeployRefused), final
+    assert "adapter 'mysql': installing dbt-mysql failed; the resolver said:" in final.reason
+    assert "127.0.0.1" in final.reason
+    assert [p.name for p in isolated.iterdir() if not p.name.endswith(".lock")] == []
