@@ -47,6 +47,17 @@ def _with_warehouse(settings, tmp_path, output: dict, **changes):
     return msgspec.structs.replace(settings, warehouses_file=file, **changes)
 
 
+async def _deploy_once(settings, tmp_path) -> ev.Event:
+    """PROJECT deployed on a stack of its own with `settings`; the deploy's final event."""
+    project = tmp_path / "p"
+    _write(project, PROJECT)
+    stack = await Stack(settings).start()
+    try:
+        return (await client.deploy(stack.bus, project, "p"))[1]
+    finally:
+        await stack.stop()
+
+
 @pytest.fixture
 def sqlite_settings(settings, tmp_path):
     data = tmp_path / "sqlite"
@@ -112,13 +123,7 @@ async def test_an_adapter_is_provisioned_on_first_use_and_built_warm(
 
 async def test_an_adapter_outside_the_allowlist_is_refused_naming_the_setting(settings, tmp_path):
     changed = _with_warehouse(settings, tmp_path, {"type": "madeup", "threads": 1})
-    project = tmp_path / "p"
-    _write(project, PROJECT)
-    stack = await Stack(changed).start()
-    try:
-        _, final = await client.deploy(stack.bus, project, "p")
-    finally:
-        await stack.stop()
+    final = await _deploy_once(changed, tmp_path)
     assert isinstance(final, ev.DeployRefused), final
     assert "adapter 'madeup'" in final.reason and "JETDBT_EXTRA_ADAPTERS" in final.reason
 
@@ -135,13 +140,7 @@ async def test_a_failed_install_refuses_the_deploy_and_leaves_nothing(
     changed = _with_warehouse(
         settings, tmp_path, {"type": "mysql", "server": "127.0.0.1"}, environments_dir=isolated
     )
-    project = tmp_path / "p"
-    _write(project, PROJECT)
-    stack = await Stack(changed).start()
-    try:
-        _, final = await client.deploy(stack.bus, project, "p")
-    finally:
-        await stack.stop()
+    final = await _deploy_once(changed, tmp_path)
     assert isinstance(final, ev.DeployRefused), final
     assert "adapter 'mysql': installing dbt-mysql failed; the resolver said:" in final.reason
     assert "127.0.0.1" in final.reason
