@@ -378,6 +378,10 @@ class GraphIngested(Event, frozen=True, kw_only=True, tag="graph.ingested.v1"):
     edge_count: int
     content_digest: str = ""
     principal: str = ""
+    # Where the target resolved to when a version's graph was published (the plan's
+    # shared.environments key: warehouse, target, schema, database); "" when unknown. A
+    # run that resolves elsewhere republishes the version's graph (services/runner/graph).
+    resolved_root: str = ""
 
     def subject(self) -> str:
         return subjects.graph_event(self.project, self.scope, self.run_id or self.version)

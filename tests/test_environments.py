@@ -15,6 +15,7 @@ from services.stack import Stack
 from shared import events as ev
 from shared import subjects
 from shared.commands import BuildCommand, RunCommand
+from tests.test_graph import _project_graph
 
 pytestmark = pytest.mark.dbt
 
@@ -145,3 +146,31 @@ async def test_a_failed_install_refuses_the_deploy_and_leaves_nothing(
     assert "adapter 'mysql': installing dbt-mysql failed; the resolver said:" in final.reason
     assert "127.0.0.1" in final.reason
     assert [p.name for p in isolated.iterdir() if not p.name.endswith(".lock")] == []
+
+
+async def test_a_snowflake_project_deploys_without_a_connection(settings, tmp_path):
+    """dbt parse needs no connection: the project deploys, its relations keyed under the
+    warehouse's schema; its build fails with the adapter's own connection error."""
+    file = tmp_path / "warehouses.yaml"
+    connection = {"account": "jetdbt-test", "user": "ana", "password": "$env:HOME",
+                  "database": "analytics", "warehouse": "compute_wh", "schema": "marts",
+                  "login_timeout": 5, "connect_retries": 0}  # fmt: skip
+    file.write_text(
+        msgspec.json.encode({"snow": {"type": "snowflake", "connection": connection}}).decode()
+    )
+    project = tmp_path / "p"
+    _write(project, {**PROJECT, "jetdbt.yaml": "profile:\n  warehouse: snow\n"})
+    stack = await Stack(msgspec.structs.replace(settings, warehouses_file=file)).start()
+    try:
+        _, deployed = await client.deploy(stack.bus, project, "p")
+        assert isinstance(deployed, ev.Deployed), deployed
+        assert deployed.adapter == "snowflake" and "dbt-snowflake" in deployed.environment_lock
+        body = await _project_graph(stack, "p")
+        assert body["relation_root"] == "dbt://snow"
+        relations = {n["name"]: n["relation"] for n in body["nodes"]}
+        assert relations == {"first": "dbt://snow/marts/first", "second": "dbt://snow/marts/second"}
+        final = await client.run(stack.bus, "p", RunCommand(command=BuildCommand()))
+        assert isinstance(final, ev.RunFinished) and final.result.status == "failed"
+        assert "Could not connect to Snowflake backend" in final.result.error
+    finally:
+        await stack.stop()

@@ -164,7 +164,7 @@ async def test_own_profiles_yml_with_password_from_descriptor_env(
     }
     (project_copy / "profiles.yml").write_text(yaml.safe_dump(profiles))
     (project_copy / "jetdbt.yaml").write_text(
-        "profile:\n  profiles_yml: profiles.yml\n"
+        "profile:\n  profiles_yml: profiles.yml\n  warehouse: main\n"
         "env:\n  SHOP_PG_PASSWORD: $env:JETDBT_TEST_SECRET\n"
     )
 

@@ -186,7 +186,7 @@ async def prepare(
         raise Refused(f"version {version} cannot be materialised: {quote(str(exc), 200)}") from None
     try:
         desc = descriptor.load(job.project)
-        wh = pick(ctx.warehouses, desc.profile.warehouse)
+        wh = pick(ctx.warehouses, desc.profile.warehouse_name())
         executable = engine.command(desc.engine, ctx.settings.engines_dir)
         resolver = ctx.resolver()
         plan = make_plan(desc, cmd, args, wh, resolver, job.project, desc.engine)

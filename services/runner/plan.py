@@ -162,7 +162,22 @@ def _own_profiles(
         raise PlanRefused(
             f"{path}: profile {profile!r} has no target {chosen!r}; outputs: {outputs}"
         )
-    return text, str(chosen), entry["outputs"][chosen]
+    output = entry["outputs"][chosen]
+    if not isinstance(output, dict):
+        raise PlanRefused(f"{path}: {profile}.outputs.{chosen} is not a mapping")
+    where = output.get("path")
+    if output.get("type") == "duckdb" and isinstance(where, str) and _relative_file(where):
+        raise PlanRefused(
+            f"{path}: {profile}.outputs.{chosen}.path is {where!r}, a relative path: it would"
+            " land in the run's own job folder, removed after the run. Give an absolute path"
+        )
+    return text, str(chosen), output
+
+
+def _relative_file(path: str) -> bool:
+    """A path dbt would resolve against its working folder (not :memory:, not a template,
+    not a URL such as md: or s3://)."""
+    return not (path.startswith("/") or path == ":memory:" or "{" in path or ":" in path)
 
 
 def _selection(desc: Descriptor, cmd: BuildCommand | None):
