@@ -4,7 +4,6 @@ environment does not hold is provisioned on first use, cached, locked and run wa
 from __future__ import annotations
 
 import asyncio
-import socket
 
 import msgspec
 import pytest
@@ -15,6 +14,7 @@ from services.stack import Stack
 from shared import events as ev
 from shared import subjects
 from shared.commands import BuildCommand, RunCommand
+from tests.helpers import closed_port, write_files
 from tests.test_graph import _project_graph
 
 pytestmark = pytest.mark.dbt
@@ -28,18 +28,6 @@ PROJECT = {
 }
 
 
-def _write(root, files) -> None:
-    for name, text in files.items():
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text(text)
-
-
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _with_warehouse(settings, tmp_path, output: dict, **changes):
     file = tmp_path / "warehouses.yaml"
     file.write_text(
@@ -51,7 +39,7 @@ def _with_warehouse(settings, tmp_path, output: dict, **changes):
 async def _deploy_once(settings, tmp_path) -> ev.Event:
     """PROJECT deployed on a stack of its own with `settings`; the deploy's final event."""
     project = tmp_path / "p"
-    _write(project, PROJECT)
+    write_files(project, PROJECT)
     stack = await Stack(settings).start()
     try:
         return (await client.deploy(stack.bus, project, "p"))[1]
@@ -90,7 +78,7 @@ async def test_an_adapter_is_provisioned_on_first_use_and_built_warm(
     assert installed == [environments.Path(both[0].root)]
 
     project = tmp_path / "lite"
-    _write(project, PROJECT)
+    write_files(project, PROJECT)
     stack = await Stack(sqlite_settings).start()
     try:
         _, deployed = await client.deploy(stack.bus, project, "lite")
@@ -113,7 +101,7 @@ async def test_an_adapter_is_provisioned_on_first_use_and_built_warm(
         assert isinstance(live, ev.NodeFinished), live
 
         # The index unreachable from here on: a second deploy installs nothing.
-        monkeypatch.setenv("UV_INDEX_URL", f"http://127.0.0.1:{_closed_port()}/simple")
+        monkeypatch.setenv("UV_INDEX_URL", f"http://127.0.0.1:{closed_port()}/simple")
         (project / "models/third.sql").write_text("select 3 as id")
         _, again = await client.deploy(stack.bus, project, "lite")
         assert isinstance(again, ev.Deployed), again
@@ -133,7 +121,7 @@ async def test_a_failed_install_refuses_the_deploy_and_leaves_nothing(
     settings, tmp_path, monkeypatch
 ):
     # The operator's index, at a loopback port nobody listens on.
-    monkeypatch.setenv("UV_INDEX_URL", f"http://127.0.0.1:{_closed_port()}/simple")
+    monkeypatch.setenv("UV_INDEX_URL", f"http://127.0.0.1:{closed_port()}/simple")
     monkeypatch.setenv("UV_HTTP_RETRIES", "0")
     monkeypatch.delenv("PIP_FIND_LINKS", raising=False)
     monkeypatch.delenv("UV_FIND_LINKS", raising=False)
@@ -159,7 +147,7 @@ async def test_a_snowflake_project_deploys_without_a_connection(settings, tmp_pa
         msgspec.json.encode({"snow": {"type": "snowflake", "connection": connection}}).decode()
     )
     project = tmp_path / "p"
-    _write(project, {**PROJECT, "jetdbt.yaml": "profile:\n  warehouse: snow\n"})
+    write_files(project, {**PROJECT, "jetdbt.yaml": "profile:\n  warehouse: snow\n"})
     stack = await Stack(msgspec.structs.replace(settings, warehouses_file=file)).start()
     try:
         _, deployed = await client.deploy(stack.bus, project, "p")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import shutil
-import socket
 import subprocess
 import tarfile
 
@@ -16,7 +15,7 @@ from services.runner import packages
 from shared import events as ev
 from shared.commands import BuildCommand, RunCommand
 from shared.digests import digest_of
-from tests.helpers import duckdb_tables
+from tests.helpers import closed_port, duckdb_tables, write_files
 
 pytestmark = pytest.mark.dbt
 
@@ -36,12 +35,6 @@ GIT_PACKAGE = {
 }
 
 
-def _write(root, files) -> None:
-    for name, text in files.items():
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text(text)
-
-
 def _git(*args, cwd) -> None:
     subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True)
 
@@ -49,7 +42,7 @@ def _git(*args, cwd) -> None:
 def _bare_repository(tmp_path):
     """A dbt package in a local bare repository, cloned over file:// like any git host."""
     work = tmp_path / "gitpkg"
-    _write(work, GIT_PACKAGE)
+    write_files(work, GIT_PACKAGE)
     _git("init", "-q", "-b", "main", cwd=work)
     _git("add", ".", cwd=work)
     _git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "pkg", cwd=work)
@@ -75,7 +68,7 @@ async def _build(stack, project="pkgs") -> ev.RunFinished:
 async def test_local_and_git_packages_are_pinned_at_deploy_and_restored_for_runs(stack, tmp_path):
     bare = _bare_repository(tmp_path)
     project = tmp_path / "pkgs"
-    _write(project, PROJECT)
+    write_files(project, PROJECT)
     (project / "packages.yml").write_text(
         f"packages:\n  - local: pkgs/localpkg\n  - git: 'file://{bare}'\n    revision: main\n"
     )
@@ -109,17 +102,11 @@ async def test_local_and_git_packages_are_pinned_at_deploy_and_restored_for_runs
     await _build(stack)
 
 
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 async def test_an_unreachable_hub_fails_the_deploy_naming_the_package(stack, tmp_path, monkeypatch):
     # dbt's own setting for the hub's address, pointed at a loopback port nobody listens on.
-    monkeypatch.setenv("DBT_PACKAGE_HUB_URL", f"http://127.0.0.1:{_closed_port()}/")
+    monkeypatch.setenv("DBT_PACKAGE_HUB_URL", f"http://127.0.0.1:{closed_port()}/")
     project = tmp_path / "hub"
-    _write(project, {"dbt_project.yml": PROJECT["dbt_project.yml"], "models/a.sql": "select 1"})
+    write_files(project, {**PROJECT, "models/answer.sql": "select 1"})
     (project / "packages.yml").write_text(
         "packages:\n  - package: dbt-labs/dbt_utils\n    version: 1.3.0\n"
     )

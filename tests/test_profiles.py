@@ -14,19 +14,13 @@ from shared import events as ev
 from shared import subjects
 from shared.commands import BuildCommand, RunCommand
 from shared.graph import SCOPE_VERSION
-from tests.helpers import wait_for
+from tests.helpers import wait_for, write_files
 from tests.test_graph import _project_graph
 
 PROJECT = {
     "dbt_project.yml": "name: own\nversion: '1.0'\nconfig-version: 2\nprofile: own\n",
     "models/first.sql": "select 1 as id",
 }
-
-
-def _write(root, files) -> None:
-    for name, text in files.items():
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text(text)
 
 
 def _own_profile(project, path: str) -> None:
@@ -46,7 +40,7 @@ async def test_an_own_profile_without_a_warehouse_or_with_a_relative_file_is_ref
     stack, tmp_path
 ):
     project = tmp_path / "own"
-    _write(project, PROJECT)
+    write_files(project, PROJECT)
     _own_profile(project, str(tmp_path / "own.duckdb"))
     refusals = {
         "profile:\n  profiles_yml: profiles.yml\n": "key 'profile.warehouse' is required",
@@ -80,7 +74,7 @@ async def test_an_own_profile_is_keyed_by_the_warehouse_it_names(settings, tmp_p
         },
     )
     project = tmp_path / "own"
-    _write(project, PROJECT)
+    write_files(project, PROJECT)
     (project / "jetdbt.yaml").write_text(
         "profile:\n  profiles_yml: profiles.yml\n  warehouse: lake\n"
     )
@@ -101,7 +95,7 @@ async def test_a_run_whose_warehouse_schema_moved_republishes_the_versions_graph
     settings, tmp_path
 ):
     project = tmp_path / "moving"
-    _write(project, PROJECT)
+    write_files(project, PROJECT)
     duckdb = str(tmp_path / "moving.duckdb")
 
     async def on_schema(schema: str, step):
