@@ -4,12 +4,13 @@ environment does not hold is provisioned on first use, cached, locked and run wa
 from __future__ import annotations
 
 import asyncio
+import os
 
 import msgspec
 import pytest
 
 from services import client
-from services.runner import environments
+from services.runner import environments, spawn
 from services.stack import Stack
 from shared import events as ev
 from shared import subjects
@@ -162,3 +163,27 @@ async def test_a_snowflake_project_deploys_without_a_connection(settings, tmp_pa
         assert "Could not connect to Snowflake backend" in final.result.error
     finally:
         await stack.stop()
+
+
+async def test_an_environments_warm_dbt_stops_once_idle(sqlite_settings):
+    environment = await environments.ensure(sqlite_settings, "sqlite")
+    environment = msgspec.structs.replace(environment, idle_seconds=0)
+    read_fd, write_fd = os.pipe()
+    try:
+        child = await spawn.spawn(["true"], "/", {}, write_fd, exec_=["/bin/true"],
+                                  environment=environment)  # fmt: skip
+    finally:
+        os.close(write_fd)
+    assert await child.wait() == 0
+    os.close(read_fd)
+    server = spawn._engines[environment.root]
+    assert server.alive()
+    # The next invocation anywhere else stops the idle one.
+    read_fd, write_fd = os.pipe()
+    try:
+        other = await spawn.spawn(["true"], "/", {}, write_fd, exec_=["/bin/true"])
+    finally:
+        os.close(write_fd)
+    assert await other.wait() == 0
+    os.close(read_fd)
+    assert environment.root not in spawn._engines and not server.alive()
