@@ -164,10 +164,13 @@ def index_args(env: dict[str, str]) -> list[str]:
 def _install(staging: Path, requirements: list[str], adapter: str) -> dict[str, str]:
     """A complete environment in `staging` and its lock; raises EnvironmentUnavailable."""
     uv, python = _uv(), str(staging / "bin" / "python")
+    index = index_args(dict(os.environ))
     _uv_step(adapter, [uv, "venv", "--quiet", "--relocatable", "--python", sys.executable,
                        str(staging)])  # fmt: skip
     _uv_step(adapter, [uv, "pip", "install", "--quiet", "--python", python, *requirements,
-                       *index_args(dict(os.environ))])  # fmt: skip
+                       *index])  # fmt: skip
+    frozen = _uv_step(adapter, [uv, "pip", "freeze", "--python", python])
+    _add_rehearsal(uv, python, staging, frozen, index)
     frozen = _uv_step(adapter, [uv, "pip", "freeze", "--python", python])
     lock = {}
     for line in frozen.splitlines():
@@ -175,6 +178,20 @@ def _install(staging: Path, requirements: list[str], adapter: str) -> dict[str, 
         if version:
             lock[package.strip().lower()] = version.strip()
     return lock
+
+
+def _add_rehearsal(uv: str, python: str, staging: Path, frozen: str, index: list[str]) -> None:
+    """dbt-duckdb beside the adapter, held to what the adapter resolved (a constraint, so it
+    moves nothing): the warm dbt rehearses a DuckDB build before it forks anything
+    (forkserver.py), which every child would otherwise pay for again. Best effort: where
+    it does not fit, the environment serves without it."""
+    if "dbt-duckdb==" in frozen:
+        return
+    pinned = staging / "jetdbt-resolved.txt"
+    pinned.write_text(frozen)
+    with contextlib.suppress(EnvironmentUnavailable):
+        _uv_step("duckdb", [uv, "pip", "install", "--quiet", "--python", python, "dbt-duckdb",
+                            "--constraint", str(pinned), *index])  # fmt: skip
 
 
 def _uv_step(adapter: str, argv: list[str]) -> str:
