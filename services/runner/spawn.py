@@ -195,6 +195,7 @@ def _current(environment: EngineEnvironment | None = None) -> _Server:
                     server.stop()
                 server = _engines[environment.root] = _Server(environment)
             server.last_used = time.monotonic()
+            server.idle_seconds = environment.idle_seconds  # the setting as it is now
             return server
         if _server is None or not _server.alive():
             if _server is not None:
