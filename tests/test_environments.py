@@ -107,6 +107,19 @@ async def test_an_adapter_is_provisioned_on_first_use_and_built_warm(
         _, again = await client.deploy(stack.bus, project, "lite")
         assert isinstance(again, ev.Deployed), again
         assert again.environment_lock == deployed.environment_lock
+
+        # Another resolution of the same environment (another runner's, say) runs nothing
+        # the deploy did not resolve: the run is refused.
+        lock_file = environments.Path(both[0].root) / environments.LOCK_FILE
+        kept = lock_file.read_bytes()
+        other = {**msgspec.json.decode(kept), "dbt-core": "1.10.0-other"}
+        lock_file.write_bytes(msgspec.json.encode(other))
+        try:
+            refused = await client.run(stack.bus, "lite", RunCommand(command=BuildCommand()))
+        finally:
+            lock_file.write_bytes(kept)
+        assert isinstance(refused, ev.RunRefused), refused
+        assert f"dbt-core {deployed.engine_version} (here 1.10.0-other)" in refused.reason
     finally:
         await stack.stop()
 
