@@ -68,6 +68,20 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # Folders every run may read besides its job (shared reference files); JETDBT_HOME
     # stays hidden even inside one of them.
     sandbox_read: tuple[Path, ...] = ()
+    # Engine environments (services/runner/environments.py): the dbt-core range an
+    # adapter's environment resolves within, the adapters beyond the known ones an operator
+    # trusts to install, where environments are kept, and how long an idle one's warm
+    # dbt stays up.
+    dbt_core_floor: str = "1.10"
+    dbt_core_ceiling: str = "1.12"
+    extra_adapters: tuple[str, ...] = ()
+    environments_dir: Path | None = None
+    environment_idle_seconds: int = 600
+
+    @property
+    def engine_environments(self) -> Path:
+        """JETDBT_ENVIRONMENTS_DIR, else JETDBT_HOME/environments."""
+        return self.environments_dir or self.home / "environments"
 
     @property
     def mcp_listen_port(self) -> int:
@@ -216,7 +230,23 @@ def load(env=None) -> Settings:
             for p in (env.get("JETDBT_SANDBOX_READ") or "").split(",")
             if p.strip()
         ),
-        env_references=tuple(
-            n.strip() for n in (env.get("JETDBT_ENV_REFERENCES") or "").split(",") if n.strip()
-        ),
+        env_references=_names(env, "JETDBT_ENV_REFERENCES"),
+        dbt_core_floor=_version(env, "DBT_CORE_1X_FLOOR", "1.10"),
+        dbt_core_ceiling=_version(env, "DBT_CORE_1X_CEILING", "1.12"),
+        extra_adapters=_names(env, "JETDBT_EXTRA_ADAPTERS"),
+        environments_dir=_path(env, "JETDBT_ENVIRONMENTS_DIR"),
+        environment_idle_seconds=_positive(env, "JETDBT_ENVIRONMENT_IDLE_SECONDS", 600),
     )
+
+
+def _version(env, name: str, default: str) -> str:
+    """A release number such as 1.10 (it becomes a requirement: nothing else may pass)."""
+    raw = (env.get(name) or default).strip()
+    if not all(part.isdigit() for part in raw.split(".")):
+        raise ValueError(f"{name}={raw!r} is not a release number such as {default}")
+    return raw
+
+
+def _names(env, name: str) -> tuple[str, ...]:
+    """A comma-separated list."""
+    return tuple(n.strip() for n in (env.get(name) or "").split(",") if n.strip())

@@ -66,10 +66,15 @@ _CHOICES = {"engine": ", ".join(Engine.__args__), "test_behavior": ", ".join(Tes
 
 
 class Profile(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    warehouse: str = "main"
+    # The configured warehouse its relations are keyed by: `main` unless named, except
+    # with an own profiles.yml, which has no default identity and must name one.
+    warehouse: str | None = None
     target: str | None = None
     schema: str | None = None
     profiles_yml: str | None = None
+
+    def warehouse_name(self) -> str:
+        return self.warehouse or "main"
 
 
 class RetryPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -248,6 +253,12 @@ def _check(desc: Descriptor) -> None:
                 f"{FILENAME}: key 'env.{key}' is {value!r}; a reference is $env:NAME or"
                 " $var:PATH (a literal starting with '$' is not allowed)"
             )
+    if desc.profile.profiles_yml and desc.profile.warehouse is None:
+        raise DescriptorError(
+            f"{FILENAME}: key 'profile.warehouse' is required with profile.profiles_yml: an own"
+            " profiles.yml has no default identity, so name the configured warehouse its"
+            " relations are keyed by"
+        )
     if desc.selector is not None and not desc.selector.strip():
         raise DescriptorError(f"{FILENAME}: key 'selector' is empty; name a selectors.yml entry")
 

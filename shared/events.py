@@ -197,6 +197,12 @@ class Deployed(_DeployEvent, frozen=True, kw_only=True, tag="deploy.deployed.v2"
     # command's stream sequence: the current version is the deployed one submitted last.
     source: list[str] = []
     command_seq: int = 0
+    # The digest of the package-lock.yml the deploy's `dbt deps` wrote (None: no packages):
+    # it keys each runner's package cache (services/runner/packages.py).
+    package_lock_digest: str | None = None
+    # The engine environment's every package at its exact version, when the adapter runs in
+    # one provisioned for it (services/runner/environments.py); {}: jetdbt's own.
+    environment_lock: dict[str, str] = {}
     _kind = "deployed"
 
 
@@ -384,6 +390,10 @@ class GraphIngested(Event, frozen=True, kw_only=True, tag="graph.ingested.v1"):
     edge_count: int
     content_digest: str = ""
     principal: str = ""
+    # Where the target resolved to when a version's graph was published (the plan's
+    # shared.environments key: warehouse, target, schema, database); "" when unknown. A
+    # run that resolves elsewhere republishes the version's graph (services/runner/graph).
+    resolved_root: str = ""
 
     def subject(self) -> str:
         return subjects.graph_event(self.project, self.scope, self.run_id or self.version)

@@ -87,8 +87,18 @@ def nats_url(nats_server):
     return nats_server.url
 
 
+@pytest.fixture(scope="session")
+def environments_cache(tmp_path_factory):
+    """Engine environments provisioned once for the whole suite: with xdist, in the run's
+    folder above each worker's (a file lock makes concurrent first uses install once)."""
+    base = tmp_path_factory.getbasetemp()
+    folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "environments"
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
 @pytest.fixture
-def settings(tmp_path, nats_url, pg_url):
+def settings(tmp_path, nats_url, pg_url, environments_cache):
     # Runs may read the test's folder (a gate's release file lies there; JETDBT_HOME inside
     # it stays hidden), as their sandbox uid.
     tmp_path.chmod(0o755)
@@ -100,6 +110,7 @@ def settings(tmp_path, nats_url, pg_url):
             "DATABASE_URL": pg_url,
             "JETDBT_SCHEMA": f"t_{uuid.uuid4().hex[:12]}",
             "JETDBT_API_PORT": "0",
+            "JETDBT_ENVIRONMENTS_DIR": str(environments_cache),
         }
     )
 

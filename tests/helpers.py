@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -179,3 +180,17 @@ async def not_runners_events(js, after: int = 0) -> list[str]:
         if not ev.fits(event, msg.subject) or not msg_id.startswith(event.event_id()):
             found.append(f"#{seq} {msg.subject}: {type(event).__name__} id {msg_id!r}")
     return found
+
+
+def write_files(root: Path, files: dict[str, str]) -> None:
+    """A project (or package) folder from {relative path: text}."""
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+
+
+def closed_port() -> int:
+    """A loopback port nobody listens on: what an unreachable server answers."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.runner import workspace
+from services.runner import packages, workspace
 from shared import bundle
 from shared.digests import check_digest, digest_of
 
@@ -37,7 +37,6 @@ def test_anything_else_is_refused_naming_its_first_40_characters(value):
 async def test_a_job_is_never_built_from_a_digest_that_is_not_one(tmp_path):
     with pytest.raises(bundle.BundleRefused, match="'sha256:../x' is not a content digest"):
         await workspace.prepare(None, tmp_path, "sha256:../x", "job")
-    good = digest_of(b"bundle")
-    with pytest.raises(bundle.BundleRefused, match="<packages>: 'nope'"):
-        await workspace.prepare(None, tmp_path, good, "job", packages_digest="nope")
+    with pytest.raises(packages.PackagesRefused, match="<packages>: 'nope'"):
+        await packages.PackageCache(tmp_path).tree(None, "nope")
     assert list(tmp_path.iterdir()) == []

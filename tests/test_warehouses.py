@@ -164,7 +164,7 @@ async def test_own_profiles_yml_with_password_from_descriptor_env(
     }
     (project_copy / "profiles.yml").write_text(yaml.safe_dump(profiles))
     (project_copy / "jetdbt.yaml").write_text(
-        "profile:\n  profiles_yml: profiles.yml\n"
+        "profile:\n  profiles_yml: profiles.yml\n  warehouse: main\n"
         "env:\n  SHOP_PG_PASSWORD: $env:JETDBT_TEST_SECRET\n"
     )
 
@@ -248,17 +248,26 @@ async def test_a_project_reads_only_the_environment_names_the_operator_allows(
     assert "JETDBT_ENV_REFERENCES" in refused.reason and CANARY not in refused.reason
 
 
-def test_profile_name_is_rendered_against_the_run_environment(tmp_path, monkeypatch):
+def test_profile_name_is_rendered_against_the_run_environment():
     from services.runner.plan import PlanRefused, _render_profile_name
 
-    (tmp_path / "dbt_project.yml").write_text(
-        "name: p\nprofile: \"{{ env_var('SHOP_PROFILE', 'fallback') }}\"\n"
-    )
-    assert _render_profile_name(tmp_path, {"SHOP_PROFILE": "shop"}) == "shop"
-    assert _render_profile_name(tmp_path, {}) == "fallback"
-    (tmp_path / "dbt_project.yml").write_text("name: p\nprofile: \"{{ env_var('NOPE') }}\"\n")
+    doc = {"name": "p", "profile": "{{ env_var('SHOP_PROFILE', 'fallback') }}"}
+    assert _render_profile_name(doc, {"SHOP_PROFILE": "shop"}) == "shop"
+    assert _render_profile_name(doc, {}) == "fallback"
     with pytest.raises(PlanRefused, match="env_var\\('NOPE'\\)"):
-        _render_profile_name(tmp_path, {})
+        _render_profile_name({"profile": "{{ env_var('NOPE') }}"}, {})
+
+
+def test_packages_install_path_is_rendered_and_kept_inside_the_project():
+    from services.runner.plan import PlanRefused, _packages_path
+
+    assert _packages_path({}, {}) == "dbt_packages"
+    setting = {"packages-install-path": "{{ env_var('PKGS', 'vendor') }}/"}
+    assert _packages_path(setting, {}) == "vendor"
+    assert _packages_path(setting, {"PKGS": "a/b"}) == "a/b"
+    for outside in ("../elsewhere", "/abs"):
+        with pytest.raises(PlanRefused, match="must be a folder inside the project"):
+            _packages_path({"packages-install-path": outside}, {})
 
 
 async def test_a_profile_name_cannot_read_the_runners_environment(stack, project_copy, monkeypatch):

@@ -66,6 +66,8 @@ class Source:
     cmd: BuildCommand
     args: dict[str, Any] | None
     resumes: ev.RetryStateSaved | None = None
+    # The engine environment the version was deployed with (Deployed.environment_lock).
+    environment_lock: dict[str, str] | None = None
 
 
 async def settled(bus, project: str, run_id: str) -> ev.Event | None:
@@ -131,6 +133,22 @@ class Attempt:
     def deferred_to(self) -> str | None:
         return None
 
+    def _other_engine(self) -> str | None:
+        """Why this runner must not run the version: its environment for the adapter holds
+        another dbt-core or adapter than the one the version was deployed with (a runner
+        never runs what the deploy did not resolve); None when they agree."""
+        deployed, here = self.source.environment_lock or {}, self.prepared.environment_lock
+        names = ("dbt-core", f"dbt-{self.prepared.plan.adapter}")
+        differ = [n for n in names if deployed and deployed.get(n) != here.get(n)]
+        if not differ:
+            return None
+        said = ", ".join(f"{n} {deployed.get(n)} (here {here.get(n, 'none')})" for n in differ)
+        return (
+            f"this runner's engine environment differs from the one the version was deployed"
+            f" with: {said}; deploy a changed version to pin one again (an unchanged deploy"
+            " is a no-op)"
+        )
+
     async def before_finished(self, result: ev.RunResult) -> None:
         """What the kind publishes before RunFinished, so whoever sees the run finish sees it."""
 
@@ -156,7 +174,7 @@ class Attempt:
         leases: list[Lease] = []
         keepers: list[asyncio.Task] = []
         try:
-            reason = await self.check()
+            reason = self._other_engine() or await self.check()
             if reason:
                 return await refuse(self.ctx, self.project, self.run_id, reason)
             leases = await self._admit(seq, team)

@@ -42,7 +42,13 @@ async def build(
     cancelled: asyncio.Event,
 ) -> ev.Event:
     """Run to the end and publish RunFinished, or RunRefused when the run cannot start."""
-    source = Source(deployed.version, deployed.packages_digest, body.command, body.args)
+    source = Source(
+        deployed.version,
+        deployed.packages_digest,
+        body.command,
+        body.args,
+        environment_lock=deployed.environment_lock,
+    )
     return await _Build(ctx, project, body, run_id, attempt, cancelled, source).run()
 
 

@@ -133,9 +133,19 @@ class Containment:
                 " writable by project code: put the warehouse file in a folder of its own"
             )
 
-    async def spec(self, root: Path, plan: Any, *, name: str) -> dict | None:
+    async def spec(
+        self,
+        root: Path,
+        plan: Any,
+        *,
+        name: str,
+        readonly: tuple[str, ...] = (),
+        host_network: bool = False,
+    ) -> dict | None:
         """What invocation `name` in job `root` may see and reach, its cgroup made; None
-        with the sandbox off. `plan` (None for the probe) names the warehouse."""
+        with the sandbox off. `plan` (None for the probe) names the warehouse; `readonly`
+        are more folders it reads (a package tree); `host_network` is for `dbt deps`
+        alone, which fetches from git and the package hub and runs no project SQL."""
         if not self.enabled:
             return None
         group = await asyncio.to_thread(self.hierarchy.group, name, self.caps)
@@ -149,15 +159,17 @@ class Containment:
         }
         if self.settings.engines_dir is not None:
             spec["readonly"].append(str(self.settings.engines_dir))
-        spec["readonly"] += [str(p) for p in self.settings.sandbox_read]
-        if plan is not None:
-            if plan.duckdb_folder:
-                spec["writable"].append(plan.duckdb_folder)
+        spec["readonly"] += [str(p) for p in self.settings.sandbox_read] + list(readonly)
+        if host_network:
+            spec["host_network"] = True
+        elif plan is not None:
             if plan.endpoint and plan.endpoint[0].startswith("/"):
                 socket = Path(plan.endpoint[0]) / f".s.PGSQL.{plan.endpoint[1]}"
                 spec["readonly"].append(str(socket))  # the socket alone, not its folder
             elif plan.endpoint:
                 spec["network"] = {"host": plan.endpoint[0], "port": plan.endpoint[1]}
+        if plan is not None and plan.warehouse_folder:
+            spec["writable"].append(plan.warehouse_folder)
         return spec
 
     async def release(self, name: str) -> bool:
@@ -179,11 +191,23 @@ class Containment:
 class JobSandbox:
     """One job's invocations, each in a sandbox and cgroup of its own (by name)."""
 
-    def __init__(self, containment: Containment, root: Path, plan: Any):
+    def __init__(self, containment: Containment, root: Path, plan: Any, *, host_network=False):
         self.containment, self.root, self.plan = containment, root, plan
+        self.readonly: list[str] = []  # the package tree the job links, once it has one
+        self.host_network = host_network
+
+    def for_deps(self) -> JobSandbox:
+        """The same job's sandbox for `dbt deps`: the machine's network, nothing more shown."""
+        return JobSandbox(self.containment, self.root, self.plan, host_network=True)
 
     async def enter(self, name: str) -> dict | None:
-        return await self.containment.spec(self.root, self.plan, name=name)
+        return await self.containment.spec(
+            self.root,
+            self.plan,
+            name=name,
+            readonly=tuple(self.readonly),
+            host_network=self.host_network,
+        )
 
     async def leave(self, name: str) -> bool:
         return await self.containment.release(name)

@@ -31,6 +31,7 @@ from shared import logging as jlog
 
 if TYPE_CHECKING:
     from services.runner.containment import JobSandbox
+    from services.runner.environments import EngineEnvironment
 
 __all__ = ["DbtInvocation", "RunTimedOut", "dbt_env", "ERROR_TAIL"]
 
@@ -48,7 +49,8 @@ MAX_BACKLOG = 10_000
 _PIPE_LIMIT = 1 << 20
 _log = jlog.get("dbt")
 # What dbt may see of the runner's own environment: locale, time zone, the search
-# path and TLS/proxy settings a warehouse connection may need. Never the runner's
+# path, TLS/proxy settings a warehouse connection may need and the operator's mirror of
+# dbt's package hub (DBT_PACKAGE_HUB_URL, read by `dbt deps`). Never the runner's
 # credentials (NATS, Postgres, tokens): those are simply not on this list.
 _INHERITED = (
     "PATH",
@@ -66,6 +68,7 @@ _INHERITED = (
     "http_proxy",
     "https_proxy",
     "no_proxy",
+    "DBT_PACKAGE_HUB_URL",
 )
 
 
@@ -98,10 +101,16 @@ def dbt_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+# dbt's commands that take no --target-path (their click options say so): they write no
+# artifacts, and dbt refuses the flag ("No such option").
+WITHOUT_TARGET_PATH = frozenset({"deps", "debug", "init"})
+
+
 class DbtInvocation:
     """`dbt <command> ...` in `project_dir`, with logs under `logs/` and artifacts under `target/`.
 
-    `executable` is None for the installed dbt-core (warm), else an engine binary's argv.
+    `executable` is None for the installed dbt-core (warm), else an engine binary's argv;
+    `environment` the engine environment whose warm dbt runs it (None: jetdbt's own).
     """
 
     def __init__(
@@ -116,9 +125,11 @@ class DbtInvocation:
         log_dir: str = "logs",
         target_dir: str = "target",
         sandbox: JobSandbox | None = None,
+        environment: EngineEnvironment | None = None,
     ):
         self.project_dir = project_dir
         self.sandbox = sandbox
+        self.environment = environment
         self.log_file = project_dir / log_dir / "dbt.log"
         self.target_dir = project_dir / target_dir
         self.executable = executable
@@ -131,8 +142,7 @@ class DbtInvocation:
             str(project_dir),
             "--profiles-dir",
             str(profiles_dir),
-            "--target-path",
-            target_dir,
+            *([] if command in WITHOUT_TARGET_PATH else ["--target-path", target_dir]),
             "--log-path",
             log_dir,
             *(file_log if executable else ["--log-level-file", "none"]),
@@ -206,6 +216,7 @@ class DbtInvocation:
                 events_fd=events_w,
                 events=results.NODE_EVENTS if piped else (),
                 sandbox=sandbox,
+                environment=self.environment,
             )
         except BaseException:
             for fd in (read_fd, events_r):

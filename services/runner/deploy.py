@@ -1,4 +1,4 @@
-"""Deploy: accept the bundle, `dbt deps` when the project has packages, `dbt parse`, publish.
+"""Deploy: accept the bundle, pin its packages (services/runner/packages.py), `dbt parse`, publish.
 
 The bundle digest is the version. Deploying the version that is already the
 latest is a no-op that says so. A descriptor, warehouse or engine problem
@@ -8,8 +8,11 @@ refuses the deploy with the reason, before any dbt runs.
 from __future__ import annotations
 
 import asyncio
+import shutil
 
-from services.runner import admission, engine, graph, workspace
+from nats.js.errors import ObjectNotFoundError
+
+from services.runner import admission, graph, packages
 from services.runner.containment import MemoryExceeded
 from services.runner.context import RunnerContext
 from services.runner.job_setup import Prepared, Refused, prepare
@@ -142,13 +145,12 @@ async def _parse(
         await ctx.bus.publish(final)
         return final
 
-    packages_digest = None
-    if any((job.project / name).exists() for name in workspace.PACKAGE_FILES):
-        deps = prepared.dbt("deps", [])
-        if await deps.run(timeout=ctx.settings.run_timeout_seconds) != 0:
-            return await fail("dbt deps failed:\n" + deps.error_tail(LOG_TAIL))
-        packed = workspace.pack_packages(job.project)
-        packages_digest = await ctx.bus.put_blob(packed) if packed else None
+    resolution = None
+    if packages.declares_packages(job.project):
+        try:
+            resolution = await _pin_packages(ctx, prepared)
+        except packages.PackagesRefused as exc:
+            return await fail(str(exc))
     parse = prepared.dbt("parse", plan.common_args())
     if await parse.run(timeout=ctx.settings.run_timeout_seconds) != 0:
         return await fail("dbt parse failed:\n" + parse.error_tail(LOG_TAIL))
@@ -160,7 +162,6 @@ async def _parse(
     )
     if reason:
         return await fail(reason)
-    adapter = ctx.warehouses[plan.warehouse].adapter()
     files, files_blob = await event_blobs.split(ctx.bus, files)
     final = ev.Deployed(
         project=project,
@@ -171,16 +172,51 @@ async def _parse(
         manifest_size=len(manifest),
         engine=plan.engine,
         engine_version=prepared.engine_version,
-        adapter=adapter,
-        adapter_version=engine.adapter_version(adapter),
+        adapter=plan.adapter,
+        adapter_version=prepared.adapter_version,
         files=files,
         skipped=cmd.skipped,
         skipped_count=cmd.skipped_count,
         requested_by=cmd.requested_by,
-        packages_digest=packages_digest,
+        packages_digest=resolution.blob if resolution else None,
         files_blob=files_blob,
         source=cmd.source,
         command_seq=seq,
+        package_lock_digest=resolution.lock_digest if resolution else None,
+        environment_lock=prepared.environment_lock,
     )
     await ctx.bus.publish(final)
     return final
+
+
+async def _pin_packages(ctx: RunnerContext, prepared: Prepared) -> packages.Resolution | None:
+    """The project's packages resolved once: this runner's earlier resolution of the same
+    package files and the committed lock it wrote, when there is one (no `dbt deps`), else
+    `dbt deps` and its tree stored. Either way the job then parses the stored tree, as runs
+    build it. None when deps installed nothing. Raises PackagesRefused naming why it failed."""
+    project, where = prepared.job.project, prepared.plan.packages_path
+    cache = prepared.packages
+    known = cache.known(packages.resolution_key(project, where))
+    if known is not None:
+        try:
+            prepared.use_packages(await cache.tree(ctx.bus, known.blob))
+            return known
+        except ObjectNotFoundError:  # the blob was reclaimed: resolve again
+            pass
+    shutil.rmtree(project / where, ignore_errors=True)  # only what dbt installs is used
+    deps = prepared.deps()
+    if await deps.run(timeout=ctx.settings.run_timeout_seconds) != 0:
+        named = ", ".join(packages.declared(project)) or "none named"
+        raise packages.PackagesRefused(
+            f"dbt deps failed (packages: {named}):\n" + deps.error_tail(LOG_TAIL)
+        )
+    packed = await asyncio.to_thread(packages.pack, project, where)
+    if packed is None:
+        return None
+    data, lock_digest = packed
+    resolution = packages.Resolution(blob=await ctx.bus.put_blob(data), lock_digest=lock_digest)
+    prepared.use_packages(await cache.tree(ctx.bus, resolution.blob))
+    # Keyed by the lock dbt wrote: a later deploy that commits that lock resolves nothing;
+    # one without a lock (or with another) runs deps again, as dbt would re-resolve.
+    cache.remember(packages.resolution_key(project, where), resolution)
+    return resolution

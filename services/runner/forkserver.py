@@ -107,10 +107,11 @@ def _unnamed_locks() -> None:
         dbt.mp_context._MP_CONTEXT = multiprocessing.get_context("fork")
 
 
-def _preload() -> frozenset[str]:
-    """Import dbt and its adapters; return the environment variables dbt reads as flags."""
+def _preload(adapter: str | None = None) -> frozenset[str]:
+    """Import dbt and its adapters (an engine environment's `adapter` among them); return
+    the environment variables dbt reads as flags."""
     _unnamed_locks()  # first: dbt's Manifest binds its lock factory when it is imported
-    for name in PRELOAD:
+    for name in (*PRELOAD, *([f"dbt.adapters.{adapter}"] if adapter else [])):
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
     try:
@@ -125,7 +126,7 @@ def _preload() -> frozenset[str]:
             names = getattr(param, "envvar", None) or ()
             found.update([names] if isinstance(names, str) else names)
         commands.extend(getattr(command, "commands", {}).values())
-    failure = _rehearse()
+    failure = _rehearse() if "dbt.adapters.duckdb" in sys.modules else None
     if failure is not None:
         print(json.dumps({"event": "dbt_warm_up_failed", "error": failure[:500]}), file=sys.stderr)
     return frozenset(found)
@@ -133,7 +134,8 @@ def _preload() -> frozenset[str]:
 
 def _rehearse() -> str | None:
     """Parse and build _REHEARSAL in a folder removed after; the failure, if any. Best
-    effort: a failure leaves the children to build what they need themselves."""
+    effort: a failure leaves the children to build what they need themselves (and an
+    engine environment without dbt-duckdb skips it)."""
     import tempfile
     from pathlib import Path
 
@@ -192,6 +194,14 @@ def _event_writer(fd: int, names: frozenset[str]):
     return forward
 
 
+def _hub_address(env: dict[str, str]) -> None:
+    """dbt reads DBT_PACKAGE_HUB_URL once, when this server imported it: a child takes the
+    address its own invocation was handed."""
+    registry = sys.modules.get("dbt.clients.registry")
+    if registry is not None and env.get("DBT_PACKAGE_HUB_URL"):
+        registry.DEFAULT_REGISTRY_BASE_URL = env["DBT_PACKAGE_HUB_URL"]
+
+
 def _invoke(argv: list[str], callbacks: list) -> int:
     """dbt's programmatic entry point; the exit code its CLI would give (0, 1 failed, 2 error)."""
     from dbt.cli.exceptions import DbtUsageException
@@ -240,6 +250,7 @@ def _child(
         env = {k: v for k, v in request["env"].items() if k not in dropped}
         os.environ.clear()
         os.environ.update(env)
+        _hub_address(env)
         if request.get("exec"):
             os.execve(request["exec"][0], request["exec"], env)
         sys.stdout = open(1, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
@@ -266,7 +277,7 @@ def _send(control: socket.socket, message: dict) -> None:
         control.send(json.dumps(message).encode())
 
 
-def serve(parent: int, control_fd: int) -> None:
+def serve(parent: int, control_fd: int, adapter: str | None = None) -> None:
     die_with_parent(parent)
     control = socket.socket(fileno=control_fd)
     wake_r, wake_w = os.pipe()
@@ -274,7 +285,7 @@ def serve(parent: int, control_fd: int) -> None:
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    flags = _preload()
+    flags = _preload(adapter)
     gc.collect()
     gc.freeze()
     gc.set_threshold(*_GC_THRESHOLD)
@@ -325,4 +336,4 @@ def _reap(control: socket.socket, children: dict[int, str]) -> None:
 
 
 if __name__ == "__main__":
-    serve(int(sys.argv[1]), int(sys.argv[2]))
+    serve(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] if len(sys.argv) > 3 else None)

@@ -18,10 +18,11 @@ from typing import Any
 import msgspec
 from nats.js.errors import ObjectNotFoundError
 
-from services.runner import engine, workspace
+from services.runner import engine, environments, workspace
 from services.runner.containment import JobSandbox, SandboxMissing
 from services.runner.context import RunnerContext
 from services.runner.dbt_process import DbtInvocation, dbt_env
+from services.runner.packages import PackageCache, PackagesRefused
 from services.runner.plan import Plan, PlanRefused, make_plan
 from services.runner.secrets import Resolver, UnresolvedReference
 from services.runner.warehouses import UnknownWarehouse, pick
@@ -44,6 +45,7 @@ _REFUSALS = (
     UnknownWarehouse,
     UnresolvedReference,
     engine.EngineUnavailable,
+    environments.EnvironmentUnavailable,
     PlanRefused,
     ValueError,
 )
@@ -55,6 +57,13 @@ _REFUSALS = (
 PARTIAL_PARSE = "partial_parse.msgpack"
 
 
+# The sandbox's uid owns no repository on the machine, so git would refuse a file://
+# package repository an operator shows the sandbox (JETDBT_SANDBOX_READ) as of "dubious
+# ownership": inside the sandbox it sees nothing else, so deps' git trusts what it sees.
+# In the job's own HOME: git hands no -c setting to the process that reads a local repository.
+_GIT_CONFIG = "[safe]\n\tdirectory = *\n"
+
+
 @dataclass
 class Prepared:
     job: workspace.Job
@@ -64,7 +73,9 @@ class Prepared:
     executable: list[str] | None
     env: dict[str, str]
     partial_parse: Path
+    packages: PackageCache
     sandbox: JobSandbox | None = None
+    environment: environments.EngineEnvironment | None = None  # None: jetdbt's own
 
     def cleanup(self) -> None:
         """Keep what dbt parsed for the next job of the same kind, then remove this job."""
@@ -87,12 +98,48 @@ class Prepared:
             self.env,
             executable=self.executable,
             sandbox=self.sandbox,
+            environment=self.environment,
             **kw,
         )
 
+    def deps(self) -> DbtInvocation:
+        """`dbt deps` in this job: the network it fetches packages over, no project SQL."""
+        home = self.job.root / "home"
+        home.mkdir(exist_ok=True)
+        (home / ".gitconfig").write_text(_GIT_CONFIG)
+        return DbtInvocation(
+            "deps",
+            [],
+            self.job.project,
+            self.job.profiles,
+            self.env,
+            executable=self.executable,
+            sandbox=self.sandbox.for_deps() if self.sandbox else None,
+            environment=self.environment,
+        )
+
+    def use_packages(self, tree: Path) -> None:
+        """Package tree `tree` linked into the job, and readable (only) in its sandbox."""
+        PackageCache.link(tree, self.job.project, self.plan.packages_path)
+        if self.sandbox is not None:
+            self.sandbox.readonly.append(str(tree))
+
     @property
     def engine_version(self) -> str:
+        if self.environment is not None:
+            return self.environment.version("dbt-core")
         return engine.version(self.plan.engine, self.executable)
+
+    @property
+    def adapter_version(self) -> str:
+        if self.environment is not None:
+            return self.environment.version(f"dbt-{self.plan.adapter}")
+        return engine.adapter_version(self.plan.adapter)
+
+    @property
+    def environment_lock(self) -> dict[str, str]:
+        """Every package of the engine environment at its exact version ({}: jetdbt's own)."""
+        return dict(self.environment.lock) if self.environment is not None else {}
 
     @property
     def profile_digest(self) -> str:
@@ -128,43 +175,69 @@ async def prepare(
     except SandboxMissing as exc:
         raise Refused(str(exc)) from None
     try:
-        job = await workspace.prepare(
-            ctx.bus, ctx.settings.runner_cache, version, name, packages_digest
-        )
+        job = await workspace.prepare(ctx.bus, ctx.settings.runner_cache, version, name)
     except bundle.BundleRefused as exc:
         raise Refused(str(exc)) from None
     except ObjectNotFoundError:
         raise Refused(
-            f"version {version} (or its packages) is missing from the object store"
-            f" {BLOBS}: deploy the project again"
+            f"version {version} is missing from the object store {BLOBS}: deploy the project again"
         ) from None
     except (ValueError, tarfile.TarError) as exc:  # a digest mismatch, a torn archive
         raise Refused(f"version {version} cannot be materialised: {quote(str(exc), 200)}") from None
     try:
         desc = descriptor.load(job.project)
-        wh = pick(ctx.warehouses, desc.profile.warehouse)
+        wh = pick(ctx.warehouses, desc.profile.warehouse_name())
         executable = engine.command(desc.engine, ctx.settings.engines_dir)
         resolver = ctx.resolver()
         plan = make_plan(desc, cmd, args, wh, resolver, job.project, desc.engine)
-        ctx.containment.check_writable(plan.duckdb_folder)
+        ctx.containment.check_writable(plan.warehouse_folder)
+        # An engine binary carries its adapters; the installed dbt-core needs one for it.
+        environment = None
+        if executable is None and plan.adapter:
+            environment = await environments.ensure(ctx.settings, plan.adapter)
     except _REFUSALS as exc:
         job.cleanup()
         raise Refused(str(exc)) from None
-    (job.profiles / "profiles.yml").write_text(plan.profiles_text)
-    key = msgspec.json.encode(
-        [version, engine.version(plan.engine, executable), plan.profiles_text, plan.vars,
-         plan.target]
-    )  # fmt: skip
-    partial_parse = ctx.settings.runner_cache / "partial-parse" / digest_of(key)[7:] / PARTIAL_PARSE
-    if partial_parse.exists():
-        _reuse_partial_parse(partial_parse, job)
-    return Prepared(
+    prepared = Prepared(
         job=job,
         descriptor=desc,
         plan=plan,
         resolver=resolver,
         executable=executable,
         env=dbt_env(plan.env),
-        partial_parse=partial_parse,
+        partial_parse=_partial_parse(ctx, version, environment, executable, plan),
+        packages=PackageCache(ctx.settings.runner_cache / "packages"),
         sandbox=JobSandbox(ctx.containment, job.root, plan) if ctx.containment.enabled else None,
+        environment=environment,
     )
+    if prepared.sandbox is not None and environment is not None:
+        prepared.sandbox.readonly.append(environment.root)
+    if packages_digest:
+        await _restore_packages(ctx, prepared, packages_digest)
+    (job.profiles / "profiles.yml").write_text(plan.profiles_text)
+    if prepared.partial_parse.exists():
+        _reuse_partial_parse(prepared.partial_parse, job)
+    return prepared
+
+
+async def _restore_packages(ctx: RunnerContext, prepared: Prepared, blob: str) -> None:
+    """The version's pinned package tree, from this runner's cache or the object store;
+    a run never resolves packages itself."""
+    try:
+        prepared.use_packages(await prepared.packages.tree(ctx.bus, blob))
+    except ObjectNotFoundError:
+        prepared.job.cleanup()
+        raise Refused(
+            f"the version's packages {blob} are missing from the object store {BLOBS}:"
+            " deploy the project again"
+        ) from None
+    except (PackagesRefused, ValueError, tarfile.TarError) as exc:
+        prepared.job.cleanup()
+        reason = quote(str(exc), 200)
+        raise Refused(f"the version's packages cannot be restored: {reason}") from None
+
+
+def _partial_parse(ctx: RunnerContext, version: str, environment, executable, plan: Plan) -> Path:
+    core = environment.root if environment else engine.version(plan.engine, executable)
+    key = msgspec.json.encode([version, core, plan.profiles_text, plan.vars, plan.target])
+    return ctx.settings.runner_cache / "partial-parse" / digest_of(key)[7:] / PARTIAL_PARSE

@@ -76,9 +76,11 @@ class Plan(msgspec.Struct, frozen=True, kw_only=True):
     home: Environment | None = None
     lease_scope: str = ""  # what one build at a time is kept to (see _lease_scope)
     # What a sandboxed invocation may reach and write (services/runner/containment.py):
-    # the warehouse's real host and port, and a DuckDB warehouse's folder.
+    # the warehouse's real host and port, and a file warehouse's folder (DuckDB, SQLite).
     endpoint: tuple[str, int] | None = None
-    duckdb_folder: str | None = None
+    warehouse_folder: str | None = None
+    packages_path: str = "dbt_packages"  # dbt_project.yml's packages-install-path, rendered
+    adapter: str = ""  # the target's type: the dbt adapter that runs it
 
     def publishes_ownership(self) -> bool:
         """A run whose graph is what the project owns: no override, nothing dynamic."""
@@ -116,25 +118,40 @@ class Plan(msgspec.Struct, frozen=True, kw_only=True):
         return compares_state(self.select + self.exclude)
 
 
-def _render_profile_name(project_dir: Path, env: dict[str, str]) -> str:
-    """dbt_project.yml's `profile:`, rendered against the run's environment first,
-    since dbt allows env_var() there and reads the rendered value."""
-    doc = yaml.safe_load((project_dir / "dbt_project.yml").read_text()) or {}
-    raw = doc.get("profile") or doc.get("name")
-    if not isinstance(raw, str) or not raw:
-        raise PlanRefused("dbt_project.yml names no profile")
-    if "{" not in raw:
+def _project_setting(doc: dict, key: str, env: dict[str, str]) -> str | None:
+    """A dbt_project.yml setting rendered against the run's environment first, since dbt
+    allows env_var() there and acts on the rendered value."""
+    raw = doc.get(key)
+    if raw is None or not isinstance(raw, str) or "{" not in raw:
         return raw
 
     def env_var(name: str, default: str | None = None) -> str:
         if name in env:
             return env[name]
         if default is None:
-            raise PlanRefused(f"dbt_project.yml profile uses env_var('{name}'), which is not set")
+            raise PlanRefused(f"dbt_project.yml {key} uses env_var('{name}'), which is not set")
         return default
 
     sandbox = jinja2.sandbox.SandboxedEnvironment(undefined=jinja2.StrictUndefined)
     return sandbox.from_string(raw).render(env_var=env_var).strip()
+
+
+def _render_profile_name(doc: dict, env: dict[str, str]) -> str:
+    raw = _project_setting(doc, "profile", env) or doc.get("name")
+    if not isinstance(raw, str) or not raw:
+        raise PlanRefused("dbt_project.yml names no profile")
+    return raw
+
+
+def _packages_path(doc: dict, env: dict[str, str]) -> str:
+    """Where dbt deps installs packages: a folder inside the project, whatever it is called."""
+    raw = _project_setting(doc, "packages-install-path", env) or "dbt_packages"
+    try:
+        return bundle.check_path(str(raw)).rstrip("/")
+    except bundle.BundleRefused:
+        raise PlanRefused(
+            f"dbt_project.yml packages-install-path {raw!r} must be a folder inside the project"
+        ) from None
 
 
 def _own_profiles(
@@ -156,12 +173,27 @@ def _own_profiles(
         raise PlanRefused(
             f"{path}: profile {profile!r} has no target {chosen!r}; outputs: {outputs}"
         )
+    output = entry["outputs"][chosen]
+    if not isinstance(output, dict):
+        raise PlanRefused(f"{path}: {profile}.outputs.{chosen} is not a mapping")
+    where = output.get("path")
+    if output.get("type") == "duckdb" and isinstance(where, str) and _relative_file(where):
+        raise PlanRefused(
+            f"{path}: {profile}.outputs.{chosen}.path is {where!r}, a relative path: it would"
+            " land in the run's own job folder, removed after the run. Give an absolute path"
+        )
     if schema is None:
-        return text, str(chosen), entry["outputs"][chosen]
+        return text, str(chosen), output
     doc = yaml.safe_load(text)
-    output = {**doc[profile]["outputs"][chosen], "schema": schema}
+    output = {**output, "schema": schema}
     doc[profile]["outputs"][chosen] = output
     return yaml.safe_dump(doc, sort_keys=False), str(chosen), output
+
+
+def _relative_file(path: str) -> bool:
+    """A path dbt would resolve against its working folder (not :memory:, not a template,
+    not a URL such as md: or s3://)."""
+    return not (path.startswith("/") or path == ":memory:" or "{" in path or ":" in path)
 
 
 def _selection(desc: Descriptor, cmd: BuildCommand | None):
@@ -258,12 +290,14 @@ def _endpoint(output: dict[str, Any]) -> tuple[str, int] | None:
     return None
 
 
-def _duckdb_folder(output: dict[str, Any]) -> str | None:
-    """A DuckDB warehouse's folder, which its invocations write (its file and WAL)."""
-    path = output.get("path")
-    if output.get("type") != "duckdb" or not isinstance(path, str) or not path.startswith("/"):
+def _warehouse_folder(output: dict[str, Any]) -> str | None:
+    """A file warehouse's folder, which its invocations write: a DuckDB file's (its file and
+    WAL), a SQLite target's schema_directory (where its attached schema files lie)."""
+    kind = output.get("type")
+    place = output.get("path") if kind == "duckdb" else output.get("schema_directory")
+    if kind not in ("duckdb", "sqlite") or not isinstance(place, str) or not place.startswith("/"):
         return None
-    return str(Path(path).resolve().parent)
+    return str(Path(place).resolve().parent if kind == "duckdb" else Path(place).resolve())
 
 
 def make_plan(
@@ -286,7 +320,9 @@ def make_plan(
     full_refresh = bool(desc.full_refresh or (cmd is not None and cmd.full_refresh))
     # The environment dbt itself gets, never the runner's: a profile name rendered with
     # env_var() must not be a way to read (and echo in a refusal) the runner's secrets.
-    profile = _render_profile_name(project_dir, dbt_env(env))
+    seen = dbt_env(env)
+    project_doc = yaml.safe_load((project_dir / "dbt_project.yml").read_text()) or {}
+    profile = _render_profile_name(project_doc, seen)
     scratch = cmd.schema if cmd is not None else None
     if desc.profile.profiles_yml:
         _, target, home_output = _own_profiles(
@@ -328,7 +364,9 @@ def make_plan(
         home=home,
         lease_scope=lease_scope,
         endpoint=_endpoint(output),
-        duckdb_folder=_duckdb_folder(output),
+        warehouse_folder=_warehouse_folder(output),
+        packages_path=_packages_path(project_doc, seen),
+        adapter=str(output.get("type") or ""),
     )
     plan.selection_args()  # refuses a value that would reach dbt as a flag, before it runs
     plan.common_args()

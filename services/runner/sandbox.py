@@ -13,7 +13,9 @@ warm fork (nothing is exec'd: the child keeps dbt's imports):
 - a network namespace with only loopback; a networked warehouse is reached through a relay
   (a process left outside that connects to that one host and port and hands the socket in)
   listening inside at the warehouse's own address and port (its host name mapped to
-  127.0.0.1, its IP address added to loopback), so the profile is dbt's as written;
+  127.0.0.1, its IP address added to loopback), so the profile is dbt's as written
+  (`dbt deps` alone, which fetches packages and runs no project SQL, keeps the machine's
+  network: spec `host_network`);
 - its own uid (the runner's sandbox uid when the runner is root, else a user namespace),
   no capabilities and no_new_privs, so nothing it execs regains any.
 
@@ -105,10 +107,13 @@ def enter(spec: dict, keep: list[int]) -> None:
         with open(procs, "w") as fh:  # before anything is forked: all of it counted
             fh.write(str(os.getpid()))
     network = spec.get("network")
+    own_network = not spec.get("host_network")
     uid, gid = os.geteuid(), os.getegid()
     drop_to = spec.get("uid") if uid == 0 else None
     relay = _start_relay(network, keep, drop_to) if network else None
-    flags = _CLONE_NEWNS | _CLONE_NEWPID | _CLONE_NEWNET | _CLONE_NEWIPC | _CLONE_NEWUTS
+    flags = _CLONE_NEWNS | _CLONE_NEWPID | _CLONE_NEWIPC | _CLONE_NEWUTS
+    if own_network:
+        flags |= _CLONE_NEWNET
     if uid != 0:
         flags |= _CLONE_NEWUSER
     _unshare(flags)
@@ -124,7 +129,8 @@ def enter(spec: dict, keep: list[int]) -> None:
     os.close(alive_w)
     _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     _build_root(spec)
-    _loopback_up()
+    if own_network:
+        _loopback_up()
     if relay is not None:
         _listen(relay, _local_address(network["host"]), network["port"])
     if drop_to is not None:

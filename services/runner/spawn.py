@@ -1,8 +1,10 @@
-"""Starting dbt processes through this runner's warm fork server (see forkserver.py).
+"""Starting dbt processes through this runner's warm fork servers (see forkserver.py).
 
-One fork server per runner process, started on first use and kept for the
-process's life (whatever event loops come and go); it dies with the runner, and
-every child dies with it. A child is addressed by pid: its own session makes
+One fork server for jetdbt's own environment, started on first use and kept for the
+process's life (whatever event loops come and go), and one per engine environment in
+use (services/runner/environments.py), started on its first invocation and stopped once
+it has been idle for the environment's idle time. Each dies with the runner, and every
+child dies with its server. A child is addressed by pid: its own session makes
 `killpg(pid)` reach everything it started.
 """
 
@@ -19,6 +21,11 @@ import socket
 import subprocess
 import sys
 import threading
+import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from services.runner.environments import EngineEnvironment
 
 __all__ = ["Child", "ForkServerLost", "spawn", "warm_up"]
 
@@ -45,18 +52,21 @@ class Child:
 class _Server:
     """The fork server process and a thread that hands its answers to waiting loops."""
 
-    def __init__(self):
+    def __init__(self, environment: EngineEnvironment | None = None):
         self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.last_used = time.monotonic()
+        self.idle_seconds = environment.idle_seconds if environment else float("inf")
         # -P: the server's sys.path never holds a working directory, so no project
         # file is ever importable in the children it forks.
         self.process = subprocess.Popen(
             [
-                sys.executable,
+                environment.python if environment else sys.executable,
                 "-P",
                 "-m",
                 "services.runner.forkserver",
                 str(os.getpid()),
                 str(theirs.fileno()),
+                *([environment.adapter] if environment else []),
             ],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
@@ -65,7 +75,7 @@ class _Server:
             # Only the allowlist: a child's /proc/self/environ shows what its process
             # started with, whatever it sets later, so the runner's credentials never
             # enter this process at all.
-            env=sealed_environment(),
+            env=sealed_environment(environment),
         )
         theirs.close()
         self.waiting: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Future, str]] = {}
@@ -74,6 +84,13 @@ class _Server:
 
     def alive(self) -> bool:
         return self.process.poll() is None
+
+    def idle_for(self) -> float:
+        """Seconds since it last started or ended a child; 0 while a child runs."""
+        with self.lock:
+            if self.waiting:
+                return 0.0
+        return time.monotonic() - self.last_used
 
     def expect(self, request_id: str, key: str) -> asyncio.Future:
         loop = asyncio.get_running_loop()
@@ -102,6 +119,7 @@ class _Server:
     def _answer(self, slot: str, message: dict) -> None:
         with self.lock:
             entry = self.waiting.pop(slot, None)
+            self.last_used = time.monotonic()
         if entry is not None:
             loop, future, key = entry
             _settle(loop, future, message if key == "pid" else message["exit"])
@@ -128,16 +146,23 @@ def _settle(loop: asyncio.AbstractEventLoop, future: asyncio.Future, value) -> N
 
 _PR_SET_DUMPABLE = 4
 _server: _Server | None = None
+_engines: dict[str, _Server] = {}  # an engine environment's folder: its fork server
 _guard = threading.Lock()
 _ids = itertools.count(1)
 
 
-def sealed_environment() -> dict[str, str]:
+def sealed_environment(environment: EngineEnvironment | None = None) -> dict[str, str]:
     """The fork server's own environment: the allowlist dbt may see, and what Python needs
-    to find this project's packages."""
+    to find jetdbt's code (and, in an engine environment, that environment's dbt alone)."""
     from services.runner.dbt_process import dbt_env
 
     env = dbt_env()
+    if environment is not None:
+        from services.runner.environments import code_shim
+
+        env["PYTHONPATH"] = str(code_shim(environment))
+        env["VIRTUAL_ENV"] = environment.root
+        return env
     for name in ("PYTHONPATH", "VIRTUAL_ENV"):
         if name in os.environ:
             env[name] = os.environ[name]
@@ -151,21 +176,40 @@ def _not_dumpable() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_DUMPABLE, 0)
 
 
-def _current() -> _Server:
-    """The running fork server, started (again) when there is none.
+def _current(environment: EngineEnvironment | None = None) -> _Server:
+    """The running fork server of `environment` (None: jetdbt's own), started (again) when
+    there is none; an engine environment's server idle past its time is stopped.
 
     Start it from a long-lived thread (the event loop's): the server is killed
     when the thread that started it ends, which is how it dies with its runner.
     """
     global _server
     with _guard:
-        if _server is None:
+        if _server is None and not _engines:
             _not_dumpable()
+        _stop_idle(environment)
+        if environment is not None:
+            server = _engines.get(environment.root)
+            if server is None or not server.alive():
+                if server is not None:
+                    server.stop()
+                server = _engines[environment.root] = _Server(environment)
+            server.last_used = time.monotonic()
+            server.idle_seconds = environment.idle_seconds  # the setting as it is now
+            return server
         if _server is None or not _server.alive():
             if _server is not None:
                 _server.stop()
             _server = _Server()
         return _server
+
+
+def _stop_idle(using: EngineEnvironment | None) -> None:
+    """Engine environments' servers with no child for their idle time, but the one in use."""
+    for root, server in list(_engines.items()):
+        if (using is None or root != using.root) and server.idle_for() > server.idle_seconds:
+            server.stop()
+            del _engines[root]
 
 
 def warm_up() -> None:
@@ -184,12 +228,14 @@ async def spawn(
     events_fd: int | None = None,
     events: tuple[str, ...] = (),
     sandbox: dict | None = None,
+    environment: EngineEnvironment | None = None,
 ) -> Child:
     """A sealed child running `dbt <argv>` (or the binary `exec_`), its output on `out_fd`
     and, with `events_fd`, the dbt events named in `events` as JSON lines there; of dbt's
     flag variables in `env`, only those named in `keep` reach it; `sandbox` is what the child
-    contains itself in (services/runner/containment.py), None to run it uncontained."""
-    server = _current()
+    contains itself in (services/runner/containment.py), None to run it uncontained;
+    `environment` the engine environment whose warm dbt forks it (None: jetdbt's own)."""
+    server = _current(environment)
     request_id = str(next(_ids))
     started = server.expect(request_id, "pid")
     exited = server.expect(request_id, "exit")

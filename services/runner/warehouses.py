@@ -15,6 +15,7 @@ from typing import Any, Literal
 import msgspec
 import yaml
 
+from services.runner import connections
 from services.runner.secrets import Resolver
 
 __all__ = [
@@ -30,7 +31,13 @@ _ADAPTER = re.compile(r"[a-z0-9][a-z0-9_-]*\Z")
 
 
 class Warehouse(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    type: Literal["duckdb", "postgres", "dbt_profile"]
+    """A DuckDB file, a connection of one of connections.CONNECTION_TYPES (postgres also
+    by the flat keys below), or a `dbt_profile`: one outputs block of dbt's, verbatim."""
+
+    type: Literal[
+        "duckdb", "postgres", "redshift", "snowflake", "bigquery", "databricks", "mysql",
+        "dbt_profile",
+    ]  # fmt: skip
     name: str = ""
     target: str = "main"
     threads: int = 4
@@ -43,11 +50,23 @@ class Warehouse(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     schema: str | None = None
     sslmode: str | None = None
     output: dict[str, Any] | None = None
+    connection: dict[str, Any] | None = None
 
     def adapter(self) -> str:
         if self.type == "dbt_profile":
             return str((self.output or {}).get("type", ""))
+        if self.type in connections.CONNECTION_TYPES:
+            return connections.CONNECTION_TYPES[self.type].adapter
         return self.type
+
+    def connection_keys(self) -> dict[str, Any]:
+        """A connection type's keys: `connection`, over postgres's flat keys."""
+        flat = {}
+        if self.type == "postgres":
+            names = ("host", "port", "user", "password", "dbname", "schema", "sslmode")
+            flat = {k: getattr(self, k) for k in names if getattr(self, k) is not None}
+            flat.setdefault("password", "")  # dbt-postgres requires the key
+        return {**flat, **(self.connection or {})}
 
 
 class UnknownWarehouse(LookupError):
@@ -57,10 +76,8 @@ class UnknownWarehouse(LookupError):
 def _check(wh: Warehouse) -> Warehouse:
     if wh.type == "duckdb" and not wh.path:
         raise ValueError(f"warehouse {wh.name!r}: a duckdb warehouse needs 'path'")
-    if wh.type == "postgres":
-        missing = [k for k in ("host", "user", "dbname") if not getattr(wh, k)]
-        if missing:
-            raise ValueError(f"warehouse {wh.name!r}: a postgres warehouse needs {missing}")
+    if wh.type in connections.CONNECTION_TYPES:
+        connections.check(wh.type, wh.connection_keys(), wh.name)
     if wh.type == "dbt_profile":
         if not isinstance(wh.output, dict):
             raise ValueError(
@@ -113,18 +130,9 @@ def render_output(
         out: dict[str, Any] = {"type": "duckdb", "path": wh.path}
         if wh.schema:
             out["schema"] = wh.schema
-    elif wh.type == "postgres":
-        out = {
-            "type": "postgres",
-            "host": wh.host,
-            "port": wh.port,
-            "user": wh.user,
-            "password": resolver.resolve(wh.password or "", f"{where}.password"),
-            "dbname": wh.dbname,
-            "schema": wh.schema or "public",
-        }
-        if wh.sslmode:
-            out["sslmode"] = wh.sslmode
+    elif wh.type in connections.CONNECTION_TYPES:
+        place = where if wh.connection is None else f"{where}.connection"
+        out = connections.render(wh.type, wh.connection_keys(), resolver, place)
     else:
         out = resolver.resolve(dict(wh.output or {}), f"{where}.output")
     out["threads"] = threads or out.get("threads") or wh.threads

@@ -1,5 +1,8 @@
 """A job's own directory: the deployed bundle materialised, plus its rendered profiles.yml.
 
+Its packages are linked in afterwards (services/runner/packages.py), once the plan says
+where dbt looks for them.
+
 Bundles are unpacked once per runner into a cache keyed by their digest (the
 version is content-addressed, so a cached copy can never be stale), then copied
 into a fresh job directory per attempt.
@@ -8,9 +11,7 @@ into a fresh job directory per attempt.
 from __future__ import annotations
 
 import hashlib
-import io
 import shutil
-import tarfile
 import uuid
 from pathlib import Path
 
@@ -18,9 +19,7 @@ from shared import bundle
 from shared.bus import Bus
 from shared.digests import check_digest
 
-__all__ = ["Job", "job_root", "prepare", "pack_packages", "PACKAGE_FILES"]
-
-PACKAGE_FILES = ("packages.yml", "dependencies.yml")
+__all__ = ["Job", "job_root", "prepare"]
 
 
 class Job:
@@ -67,48 +66,16 @@ def job_root(cache: Path, name: str) -> Path:
     return cache / "jobs" / hashlib.sha256(name.encode()).hexdigest()[:32]
 
 
-async def prepare(
-    bus: Bus, cache: Path, version: str, name: str, packages_digest: str | None = None
-) -> Job:
-    """A fresh job directory holding `version`'s files and its pinned dbt packages.
+async def prepare(bus: Bus, cache: Path, version: str, name: str) -> Job:
+    """A fresh job directory holding `version`'s files.
 
     Raises bundle.BundleRefused, naming it, for a digest that is not one: a digest
     becomes a cache path, so it is checked before any path is built from it.
     """
     _check("version", version)
-    if packages_digest:
-        _check("packages", packages_digest)
     job = Job(job_root(cache, name))
     job.cleanup()
     job.profiles.mkdir(parents=True)
     (job.root / "name").write_text(name)
     shutil.copytree(await _cached_bundle(bus, cache, version), job.project)
-    if packages_digest:
-        data = await bus.get_blob(packages_digest)
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-            tar.extractall(job.project, filter="data")
     return job
-
-
-def pack_packages(project: Path) -> bytes | None:
-    """dbt_packages/ and its lock as one blob, so every run uses the deploy's resolution."""
-    installed = project / "dbt_packages"
-    if not installed.is_dir():
-        return None
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for path in sorted(installed.rglob("*")):
-            info = tar.gettarinfo(str(path), str(path.relative_to(project)))
-            info.mtime = 0
-            if path.is_file():
-                with open(path, "rb") as fh:
-                    tar.addfile(info, fh)
-            elif path.is_dir():
-                tar.addfile(info)
-        lock = project / "package-lock.yml"
-        if lock.exists():
-            info = tar.gettarinfo(str(lock), "package-lock.yml")
-            info.mtime = 0
-            with open(lock, "rb") as fh:
-                tar.addfile(info, fh)
-    return buf.getvalue()

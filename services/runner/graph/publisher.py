@@ -56,9 +56,11 @@ async def publish_graph(
     base_digest: str | None = None,
     principal: str = "",
     columns: ColumnIndex | None = None,
+    resolved_root: str = "",
 ) -> ev.GraphIngested | None:
     """Store the graph blob and publish GraphIngested; None when a run's snapshot equals
-    `base_digest` (the version's graph), since the run reads the version's back."""
+    `base_digest` (the version's graph), since the run reads the version's back.
+    `resolved_root` is where the target resolved to (see resolved_root())."""
     scope = SCOPE_VERSION if run_id is None else (SCOPE_RUN if version else SCOPE_PARSE)
     graph = build_graph(
         manifest,
@@ -83,6 +85,7 @@ async def publish_graph(
         node_count=len(graph.nodes),
         edge_count=len(graph.edges),
         principal=principal,
+        resolved_root=resolved_root,
     )
     await ctx.bus.publish(event)
     log.info("graph_ingested", digest=graph.digest, nodes=len(graph.nodes), bytes=len(blob))
@@ -120,8 +123,27 @@ async def ingest_version_graph(
         owned=owned,
         principal=principal,
         columns=columns,
+        resolved_root=resolved_root(prepared),
     )
     return None
+
+
+def resolved_root(prepared: Prepared) -> str:
+    """Where this job's target resolves (warehouse, target, schema, database), the key a
+    version's graph is published under; "" when only dbt knows (a templated schema)."""
+    environment = prepared.plan.environment
+    return environment.key() if environment is not None else ""
+
+
+async def _moved(ctx: RunnerContext, prepared: Prepared, project: str, version: str) -> bool:
+    """Whether the target now resolves elsewhere than where the version's graph was
+    published (an operator changed the warehouse's schema or database, say)."""
+    now = resolved_root(prepared)
+    if not now or not version:
+        return False
+    event = await ctx.bus.last_event(subjects.graph_event(project, SCOPE_VERSION, version))
+    published = event.resolved_root if isinstance(event, ev.GraphIngested) else ""
+    return bool(published) and published != now
 
 
 def needs_run_graph(prepared: Prepared, cmd: BuildCommand | None) -> bool:
@@ -148,14 +170,24 @@ async def refresh_run_graph(
 ) -> ev.GraphIngested | None:
     """Before the build: parse with this run's vars and store the run's own graph when it
     differs from the version's, so a model a placeholder enables appears in the run that
-    builds it. Raises GraphRefreshFailed when the parse fails."""
-    if not needs_run_graph(prepared, cmd):
+    builds it. A run of the version as deployed whose target moved since its graph was
+    published republishes the version's graph instead (relations keyed where they now
+    are; no later run sees the move again). Raises GraphRefreshFailed when a parse fails."""
+    snapshot = needs_run_graph(prepared, cmd)
+    republish = not snapshot and prepared.plan.publishes_ownership()
+    if not (snapshot or (republish and await _moved(ctx, prepared, project, version))):
         return None
     parse = prepared.dbt("parse", prepared.plan.common_args())
     code = await parse.run(on_line, timeout=ctx.settings.run_timeout_seconds)
     manifest = parse.artifact("manifest.json")
     if code != 0 or manifest is None:
         raise GraphRefreshFailed("dbt parse for this run's graph failed:\n" + parse.error_tail())
+    if not snapshot:
+        data = parse.artifact_path("manifest.json").read_bytes()
+        reason = await ingest_version_graph(ctx, prepared, project, version, data, principal)
+        if reason:
+            raise GraphRefreshFailed(reason)
+        return None
     columns = None
     if prepared.descriptor.column_lineage:
         columns = await column_index(

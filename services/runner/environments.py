@@ -1,0 +1,231 @@
+"""Engine environments: the dbt-core and adapter a project needs, provisioned on first use.
+
+The environment jetdbt is installed in serves, pre-staged, the adapters it holds (dbt-duckdb
+and dbt-postgres). Any other adapter gets a virtual environment of its own the first time
+a project needs it: uv resolves dbt-core within DBT_CORE_1X_FLOOR/DBT_CORE_1X_CEILING
+together with dbt-<adapter> (so an adapter that caps below the newest core still
+provisions) from the operator's package index, as the environment configures it (uv's own
+UV_* settings, or pip's PIP_INDEX_URL, PIP_EXTRA_INDEX_URL and PIP_FIND_LINKS). It is kept
+under JETDBT_HOME/environments (JETDBT_ENVIRONMENTS_DIR), keyed by adapter, range and
+Python, with its lock: the exact version of every package in it, which a deploy records.
+
+Installing a package runs its code, so only the adapters jetdbt knows and those an
+operator lists in JETDBT_EXTRA_ADAPTERS are installed. Concurrent first uses install once
+(a file lock); an environment is built in a temporary folder and renamed into place only
+when complete, so a failed or interrupted install is never used.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from importlib import metadata
+from pathlib import Path
+
+import msgspec
+
+from shared.config import Settings
+from shared.digests import digest_of
+from shared.quote import shorten
+
+__all__ = [
+    "KNOWN_ADAPTERS",
+    "EngineEnvironment",
+    "EnvironmentUnavailable",
+    "ensure",
+]
+
+# The adapters jetdbt knows the packages of; any other needs JETDBT_EXTRA_ADAPTERS.
+KNOWN_ADAPTERS = frozenset(
+    {
+        "athena", "bigquery", "clickhouse", "databricks", "duckdb", "fabric", "mysql",
+        "oracle", "postgres", "redshift", "snowflake", "spark", "sqlite", "sqlserver",
+        "synapse", "trino",
+    }
+)  # fmt: skip
+INSTALL_TIMEOUT = 1800
+LOCK_FILE = "jetdbt-lock.json"
+_ERROR_LINES = 12
+
+
+class EnvironmentUnavailable(RuntimeError):
+    """No environment can serve the adapter; the message names it and why."""
+
+
+class EngineEnvironment(msgspec.Struct, frozen=True, kw_only=True):
+    """One provisioned environment: its folder, its lock, how long its warm dbt idles."""
+
+    adapter: str
+    root: str
+    lock: dict[str, str]
+    idle_seconds: int = 600
+
+    @property
+    def python(self) -> str:
+        return str(Path(self.root) / "bin" / "python")
+
+    def version(self, package: str) -> str:
+        return self.lock.get(package, "unknown")
+
+
+def _installed_here(adapter: str) -> bool:
+    try:
+        metadata.version(f"dbt-{adapter}")
+    except metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+async def ensure(settings: Settings, adapter: str) -> EngineEnvironment | None:
+    """The environment that runs `adapter`: None for jetdbt's own, else one provisioned
+    (on first use) and cached. Raises EnvironmentUnavailable naming the adapter and the
+    setting or the resolver's message."""
+    if _installed_here(adapter):
+        return None
+    if adapter not in KNOWN_ADAPTERS | set(settings.extra_adapters):
+        raise EnvironmentUnavailable(
+            f"adapter {adapter!r} is not one this runner may install (dbt-{adapter}): an"
+            f" operator trusts it by adding {adapter} to JETDBT_EXTRA_ADAPTERS"
+        )
+    return await asyncio.to_thread(_provisioned, settings, adapter)
+
+
+def _requirements(settings: Settings, adapter: str) -> list[str]:
+    core = f"dbt-core>={settings.dbt_core_floor},<{settings.dbt_core_ceiling}"
+    return [core, f"dbt-{adapter}"]
+
+
+def _provisioned(settings: Settings, adapter: str) -> EngineEnvironment:
+    key = msgspec.json.encode([_requirements(settings, adapter), list(sys.version_info[:2])])
+    name = f"{adapter}-{digest_of(key)[7:19]}"
+    base = settings.engine_environments
+    root = base / name
+    found = _load(root, adapter, settings)
+    if found is not None:
+        return found
+    base.mkdir(parents=True, exist_ok=True)
+    with open(base / f".{name}.lock", "w") as guard:
+        fcntl.flock(guard, fcntl.LOCK_EX)  # one install; the others wait, then find it
+        found = _load(root, adapter, settings)
+        if found is not None:
+            return found
+        staging = base / f".{name}.{uuid.uuid4().hex}"
+        try:
+            lock = _install(staging, _requirements(settings, adapter), adapter)
+            (staging / LOCK_FILE).write_bytes(msgspec.json.encode(lock))
+            staging.rename(root)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    return _load(root, adapter, settings)
+
+
+def _load(root: Path, adapter: str, settings: Settings) -> EngineEnvironment | None:
+    try:
+        lock = msgspec.json.decode((root / LOCK_FILE).read_bytes(), type=dict[str, str])
+    except (OSError, msgspec.DecodeError):
+        return None
+    return EngineEnvironment(
+        adapter=adapter,
+        root=str(root),
+        lock=lock,
+        idle_seconds=settings.environment_idle_seconds,
+    )
+
+
+def _uv() -> str:
+    from uv import find_uv_bin
+
+    return find_uv_bin()
+
+
+def index_args(env: dict[str, str]) -> list[str]:
+    """uv reads its own UV_* index settings itself; an operator who configured pip's
+    instead gets the same index through them."""
+    args: list[str] = []
+    uv_set = {name for name in ("UV_INDEX_URL", "UV_DEFAULT_INDEX", "UV_EXTRA_INDEX_URL",
+                                "UV_INDEX", "UV_FIND_LINKS") if env.get(name)}  # fmt: skip
+    if env.get("PIP_INDEX_URL") and not uv_set & {"UV_INDEX_URL", "UV_DEFAULT_INDEX"}:
+        args += ["--index-url", env["PIP_INDEX_URL"]]
+    if env.get("PIP_EXTRA_INDEX_URL") and not uv_set & {"UV_EXTRA_INDEX_URL", "UV_INDEX"}:
+        for url in env["PIP_EXTRA_INDEX_URL"].split():
+            args += ["--extra-index-url", url]
+    if env.get("PIP_FIND_LINKS") and "UV_FIND_LINKS" not in uv_set:
+        for place in env["PIP_FIND_LINKS"].split():
+            args += ["--find-links", place]
+    return args
+
+
+def _install(staging: Path, requirements: list[str], adapter: str) -> dict[str, str]:
+    """A complete environment in `staging` and its lock; raises EnvironmentUnavailable."""
+    uv, python = _uv(), str(staging / "bin" / "python")
+    index = index_args(dict(os.environ))
+    _uv_step(adapter, [uv, "venv", "--quiet", "--relocatable", "--python", sys.executable,
+                       str(staging)])  # fmt: skip
+    _uv_step(adapter, [uv, "pip", "install", "--quiet", "--python", python, *requirements,
+                       *index])  # fmt: skip
+    frozen = _uv_step(adapter, [uv, "pip", "freeze", "--python", python])
+    _add_rehearsal(uv, python, staging, frozen, index)
+    frozen = _uv_step(adapter, [uv, "pip", "freeze", "--python", python])
+    lock = {}
+    for line in frozen.splitlines():
+        package, _, version = line.partition("==")
+        if version:
+            lock[package.strip().lower()] = version.strip()
+    return lock
+
+
+def _add_rehearsal(uv: str, python: str, staging: Path, frozen: str, index: list[str]) -> None:
+    """dbt-duckdb beside the adapter, held to what the adapter resolved (a constraint, so it
+    moves nothing): the warm dbt rehearses a DuckDB build before it forks anything
+    (forkserver.py), which every child would otherwise pay for again. Best effort: where
+    it does not fit, the environment serves without it."""
+    if "dbt-duckdb==" in frozen:
+        return
+    pinned = staging / "jetdbt-resolved.txt"
+    pinned.write_text(frozen)
+    with contextlib.suppress(EnvironmentUnavailable):
+        _uv_step("duckdb", [uv, "pip", "install", "--quiet", "--python", python, "dbt-duckdb",
+                            "--constraint", str(pinned), *index])  # fmt: skip
+
+
+def _uv_step(adapter: str, argv: list[str]) -> str:
+    try:
+        done = subprocess.run(
+            argv, capture_output=True, text=True, timeout=INSTALL_TIMEOUT, stdin=subprocess.DEVNULL
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise EnvironmentUnavailable(
+            f"adapter {adapter!r}: its environment could not be installed: {exc}"
+        ) from None
+    if done.returncode != 0:
+        said = "\n".join(done.stderr.strip().splitlines()[-_ERROR_LINES:])
+        raise EnvironmentUnavailable(
+            f"adapter {adapter!r}: installing dbt-{adapter} failed; the resolver said:\n"
+            + shorten(said, 2000)
+        )
+    return done.stdout
+
+
+def code_shim(environment: EngineEnvironment) -> Path:
+    """A folder holding only jetdbt's `services` package (a link to this install's), for
+    the environment's warm dbt: PYTHONPATH at it reaches jetdbt's fork server and never the
+    runner's own site-packages (which would shadow the environment's dbt)."""
+    import services
+
+    shim = Path(environment.root) / "jetdbt-code"
+    shim.mkdir(exist_ok=True)
+    link = shim / "services"
+    target = str(Path(services.__file__).resolve().parent)
+    with contextlib.suppress(OSError):
+        if os.readlink(link) == target:
+            return shim
+    staging = shim / f".{uuid.uuid4().hex}"
+    os.symlink(target, staging)
+    os.replace(staging, link)
+    return shim
