@@ -14,13 +14,26 @@ from typing import Annotated, Any
 import msgspec
 
 from shared import subjects
-from shared.arguments import check_value
+from shared.arguments import DBT_WORDS, TAKES, check_macro, check_value
 from shared.bundle import Skipped
 from shared.digests import check_digest
-from shared.quote import shorten
+from shared.quote import quote, shorten
 
 __all__ = [
+    "AnyDbtCommand",
+    "DBT_COMMANDS",
+    "DbtCommand",
     "BuildCommand",
+    "ModelsCommand",
+    "TestCommand",
+    "SeedCommand",
+    "SnapshotCommand",
+    "FreshnessCommand",
+    "DocsCommand",
+    "ShowCommand",
+    "OperationCommand",
+    "MAX_SHOW_LIMIT",
+    "dbt_command",
     "ParseCommand",
     "RetryCommand",
     "RunCommand",
@@ -51,18 +64,131 @@ def check_selection(field: str, items: list[str]) -> None:
         check_value(f"{field}[{i}]", item)
 
 
-class BuildCommand(
-    msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag="build", tag_field="label"
-):
+class DbtCommand(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag_field="label"):
+    """A dbt command over the project's nodes; its label is the command (shared.arguments
+    says which dbt words and which overrides each takes). One variant per command, so a
+    run-operation's macro or a show's limit travels only with its own command."""
+
     select: list[str] = []
     exclude: list[str] = []
     vars: dict[str, Any] = {}
     full_refresh: bool = False
     defer: bool | None = None  # None: the descriptor's `defer`
 
+    @property
+    def label(self) -> str:
+        return type(self).__struct_config__.tag
+
+    def dbt_words(self) -> tuple[str, ...]:
+        return DBT_WORDS[self.label]
+
     def __post_init__(self):
         check_selection("select", self.select)
         check_selection("exclude", self.exclude)
+        takes = TAKES[self.label]
+        if self.full_refresh and "full_refresh" not in takes:
+            raise ValueError(f"{self.label} takes no full_refresh")
+        if self.defer is not None and "defer" not in takes:
+            raise ValueError(f"{self.label} takes no defer")
+
+
+class BuildCommand(DbtCommand, frozen=True, tag="build"):
+    """`dbt build` (or, by the descriptor's test_behavior, the build without tests)."""
+
+
+class ModelsCommand(DbtCommand, frozen=True, tag="run"):
+    """`dbt run`: models only."""
+
+
+class TestCommand(DbtCommand, frozen=True, tag="test"):
+    """`dbt test`: data and unit tests against what is built."""
+
+
+class SeedCommand(DbtCommand, frozen=True, tag="seed"):
+    """`dbt seed`."""
+
+
+class SnapshotCommand(DbtCommand, frozen=True, tag="snapshot"):
+    """`dbt snapshot`."""
+
+
+class FreshnessCommand(DbtCommand, frozen=True, tag="source_freshness"):
+    """`dbt source freshness`: each source's status by its own warn/error thresholds."""
+
+
+class DocsCommand(DbtCommand, frozen=True, tag="docs_generate"):
+    """`dbt docs generate`: the catalog (columns with their warehouse types)."""
+
+
+# What a show may preview: dbt's own default is 5 rows; a preview is not an export.
+MAX_SHOW_LIMIT = 500
+
+
+class ShowCommand(DbtCommand, frozen=True, tag="show"):
+    """`dbt show` of the selected node: a row preview, deferring like a build. Only nodes
+    of the project: inline SQL would be a query the project never held."""
+
+    limit: int = 5
+
+    def __post_init__(self):
+        super().__post_init__()
+        if not self.select:
+            raise ValueError("show needs a select naming the node to preview")
+        if not 0 < self.limit <= MAX_SHOW_LIMIT:
+            raise ValueError(f"show limit is {self.limit}; from 1 to {MAX_SHOW_LIMIT}")
+
+
+class OperationCommand(DbtCommand, frozen=True, tag="run_operation"):
+    """`dbt run-operation MACRO --args ARGS`: a macro of the project or its packages."""
+
+    macro: str = ""
+    macro_args: dict[str, Any] = {}
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_macro(self.macro)
+        if self.select or self.exclude:
+            raise ValueError("run_operation selects no nodes: it takes no select or exclude")
+
+
+# Every dbt command a run may be; the runner plans and runs each the same way.
+DBT_COMMANDS = (
+    BuildCommand,
+    ModelsCommand,
+    TestCommand,
+    SeedCommand,
+    SnapshotCommand,
+    FreshnessCommand,
+    DocsCommand,
+    ShowCommand,
+    OperationCommand,
+)
+AnyDbtCommand = (
+    BuildCommand
+    | ModelsCommand
+    | TestCommand
+    | SeedCommand
+    | SnapshotCommand
+    | FreshnessCommand
+    | DocsCommand
+    | ShowCommand
+    | OperationCommand
+)
+
+
+def dbt_command(name: str, **fields: Any) -> AnyDbtCommand:
+    """The dbt command `name` (its label, or dbt's spelling: `source freshness`,
+    `run-operation`) with `fields`; a ValueError names the field that is wrong."""
+    label = name.strip().replace(" ", "_").replace("-", "_")
+    if label not in DBT_WORDS:
+        raise ValueError(
+            f"unknown dbt command {quote(name)}; known: "
+            + ", ".join(" ".join(words) for words in DBT_WORDS.values())
+        )
+    try:
+        return msgspec.convert({"label": label, **fields}, AnyDbtCommand)
+    except msgspec.ValidationError as exc:
+        raise ValueError(f"{' '.join(DBT_WORDS[label])}: {shorten(str(exc), 300)}") from None
 
 
 class RetryCommand(
@@ -93,7 +219,7 @@ class ParseCommand(
 class RunCommand(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     """The body of `dbt.cmd.run.<project>`."""
 
-    command: BuildCommand | RetryCommand | ParseCommand
+    command: AnyDbtCommand | RetryCommand | ParseCommand
     args: dict[str, Any] = {}
     run_id: str | None = None
     requested_by: Principal = ""

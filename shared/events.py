@@ -121,6 +121,7 @@ class RunResult(msgspec.Struct, frozen=True, kw_only=True):
     error: str | None = None
     deferred_to: str | None = None
     cancelled_by: str | None = None  # the principal whose cancel ended the run
+    preview: list[dict[str, Any]] = []  # a show's rows, as dbt printed them (at most 64 KiB)
 
 
 class Blob(msgspec.Struct, frozen=True, kw_only=True):

@@ -29,6 +29,15 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--vars", help="dbt vars as a YAML/JSON mapping")
     run.add_argument("--full-refresh", action="store_true")
     run.add_argument(
+        "--command",
+        default="build",
+        help="the dbt command: build, run, test, seed, snapshot, 'source freshness',"
+        " run-operation, 'docs generate', show",
+    )
+    run.add_argument("--macro", help="run-operation: the macro to run")
+    run.add_argument("--macro-args", help="run-operation: the macro's args as YAML/JSON")
+    run.add_argument("--limit", type=int, help="show: how many rows to preview")
+    run.add_argument(
         "--defer",
         action="store_true",
         help="resolve unbuilt refs to the environment's published state",

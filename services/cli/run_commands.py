@@ -24,7 +24,13 @@ from services.watch import Progress, Tally, planned_nodes, result_table, styled
 from shared import bundle, subjects
 from shared import events as ev
 from shared.bus import Bus
-from shared.commands import BuildCommand, ParseCommand, RetryCommand, RunCommand
+from shared.commands import (
+    BuildCommand,
+    ParseCommand,
+    RetryCommand,
+    RunCommand,
+    dbt_command,
+)
 from shared.config import Settings
 
 __all__ = ["cmd_deploy", "cmd_run", "cmd_parse", "cmd_retry"]
@@ -87,14 +93,21 @@ async def _planned(bus: Bus, project: str, cmd: BuildCommand) -> int | None:
 
 async def cmd_run(args, settings: Settings) -> int:
     project = subjects.check_project(args.project)
-    build = BuildCommand(
-        select=args.select or [],
-        exclude=args.exclude or [],
-        vars=_vars(args.vars),
-        full_refresh=args.full_refresh,
-        defer=True if args.defer else None,
-    )
-    command = RunCommand(command=build, args=_run_args(args.arg or []), run_id=args.run_id)
+    fields = {
+        "select": args.select or [],
+        "exclude": args.exclude or [],
+        "vars": _vars(args.vars),
+        "full_refresh": args.full_refresh,
+        "defer": True if args.defer else None,
+        "macro": args.macro,
+        "macro_args": _vars(args.macro_args) if args.macro_args else None,
+        "limit": args.limit,
+    }
+    try:
+        dbt = dbt_command(args.command, **{k: v for k, v in fields.items() if v})
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    command = RunCommand(command=dbt, args=_run_args(args.arg or []), run_id=args.run_id)
     return await _follow(args, settings, project, command)
 
 

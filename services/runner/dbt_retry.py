@@ -17,7 +17,7 @@ from services.runner.context import RunnerContext
 from services.runner.dbt_process import DbtInvocation
 from shared import events as ev
 from shared import subjects
-from shared.commands import BuildCommand, RetryCommand, RunCommand
+from shared.commands import AnyDbtCommand, RetryCommand, RunCommand
 
 __all__ = ["retry"]
 
@@ -57,7 +57,7 @@ async def retry(
             f" {saved.run_id!r} (only the latest run per project and principal"
             " is kept)",
         )
-    resumed = msgspec.convert(saved.command, BuildCommand)
+    resumed = msgspec.convert(saved.command, AnyDbtCommand)
     source = Source(saved.version, saved.packages_digest, resumed, saved.args, resumes=saved)
     return await _Retry(ctx, project, body, run_id, attempt, cancelled, source).run()
 

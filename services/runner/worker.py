@@ -285,7 +285,7 @@ class Runner:
         reason = problem
         deployed = None
         command = body.command
-        needs_version = isinstance(command, commands.BuildCommand) or (
+        needs_version = isinstance(command, commands.DbtCommand) or (
             isinstance(command, commands.ParseCommand) and not command.bundle_digest
         )
         if reason is None and needs_version:
