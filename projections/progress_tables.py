@@ -32,6 +32,8 @@ RUN_COLUMNS = (
     "queue_position",
     "queued_at",
     "queued_seconds",
+    "job",
+    "trigger",
 )
 JSON_COLUMNS = ("command", "totals", "result")
 # Counted from the run's run_nodes rows each time the run row is written, never incremented.

@@ -9,7 +9,8 @@ in an override must not silently build the whole project.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any
+import zoneinfo
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -37,11 +38,17 @@ __all__ = [
     "ParseCommand",
     "RetryCommand",
     "RunCommand",
+    "JobRun",
+    "TRIGGERS",
     "DeployCommand",
     "CommandRejected",
     "decode_run",
     "decode_deploy",
     "decode_cancel",
+    "decode_job",
+    "JobCommand",
+    "JobSpec",
+    "JOB_ACTIONS",
     "CancelCommand",
     "check_selection",
     "MAX_COMMAND_BYTES",
@@ -93,7 +100,10 @@ class DbtCommand(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag_fi
 
 
 class BuildCommand(DbtCommand, frozen=True, tag="build"):
-    """`dbt build` (or, by the descriptor's test_behavior, the build without tests)."""
+    """`dbt build` (or, by test_behavior, the build without tests); `test_behavior` None
+    keeps the descriptor's."""
+
+    test_behavior: Literal["build", "after_all", "none"] | None = None
 
 
 class ModelsCommand(DbtCommand, frozen=True, tag="run"):
@@ -216,14 +226,32 @@ class ParseCommand(
             check_digest(self.bundle_digest)
 
 
+class JobRun(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag="job", tag_field="label"):
+    """Run the saved job `name`: its command, selection, vars and test behaviour as the job
+    holds them when the runner takes the command (read from the log, never a projection)."""
+
+    name: str
+
+    def __post_init__(self):
+        subjects.check_job_name(self.name)
+
+
+# What started a run: a person (`manual`), a job's schedule, a relation it reads written,
+# another job's run ending (`after`), the API, or another system on NATS. A runner records
+# it from what the server vouches for; only the operator's own processes may claim one.
+TRIGGERS = ("manual", "schedule", "relation", "after", "api", "nats")
+Trigger = Literal["", "manual", "schedule", "relation", "after", "api", "nats"]
+
+
 class RunCommand(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     """The body of `dbt.cmd.run.<project>`."""
 
-    command: AnyDbtCommand | RetryCommand | ParseCommand
+    command: AnyDbtCommand | RetryCommand | ParseCommand | JobRun
     args: dict[str, Any] = {}
     run_id: str | None = None
     requested_by: Principal = ""
     hidden: bool = False
+    trigger: Trigger = ""
 
     def __post_init__(self):
         if self.run_id is not None:
@@ -259,6 +287,61 @@ class CancelCommand(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
 
     def __post_init__(self):
         subjects.check_run_id(self.run_id)
+
+
+class JobSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """What a saved job runs: a dbt command with its selection, vars and overrides (a
+    build's test_behavior among them), and the run arguments its descriptor's placeholders
+    take."""
+
+    command: AnyDbtCommand = BuildCommand()
+    args: dict[str, Any] = {}
+
+
+# A schedule's expression reaches the server as a header value: printable ASCII only, short.
+_SCHEDULE = re.compile(r"[ -~]{1,100}")
+JOB_ACTIONS = ("save", "delete", "schedule", "pause", "resume", "unschedule")
+
+
+class JobCommand(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """The body of `dbt.cmd.job.<project>`: save or delete a job, or set its schedule (a cron
+    with seconds, `sec min hour day month weekday`, or `@every 30s`, in time zone `tz`),
+    pause, resume or remove it."""
+
+    action: Literal["save", "delete", "schedule", "pause", "resume", "unschedule"]
+    name: str
+    job: JobSpec | None = None
+    cron: str = ""
+    tz: str = ""
+    requested_by: Principal = ""
+
+    def __post_init__(self):
+        subjects.check_job_name(self.name)
+        if (self.action == "save") != (self.job is not None):
+            raise ValueError("a job is given with action save, and only then")
+        if self.action != "schedule" and (self.cron or self.tz):
+            raise ValueError("cron and tz are given with action schedule, and only then")
+        if self.action == "schedule":
+            if not _SCHEDULE.fullmatch(self.cron):
+                raise ValueError(
+                    f"cron is {quote(self.cron)}: a schedule is printable text of 1 to 100"
+                    " characters (`0 0 6 * * *`, `@every 30s`)"
+                )
+            if self.tz:
+                check_time_zone(self.tz)
+
+
+def check_time_zone(name: str) -> str:
+    """An IANA time zone name the server can resolve, such as `Europe/Paris`."""
+    try:
+        if not _SCHEDULE.fullmatch(name) or "." in name:
+            raise ValueError
+        zoneinfo.ZoneInfo(name)
+    except (ValueError, zoneinfo.ZoneInfoNotFoundError):
+        raise ValueError(
+            f"tz is {quote(name)}: not a time zone name (such as Europe/Paris)"
+        ) from None
+    return name
 
 
 class CommandRejected(ValueError):
@@ -304,3 +387,7 @@ def decode_deploy(data: bytes) -> DeployCommand:
 
 def decode_cancel(data: bytes) -> CancelCommand:
     return _decode(data, CancelCommand, "cancel")
+
+
+def decode_job(data: bytes) -> JobCommand:
+    return _decode(data, JobCommand, "job")

@@ -28,7 +28,7 @@ from shared import logging as jlog
 from shared.digests import check_digest
 from shared.quote import quote, shorten
 from shared.relations import InvalidRelation, normalise
-from shared.subjects import check_project, check_run_id
+from shared.subjects import check_job_name, check_project, check_run_id
 
 __all__ = [
     "BadParameter",
@@ -116,6 +116,7 @@ def _projection(value: str) -> str:
 PATH_RULES: dict[str, Callable[[str], object]] = {
     "project": check_project,
     "run_id": check_run_id,
+    "job": check_job_name,
     "key": _relation_key,
 }
 QUERY_RULES: dict[str, Callable[[str], object]] = {

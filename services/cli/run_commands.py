@@ -91,8 +91,8 @@ async def _planned(bus: Bus, project: str, cmd: BuildCommand) -> int | None:
     return None
 
 
-async def cmd_run(args, settings: Settings) -> int:
-    project = subjects.check_project(args.project)
+def dbt_command_of(args):
+    """The dbt command the options of `run`, `job save` and `schedule add` spell."""
     fields = {
         "select": args.select or [],
         "exclude": args.exclude or [],
@@ -102,13 +102,22 @@ async def cmd_run(args, settings: Settings) -> int:
         "macro": args.macro,
         "macro_args": _vars(args.macro_args) if args.macro_args else None,
         "limit": args.limit,
+        "test_behavior": args.test_behavior,
     }
     try:
-        dbt = dbt_command(args.command, **{k: v for k, v in fields.items() if v})
+        return dbt_command(args.command, **{k: v for k, v in fields.items() if v})
     except ValueError as exc:
         raise CliError(str(exc)) from None
-    command = RunCommand(command=dbt, args=_run_args(args.arg or []), run_id=args.run_id)
-    return await _follow(args, settings, project, command)
+
+
+def run_args_of(args) -> dict:
+    return _run_args(args.arg or [])
+
+
+async def cmd_run(args, settings: Settings) -> int:
+    project = subjects.check_project(args.project)
+    command = RunCommand(command=dbt_command_of(args), args=run_args_of(args), run_id=args.run_id)
+    return await follow(args, settings, project, command)
 
 
 async def cmd_parse(args, settings: Settings) -> int:
@@ -147,7 +156,7 @@ async def cmd_retry(args, settings: Settings) -> int:
             raise CliError(f"run {args.run_id!r} is not known to the API; pass --project")
         project = msgspec.json.decode(body)["project"]
     command = RunCommand(command=RetryCommand(dbt_retry_job=args.run_id))
-    return await _follow(args, settings, subjects.check_project(project), command)
+    return await follow(args, settings, subjects.check_project(project), command)
 
 
 async def _waited(waiting, seconds: float, what: str):
@@ -189,7 +198,7 @@ def _detached(run_id: str, tally: Tally) -> None:
     )
 
 
-async def _follow(args, settings: Settings, project: str, command: RunCommand) -> int:
+async def follow(args, settings: Settings, project: str, command: RunCommand) -> int:
     """Publish, follow to the end, print; the same output contract for run and retry."""
     if not command.run_id:  # chosen here, so a message about the run can name it
         command = msgspec.structs.replace(command, run_id=uuid.uuid4().hex)

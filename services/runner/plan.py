@@ -296,7 +296,7 @@ def make_plan(
         vars=dbt_vars,
         full_refresh=full_refresh,
         threads=desc.threads,
-        test_behavior=desc.test_behavior,
+        test_behavior=getattr(cmd, "test_behavior", None) or desc.test_behavior,
         dynamic=is_dynamic(desc),
         overridden=overridden,
         defer=defer,
