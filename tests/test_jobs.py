@@ -12,6 +12,7 @@ import msgspec
 import pytest
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
+from projections.replay import replay
 from services import client
 from services.runner.jobs import SCHEDULER, check_schedules_supported
 from services.stack import Stack
@@ -19,6 +20,7 @@ from shared import events as ev
 from shared.commands import JobCommand, JobRun, JobSpec, OperationCommand, RunCommand
 from tests.conftest import EXAMPLE
 from tests.helpers import auth_headers, get_json, jetdbt, wait_for
+from tests.recorded_log import settled
 
 pytestmark = pytest.mark.dbt
 
@@ -149,6 +151,12 @@ async def test_a_job_runs_labelled_and_its_schedule_fires_across_a_restart(stack
         assert (schedule["state"], schedule["cron"]) == ("paused", f"@every {EVERY}s")
         listing = await jetdbt(restarted, "schedule", "list", "--project", PROJECT)
         assert "ops" in listing.stdout and "paused" in listing.stdout, listing.stdout
+        # The jobs and schedules (fires counted) and the runs' job and trigger rebuild from
+        # the log with no difference.
+        await settled(restarted)
+        report = await replay(restarted.bus, restarted.database_url, restarted.settings.schema)
+        assert {"jobs", "job_schedules", "runs"} <= {t.table for t in report.tables}
+        assert report.differences == 0, [d for t in report.tables for d in t.shown]
         resumed = await client.job(restarted.bus, PROJECT, JobCommand(action="resume", name="ops"))
         assert isinstance(resumed, ev.ScheduleSaved) and resumed.state == "active"
         removed = await client.job(restarted.bus, PROJECT, JobCommand(action="delete", name="ops"))
