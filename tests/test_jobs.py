@@ -14,6 +14,7 @@ from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from projections.replay import replay
 from services import client
+from services.runner import jobs
 from services.runner.jobs import SCHEDULER, check_schedules_supported
 from services.stack import Stack
 from shared import events as ev
@@ -69,8 +70,15 @@ async def _events(js, kind: type) -> list:
 async def test_a_job_runs_labelled_and_its_schedule_fires_across_a_restart(stack, settings):
     _, deployed = await client.deploy(stack.bus, EXAMPLE, PROJECT)
     assert isinstance(deployed, ev.Deployed), deployed
-    saved = await client.job(stack.bus, PROJECT, JobCommand(action="save", name="ops", job=SPEC))
-    assert isinstance(saved, ev.JobSaved), saved
+    # Saved by the CLI as the README shows it.
+    saved = await jetdbt(
+        stack,
+        *("job", "save", "ops", "--project", PROJECT, "--command", "run-operation"),
+        *("--macro", "cents_to_dollars", "--macro-args", "{column_name: amount}"),
+    )
+    assert saved.returncode == 0 and "job ops: saved" in saved.stdout, saved.stderr
+    job = await jobs.job_of(stack.bus, PROJECT, "ops")
+    assert msgspec.convert(job.spec, JobSpec) == SPEC
 
     # Run now, by the CLI's door (manual) and the API's (api): each says job and trigger.
     manual = await client.run(stack.bus, PROJECT, RunCommand(command=JobRun(name="ops")))
@@ -151,6 +159,8 @@ async def test_a_job_runs_labelled_and_its_schedule_fires_across_a_restart(stack
         assert (schedule["state"], schedule["cron"]) == ("paused", f"@every {EVERY}s")
         listing = await jetdbt(restarted, "schedule", "list", "--project", PROJECT)
         assert "ops" in listing.stdout and "paused" in listing.stdout, listing.stdout
+        jobs_listed = await jetdbt(restarted, "job", "list", "--project", PROJECT)
+        assert "run operation" in jobs_listed.stdout, jobs_listed.stdout
         # The jobs and schedules (fires counted) and the runs' job and trigger rebuild from
         # the log with no difference.
         await settled(restarted)
