@@ -6,6 +6,7 @@ doubled, and stops when paused."""
 from __future__ import annotations
 
 import asyncio
+import re
 
 import aiohttp
 import msgspec
@@ -18,7 +19,15 @@ from services.runner import jobs
 from services.runner.jobs import SCHEDULER, check_schedules_supported
 from services.stack import Stack
 from shared import events as ev
-from shared.commands import JobCommand, JobRun, JobSpec, OperationCommand, RunCommand
+from shared.commands import (
+    CommandRejected,
+    JobCommand,
+    JobRun,
+    JobSpec,
+    OperationCommand,
+    RunCommand,
+    decode_job,
+)
 from tests.conftest import EXAMPLE
 from tests.helpers import auth_headers, get_json, jetdbt, wait_for
 from tests.recorded_log import settled
@@ -197,3 +206,24 @@ def test_a_server_before_2_14_is_refused_naming_its_version():
 
     assert "this server is 2.10.29" in check_schedules_supported(Version(2, 10, 29))
     assert check_schedules_supported(Version(2, 15, 1)) is None
+
+
+@pytest.mark.parametrize(
+    "body, reason",
+    [
+        (b'{"action": "save", "name": "Bad Name", "job": {}}', "job name 'Bad Name' is invalid"),
+        (b'{"action": "save", "name": "j"}', "a job is given with action save"),
+        (b'{"action": "run", "name": "j"}', "`$.action`"),
+        (b'{"action": "pause", "name": "j", "cron": "* * * * * *"}', "only then"),
+        (b'{"action": "schedule", "name": "j", "cron": "@every 1s\\r\\nX: y"}', "printable"),
+        (b'{"action": "schedule", "name": "j", "cron": "@every 1s", "tz": "../etc"}', "tz is"),
+        (b'{"action": "schedule", "name": "j", "cron": "@every 1s", "tz": "Mars/Base"}', "tz is"),
+        (
+            b'{"action": "save", "name": "j", "job": {"command": {"label": "job", "name": "k"}}}',
+            "`$.job.command.label`",
+        ),
+    ],
+)
+def test_a_malformed_job_command_is_refused_naming_why(body, reason):
+    with pytest.raises(CommandRejected, match=re.escape(reason)):
+        decode_job(body)
