@@ -135,6 +135,8 @@ def _new_run(e: ev.Event, status: str, requested_at) -> dict:
         "project": e.project,
         "status": status,
         "command": None,
+        "job": "",
+        "trigger": "",
         "requested_by": None,
         "team": None,
         "door": None,
@@ -170,6 +172,8 @@ def _requested(row: dict | None, e: ev.RunRequested) -> dict:
         door=e.door or None,
         requested_at=e.requested_at or e.at,
         hidden=e.hidden,
+        job=e.job,
+        trigger=e.trigger,
     )
     return row
 

@@ -40,6 +40,8 @@ RUN_COLUMNS = (
     "queued_at",
     "queued_seconds",
     "artifacts",
+    "job",
+    "trigger",
 )
 JSON_COLUMNS = ("command", "totals", "result", "artifacts")
 # Counted from the run's run_nodes rows each time the run row is written, never incremented.

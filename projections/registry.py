@@ -9,6 +9,7 @@ from collections.abc import Callable
 from projections.deploys import DeploysFold
 from projections.environments import EnvironmentsFold
 from projections.graph import GraphFold
+from projections.jobs import JobsFold
 from projections.loop import Fold
 from projections.progress import ProgressFold
 from projections.retry_state import RetryFold
@@ -22,6 +23,7 @@ FOLDS: dict[str, Callable[[Bus], Fold]] = {
     "graph": GraphFold,
     "retry": lambda bus: RetryFold(),
     "environments": lambda bus: EnvironmentsFold(),
+    "jobs": lambda bus: JobsFold(),
 }
 
 # The tables each projection writes, for `jetdbt replay --projection NAME`: a
@@ -39,4 +41,5 @@ TABLES = {
     ),
     "retry": ("retry_state",),
     "environments": ("environments",),
+    "jobs": ("jobs", "job_schedules"),
 }

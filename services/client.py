@@ -172,3 +172,33 @@ async def run(
         timeout,
     )
     return await event_blobs.resolved(bus, final)
+
+
+# A job command's fact, by action: what says it was done (or a JobRefused, why not).
+_JOB_DONE = {
+    "save": ev.JobSaved,
+    "delete": ev.JobDeleted,
+    "schedule": ev.ScheduleSaved,
+    "pause": ev.ScheduleSaved,
+    "resume": ev.ScheduleSaved,
+    "unschedule": ev.ScheduleSaved,
+}
+
+
+async def job(
+    bus: Bus, project: str, command: commands.JobCommand, *, timeout: float | None = 60
+) -> ev.Event:
+    """Publish a job command and wait for the fact it makes, or its JobRefused."""
+    command = msgspec.structs.replace(command, requested_by=command.requested_by or principal())
+    done = (_JOB_DONE[command.action], ev.JobRefused)
+    return await _await_final(
+        bus,
+        f"dbt.evt.*.{subjects.token(project)}.>",
+        lambda: bus.publish_command(
+            "job", project, command, uuid.uuid4().hex, principal=command.requested_by
+        ),
+        lambda e, ack: isinstance(e, done) and getattr(e, "command_seq", None) == ack.seq,
+        done,
+        None,
+        timeout,
+    )

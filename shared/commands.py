@@ -9,26 +9,46 @@ in an override must not silently build the whole project.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any
+import zoneinfo
+from typing import Annotated, Any, Literal
 
 import msgspec
 
 from shared import subjects
-from shared.arguments import check_value
+from shared.arguments import DBT_WORDS, TAKES, check_macro, check_value
 from shared.bundle import Skipped
 from shared.digests import check_digest
-from shared.quote import shorten
+from shared.quote import quote, shorten
 
 __all__ = [
+    "AnyDbtCommand",
+    "DBT_COMMANDS",
+    "DbtCommand",
     "BuildCommand",
+    "ModelsCommand",
+    "TestCommand",
+    "SeedCommand",
+    "SnapshotCommand",
+    "FreshnessCommand",
+    "DocsCommand",
+    "ShowCommand",
+    "OperationCommand",
+    "MAX_SHOW_LIMIT",
+    "dbt_command",
     "ParseCommand",
     "RetryCommand",
     "RunCommand",
+    "JobRun",
+    "TRIGGERS",
     "DeployCommand",
     "CommandRejected",
     "decode_run",
     "decode_deploy",
     "decode_cancel",
+    "decode_job",
+    "JobCommand",
+    "JobSpec",
+    "JOB_ACTIONS",
     "CancelCommand",
     "check_selection",
     "MAX_COMMAND_BYTES",
@@ -57,9 +77,11 @@ def check_selection(field: str, items: list[str]) -> None:
         check_value(f"{field}[{i}]", item)
 
 
-class BuildCommand(
-    msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag="build", tag_field="label"
-):
+class DbtCommand(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag_field="label"):
+    """A dbt command over the project's nodes; its label is the command (shared.arguments
+    says which dbt words and which overrides each takes). One variant per command, so a
+    run-operation's macro or a show's limit travels only with its own command."""
+
     select: list[str] = []
     exclude: list[str] = []
     vars: dict[str, Any] = {}
@@ -69,6 +91,13 @@ class BuildCommand(
     # run never publishes the environment's state, and a deferral still reads the profile's.
     schema: str | None = None
 
+    @property
+    def label(self) -> str:
+        return type(self).__struct_config__.tag
+
+    def dbt_words(self) -> tuple[str, ...]:
+        return DBT_WORDS[self.label]
+
     def __post_init__(self):
         check_selection("select", self.select)
         check_selection("exclude", self.exclude)
@@ -77,6 +106,113 @@ class BuildCommand(
                 f"schema {shorten(self.schema, 80)!r} is not a plain schema name: letters,"
                 " digits and underscores, at most 63, not starting with a digit"
             )
+        takes = TAKES[self.label]
+        if self.full_refresh and "full_refresh" not in takes:
+            raise ValueError(f"{self.label} takes no full_refresh")
+        if self.defer is not None and "defer" not in takes:
+            raise ValueError(f"{self.label} takes no defer")
+
+
+class BuildCommand(DbtCommand, frozen=True, tag="build"):
+    """`dbt build` (or, by test_behavior, the build without tests); `test_behavior` None
+    keeps the descriptor's."""
+
+    test_behavior: Literal["build", "after_all", "none"] | None = None
+
+
+class ModelsCommand(DbtCommand, frozen=True, tag="run"):
+    """`dbt run`: models only."""
+
+
+class TestCommand(DbtCommand, frozen=True, tag="test"):
+    """`dbt test`: data and unit tests against what is built."""
+
+
+class SeedCommand(DbtCommand, frozen=True, tag="seed"):
+    """`dbt seed`."""
+
+
+class SnapshotCommand(DbtCommand, frozen=True, tag="snapshot"):
+    """`dbt snapshot`."""
+
+
+class FreshnessCommand(DbtCommand, frozen=True, tag="source_freshness"):
+    """`dbt source freshness`: each source's status by its own warn/error thresholds."""
+
+
+class DocsCommand(DbtCommand, frozen=True, tag="docs_generate"):
+    """`dbt docs generate`: the catalog (columns with their warehouse types)."""
+
+
+# What a show may preview: dbt's own default is 5 rows; a preview is not an export.
+MAX_SHOW_LIMIT = 500
+
+
+class ShowCommand(DbtCommand, frozen=True, tag="show"):
+    """`dbt show` of the selected node: a row preview, deferring like a build. Only nodes
+    of the project: inline SQL would be a query the project never held."""
+
+    limit: int = 5
+
+    def __post_init__(self):
+        super().__post_init__()
+        if not self.select:
+            raise ValueError("show needs a select naming the node to preview")
+        if not 0 < self.limit <= MAX_SHOW_LIMIT:
+            raise ValueError(f"show limit is {self.limit}; from 1 to {MAX_SHOW_LIMIT}")
+
+
+class OperationCommand(DbtCommand, frozen=True, tag="run_operation"):
+    """`dbt run-operation MACRO --args ARGS`: a macro of the project or its packages."""
+
+    macro: str = ""
+    macro_args: dict[str, Any] = {}
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_macro(self.macro)
+        if self.select or self.exclude:
+            raise ValueError("run_operation selects no nodes: it takes no select or exclude")
+
+
+# Every dbt command a run may be; the runner plans and runs each the same way.
+DBT_COMMANDS = (
+    BuildCommand,
+    ModelsCommand,
+    TestCommand,
+    SeedCommand,
+    SnapshotCommand,
+    FreshnessCommand,
+    DocsCommand,
+    ShowCommand,
+    OperationCommand,
+)
+AnyDbtCommand = (
+    BuildCommand
+    | ModelsCommand
+    | TestCommand
+    | SeedCommand
+    | SnapshotCommand
+    | FreshnessCommand
+    | DocsCommand
+    | ShowCommand
+    | OperationCommand
+)
+
+
+def dbt_command(name: str, **fields: Any) -> AnyDbtCommand:
+    """The dbt command `name` (its label, or dbt's spelling: `source freshness`,
+    `run-operation`) with `fields`; a ValueError names the field that is wrong."""
+    label = name.strip().replace(" ", "_").replace("-", "_")
+    if label not in DBT_WORDS:
+        raise ValueError(
+            f"unknown dbt command {quote(name)}; known: "
+            + ", ".join(" ".join(words) for words in DBT_WORDS.values())
+        )
+    try:
+        return msgspec.convert({"label": label, **fields}, AnyDbtCommand)
+    except msgspec.ValidationError as exc:
+        raise ValueError(f"{' '.join(DBT_WORDS[label])}: {shorten(str(exc), 300)}") from None
 
 
 class RetryCommand(
@@ -112,14 +248,32 @@ class ParseCommand(
             check_digest(self.bundle_digest)
 
 
+class JobRun(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag="job", tag_field="label"):
+    """Run the saved job `name`: its command, selection, vars and test behaviour as the job
+    holds them when the runner takes the command (read from the log, never a projection)."""
+
+    name: str
+
+    def __post_init__(self):
+        subjects.check_job_name(self.name)
+
+
+# What started a run: a person (`manual`), a job's schedule, a relation it reads written,
+# another job's run ending (`after`), the API, or another system on NATS. A runner records
+# it from what the server vouches for; only the operator's own processes may claim one.
+TRIGGERS = ("manual", "schedule", "relation", "after", "api", "nats")
+Trigger = Literal["", "manual", "schedule", "relation", "after", "api", "nats"]
+
+
 class RunCommand(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     """The body of `dbt.cmd.run.<project>`."""
 
-    command: BuildCommand | RetryCommand | ParseCommand
+    command: AnyDbtCommand | RetryCommand | ParseCommand | JobRun
     args: dict[str, Any] = {}
     run_id: str | None = None
     requested_by: Principal = ""
     hidden: bool = False
+    trigger: Trigger = ""
 
     def __post_init__(self):
         if self.run_id is not None:
@@ -169,6 +323,61 @@ class CancelCommand(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
         subjects.check_run_id(self.run_id)
 
 
+class JobSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """What a saved job runs: a dbt command with its selection, vars and overrides (a
+    build's test_behavior among them), and the run arguments its descriptor's placeholders
+    take."""
+
+    command: AnyDbtCommand = BuildCommand()
+    args: dict[str, Any] = {}
+
+
+# A schedule's expression reaches the server as a header value: printable ASCII only, short.
+_SCHEDULE = re.compile(r"[ -~]{1,100}")
+JOB_ACTIONS = ("save", "delete", "schedule", "pause", "resume", "unschedule")
+
+
+class JobCommand(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """The body of `dbt.cmd.job.<project>`: save or delete a job, or set its schedule (a cron
+    with seconds, `sec min hour day month weekday`, or `@every 30s`, in time zone `tz`),
+    pause, resume or remove it."""
+
+    action: Literal["save", "delete", "schedule", "pause", "resume", "unschedule"]
+    name: str
+    job: JobSpec | None = None
+    cron: str = ""
+    tz: str = ""
+    requested_by: Principal = ""
+
+    def __post_init__(self):
+        subjects.check_job_name(self.name)
+        if (self.action == "save") != (self.job is not None):
+            raise ValueError("a job is given with action save, and only then")
+        if self.action != "schedule" and (self.cron or self.tz):
+            raise ValueError("cron and tz are given with action schedule, and only then")
+        if self.action == "schedule":
+            if not _SCHEDULE.fullmatch(self.cron):
+                raise ValueError(
+                    f"cron is {quote(self.cron)}: a schedule is printable text of 1 to 100"
+                    " characters (`0 0 6 * * *`, `@every 30s`)"
+                )
+            if self.tz:
+                check_time_zone(self.tz)
+
+
+def check_time_zone(name: str) -> str:
+    """An IANA time zone name the server can resolve, such as `Europe/Paris`."""
+    try:
+        if not _SCHEDULE.fullmatch(name) or "." in name:
+            raise ValueError
+        zoneinfo.ZoneInfo(name)
+    except (ValueError, zoneinfo.ZoneInfoNotFoundError):
+        raise ValueError(
+            f"tz is {quote(name)}: not a time zone name (such as Europe/Paris)"
+        ) from None
+    return name
+
+
 class CommandRejected(ValueError):
     """A command that cannot be decoded; the message says which field and why."""
 
@@ -212,3 +421,7 @@ def decode_deploy(data: bytes) -> DeployCommand:
 
 def decode_cancel(data: bytes) -> CancelCommand:
     return _decode(data, CancelCommand, "cancel")
+
+
+def decode_job(data: bytes) -> JobCommand:
+    return _decode(data, JobCommand, "job")

@@ -46,6 +46,11 @@ __all__ = [
     "RelationRefused",
     "RetryStateSaved",
     "StatePublished",
+    "JobSaved",
+    "JobDeleted",
+    "JobRefused",
+    "ScheduleSaved",
+    "ScheduleFired",
     "EVENT_TYPES",
     "SUPERSEDED",
     "MAX_EVENT_BYTES",
@@ -125,6 +130,7 @@ class RunResult(msgspec.Struct, frozen=True, kw_only=True):
     error: str | None = None
     deferred_to: str | None = None
     cancelled_by: str | None = None  # the principal whose cancel ended the run
+    preview: list[dict[str, Any]] = []  # a show's rows, as dbt printed them (at most 64 KiB)
 
 
 class Blob(msgspec.Struct, frozen=True, kw_only=True):
@@ -238,6 +244,8 @@ class RunRequested(_RunEvent, frozen=True, kw_only=True, tag="run.requested.v1")
     command_seq: int = 0
     team: str = ""  # the principal's team, and the door its command came in by
     door: str = ""
+    job: str = ""  # the saved job the run is of ("": none)
+    trigger: str = ""  # what started it (shared.commands.TRIGGERS; "": before triggers)
     _kind = "requested"
 
     def event_id(self) -> str:
@@ -495,6 +503,83 @@ class StatePublished(Event, frozen=True, kw_only=True, tag="state.published.v1")
         return f"state:{self.project}:{self.run_id}:published"
 
 
+class _JobEvent(Event, frozen=True, kw_only=True):
+    name: str
+    command_seq: int = 0
+    _kind = ""
+
+    def subject(self) -> str:
+        return subjects.job_event(self.project, self.name, self._kind)
+
+    def event_id(self) -> str:
+        return f"job:{self.project}:{self.name}:{self._kind}:{self.command_seq}"
+
+
+class JobSaved(_JobEvent, frozen=True, kw_only=True, tag="job.saved.v1"):
+    """A job as saved: `spec` is shared.commands.JobSpec as submitted (a dict, so a later
+    field of a command never makes an old job undecodable)."""
+
+    spec: dict[str, Any]
+    saved_by: str = ""
+    _kind = "saved"
+
+
+class JobDeleted(_JobEvent, frozen=True, kw_only=True, tag="job.deleted.v1"):
+    deleted_by: str = ""
+    _kind = "deleted"
+
+
+class JobRefused(Event, frozen=True, kw_only=True, tag="job.refused.v1"):
+    """A job command that was refused, and why."""
+
+    name: str = ""
+    action: str = ""
+    reason: str
+    command_seq: int = 0
+
+    def subject(self) -> str:
+        return subjects.job_refused(self.project)
+
+    def event_id(self) -> str:
+        return f"job-refused:{self.project}:{self.command_seq}"
+
+
+class ScheduleSaved(Event, frozen=True, kw_only=True, tag="schedule.saved.v1"):
+    """A job's schedule as it is now: `active` (its definition is on the commands stream and
+    the server fires it), `paused` or `removed` (the definition parked: it never fires)."""
+
+    job: str
+    state: str
+    cron: str = ""
+    tz: str = ""
+    principal: str = ""  # whose runs its fires are (the runs' principal)
+    command_seq: int = 0
+
+    def subject(self) -> str:
+        return subjects.schedule_event(self.project, self.job, "saved")
+
+    def event_id(self) -> str:
+        return f"schedule:{self.project}:{self.job}:{self.command_seq}"
+
+
+class ScheduleFired(Event, frozen=True, kw_only=True, tag="schedule.fired.v1"):
+    """The server fired a job's schedule: the run it started, and when it fires next.
+    `command_seq` is the fire's own message on the commands stream, so a redelivered fire
+    is the same event and the same run."""
+
+    job: str
+    run_id: str
+    fired_at: datetime
+    next_at: datetime | None = None
+    command_seq: int
+
+    def subject(self) -> str:
+        return subjects.schedule_event(self.project, self.job, "fired")
+
+    def event_id(self) -> str:
+        return f"schedule-fired:{self.project}:{self.command_seq}"
+
+
 EVENT_TYPES: tuple[type[Event], ...] = (
     DeployRequested,
     DeployRefused,
@@ -517,6 +602,11 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     RelationRefused,
     RetryStateSaved,
     StatePublished,
+    JobSaved,
+    JobDeleted,
+    JobRefused,
+    ScheduleSaved,
+    ScheduleFired,
 )
 
 

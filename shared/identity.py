@@ -58,7 +58,7 @@ DEFAULT_TEAM = "default"
 # Ordered: a role can do everything a role before it can.
 ROLES = ("viewer", "runner", "deployer", "admin")
 # The least role each command verb needs, on either door (run covers build, retry, parse).
-VERB_ROLES = {"run": "runner", "cancel": "runner", "deploy": "deployer"}
+VERB_ROLES = {"run": "runner", "cancel": "runner", "deploy": "deployer", "job": "runner"}
 Role = Literal["viewer", "runner", "deployer", "admin"]
 
 

@@ -47,6 +47,13 @@ __all__ = [
     "state_pattern",
     "subject_key",
     "COMMAND_VERBS",
+    "check_job_name",
+    "job_event",
+    "job_refused",
+    "schedule_event",
+    "SCHEDULES",
+    "schedule_definition",
+    "schedule_parked",
     "covering",
     "SubjectFilter",
 ]
@@ -55,7 +62,7 @@ _SAFE = re.compile(r"[a-z0-9][a-z0-9_-]{0,127}\Z")
 # A user string in a subject (a principal, a relation key) is at most this long, so
 # a subject stays far below the server's limit: one over 4 KB closes the connection.
 MAX_TOKEN_CHARS = 256
-COMMAND_VERBS = ("deploy", "run", "cancel")
+COMMAND_VERBS = ("deploy", "run", "cancel", "job")
 # A command the API published for a token it checked ends in this token: only the API's NATS
 # user may publish `dbt.cmd.<verb>.<project>.<principal>.api`, so the server vouches for it.
 _API = "api"
@@ -78,6 +85,16 @@ def check_project(name: str) -> str:
         raise InvalidName(
             f"project name {quote(name)} is invalid: use lowercase letters, digits, '_' and '-',"
             " starting with a letter or digit (at most 128 characters)"
+        )
+    return name
+
+
+def check_job_name(name: str) -> str:
+    """Job names travel in subjects and run ids, so they follow the project-name rule."""
+    if not isinstance(name, str) or not _SAFE.match(name) or len(name) > 64:
+        raise InvalidName(
+            f"job name {quote(name)} is invalid: use lowercase letters, digits, '_' and '-',"
+            " starting with a letter or digit (at most 64 characters)"
         )
     return name
 
@@ -228,6 +245,37 @@ def retry_event(project: str, principal: str, kind: str) -> str:
 def state_event(project: str, environment_key: str, kind: str) -> str:
     """One subject per (project, environment): its last message is the environment's state."""
     return f"dbt.evt.state.{token(project)}.{token(environment_key)}.{kind}"
+
+
+def job_event(project: str, name: str, kind: str) -> str:
+    """A job's definition: `saved` or `deleted`; the last of `job_event(p, name, "*")` is
+    what the job is now."""
+    return f"dbt.evt.job.{token(project)}.{token(name)}.{kind}"
+
+
+def job_refused(project: str) -> str:
+    """A job command that was refused (its name may be what is wrong)."""
+    return f"dbt.evt.job.{token(project)}.refused"
+
+
+def schedule_event(project: str, job: str, kind: str) -> str:
+    """A job's schedule: `saved` (its state now: active, paused, removed) and each `fired`."""
+    return f"dbt.evt.schedule.{token(project)}.{token(job)}.{kind}"
+
+
+# Where JetStream message schedules' definitions live: on the commands stream (the server
+# publishes a fire only into the stream that holds its schedule), outside `dbt.cmd.>`, so
+# no runner reads a definition as a command.
+SCHEDULES = "dbt.sched"
+
+
+def schedule_definition(project: str, job: str) -> str:
+    return f"{SCHEDULES}.{token(project)}.{token(job)}"
+
+
+def schedule_parked(project: str, job: str) -> str:
+    """Where a paused or removed schedule's last, one-shot definition fires: no one reads it."""
+    return f"{SCHEDULES}.parked.{token(project)}.{token(job)}"
 
 
 def run_log(run_id: str) -> str:

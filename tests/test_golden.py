@@ -210,6 +210,42 @@ EXPECTED = {
             ["dbt", "evt", "state", "jaffle_shop"],
         ),
     ),
+    "job.saved.v1": (
+        ev.JobSaved,
+        lambda e: (e.name, e.spec["command"]["label"], e.subject(), e.event_id()),
+        (
+            "nightly",
+            "run",
+            "dbt.evt.job.jaffle_shop.nightly.saved",
+            "job:jaffle_shop:nightly:saved:41",
+        ),
+    ),
+    "job.deleted.v1": (
+        ev.JobDeleted,
+        lambda e: (e.name, e.deleted_by, e.subject()),
+        ("nightly", "ana", "dbt.evt.job.jaffle_shop.nightly.deleted"),
+    ),
+    "job.refused.v1": (
+        ev.JobRefused,
+        lambda e: (e.action, "2.14" in e.reason, e.subject(), e.event_id()),
+        ("schedule", True, "dbt.evt.job.jaffle_shop.refused", "job-refused:jaffle_shop:45"),
+    ),
+    "schedule.saved.v1": (
+        ev.ScheduleSaved,
+        lambda e: (e.job, e.state, e.cron, e.tz, e.subject()),
+        (
+            "nightly",
+            "active",
+            "0 0 6 * * *",
+            "Europe/Paris",
+            "dbt.evt.schedule.jaffle_shop.nightly.saved",
+        ),
+    ),
+    "schedule.fired.v1": (
+        ev.ScheduleFired,
+        lambda e: (e.run_id, e.next_at.day, e.subject(), e.event_id()),
+        ("c57", 5, "dbt.evt.schedule.jaffle_shop.nightly.fired", "schedule-fired:jaffle_shop:57"),
+    ),
     "retry.saved.v1": (
         ev.RetryStateSaved,
         lambda e: (e.principal, e.command["vars"], e.args, e.subject().split(".")[:4]),

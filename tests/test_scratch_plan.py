@@ -37,7 +37,9 @@ def test_a_scratch_schema_replaces_the_own_profiles_schema_and_never_publishes(t
     project = tmp_path / "shop"
     shutil.copytree(EXAMPLE, project)
     (project / "profiles.yml").write_text(yaml.safe_dump(PROFILES))
-    (project / "jetdbt.yaml").write_text("profile:\n  profiles_yml: profiles.yml\n  warehouse: main\n")
+    (project / "jetdbt.yaml").write_text(
+        "profile:\n  profiles_yml: profiles.yml\n  warehouse: main\n"
+    )
     desc = descriptor.load(project)
     wh = Warehouse(type="duckdb", name="main", path=str(tmp_path / "unused.duckdb"))
 

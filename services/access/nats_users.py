@@ -123,6 +123,8 @@ _NEVER = [
 ]
 _FACTS = [
     "dbt.evt.>",
+    # Jobs' message schedules: a runner stores each definition it checked.
+    f"{subjects.SCHEDULES}.>",
     "dbt.log.>",
     *[f"{prefix}.>" for prefix, _ in _buckets()],
     # Retention: a pruned run's log lines and objects (deleting an object purges its chunks).

@@ -29,7 +29,7 @@ from shared.artifacts import check_name
 from shared.digests import check_digest
 from shared.quote import quote, shorten
 from shared.relations import InvalidRelation, normalise
-from shared.subjects import check_project, check_run_id
+from shared.subjects import check_job_name, check_project, check_run_id
 
 __all__ = [
     "BadParameter",
@@ -125,6 +125,7 @@ def _projection(value: str) -> str:
 PATH_RULES: dict[str, Callable[[str], object]] = {
     "project": check_project,
     "run_id": check_run_id,
+    "job": check_job_name,
     "key": _relation_key,
     "unique_id": _unique_id,
     "name": check_name,  # a run's artifact

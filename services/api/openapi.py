@@ -28,7 +28,7 @@ from services.api.auth import PUBLIC
 from services.api.boundary import MAX_OFFSET
 from shared import events as ev
 from shared.artifacts import NAMES as ARTIFACTS
-from shared.commands import RunCommand
+from shared.commands import JobCommand, RunCommand
 
 __all__ = [
     "OPERATIONS",
@@ -58,6 +58,7 @@ _ERRORS = {
 _PARAMS = {
     "project": ("path", {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]{0,127}$"}),
     "run_id": ("path", {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]{0,127}$"}),
+    "job": ("path", {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]{0,63}$"}),
     "key": ("path", {"type": "string", "description": "a relation key, dbt://<wh>/<schema>/<n>"}),
     "unique_id": (
         "path",
@@ -134,6 +135,13 @@ OPERATIONS = (
               schemas.Runs, params=("project", *_PAGE)),
     Operation("POST", "/v1/projects/{project}/runs", "publish a run command",
               schemas.RunAccepted, status=202, params=("project",), request=RunCommand),
+    Operation("GET", "/v1/projects/{project}/jobs", "a project's saved jobs and their schedules",
+              schemas.Jobs, params=("project", *_PAGE)),
+    Operation("POST", "/v1/projects/{project}/jobs", "publish a job command: save, delete,"
+              " schedule (cron with seconds, tz), pause, resume, unschedule",
+              schemas.JobAccepted, status=202, params=("project",), request=JobCommand),
+    Operation("POST", "/v1/projects/{project}/jobs/{job}/runs", "run a saved job now",
+              schemas.RunAccepted, status=202, params=("project", "job")),
     Operation("GET", "/v1/projects/{project}/deploys", "a project's deploys, newest first",
               schemas.Deploys, params=("project", *_PAGE)),
     Operation("GET", "/v1/projects/{project}/retry-state",

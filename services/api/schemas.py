@@ -189,6 +189,10 @@ class RunSummary(_Body):
     files_pruned_at: datetime | None = None
     # dbt's artifacts the run kept (GET /v1/runs/{run_id}/artifacts/{name}): name -> digest.
     artifacts: dict[str, str] | None = None
+    # The saved job the run is of ("": none), and what started it: manual, schedule,
+    # relation, after, api or nats ("": a run recorded before triggers were).
+    job: str = ""
+    trigger: str = ""
 
 
 class Run(RunSummary, kw_only=True, forbid_unknown_fields=True):
@@ -240,6 +244,45 @@ class RunLog(_Body):
     source: str
     lines: list[LogLine]
     next: LogNext | None
+
+
+class JobSchedule(_Body):
+    """A job's schedule: active, paused or removed; how often the server fired it, the
+    run it started last, and when it fires next (from the server's own fire)."""
+
+    state: str
+    cron: str
+    tz: str
+    principal: str
+    saved_at: datetime
+    fires: int
+    last_fired_at: datetime | None
+    last_run_id: str | None
+    next_at: datetime | None
+
+
+class Job(_Body):
+    """A saved job: its spec (shared.commands.JobSpec) and its schedule, if it has one."""
+
+    name: str
+    spec: dict[str, Any]
+    saved_by: str
+    saved_at: datetime
+    schedule: JobSchedule | None
+
+
+class Jobs(_Body):
+    project: str
+    jobs: list[Job]
+    next: NextOffset | None
+
+
+class JobAccepted(_Body):
+    """A job command published; the job's facts follow on the log, then in GET .../jobs."""
+
+    project: str
+    name: str
+    action: str
 
 
 class RunAccepted(_Body):

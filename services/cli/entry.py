@@ -30,6 +30,8 @@ COMMANDS = {
     "access": "access_commands:cmd_access",
     "contract": "access_commands:cmd_contract",
     "mcp": "mcp_command:cmd_mcp",
+    "job": "job_commands:cmd_job",
+    "schedule": "job_commands:cmd_schedule",
 }
 
 # Commands that serve the API, an aiohttp application. Every other command reaches NATS at

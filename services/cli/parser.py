@@ -35,28 +35,9 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="deploy from another folder than the project's current version came from",
     )
-    run = sub.add_parser("run", help="build a deployed project")
+    run = sub.add_parser("run", help="build a deployed project (or run another dbt command)")
     run.add_argument("project").completer = _projects
-    run.add_argument("--select", "-s", action="extend", nargs="+", help="dbt's --select")
-    run.add_argument("--exclude", action="extend", nargs="+", help="dbt's --exclude")
-    run.add_argument("--vars", help="dbt vars as a YAML/JSON mapping")
-    run.add_argument("--full-refresh", action="store_true")
-    run.add_argument(
-        "--defer",
-        action="store_true",
-        help="resolve unbuilt refs to the environment's published state",
-    )
-    run.add_argument(
-        "--schema",
-        metavar="SCHEMA",
-        help="build into this scratch schema instead of the profile's (CI); publishes no state",
-    )
-    run.add_argument(
-        "--arg",
-        action="append",
-        metavar="NAME=VALUE",
-        help="a value for a {{ NAME }} placeholder in the descriptor's vars",
-    )
+    _dbt_options(run)
     run.add_argument("--run-id", help="choose the run id (default: a new uuid)")
     run.add_argument("--watch", action="store_true", help="show live per-model progress")
     run.add_argument("--json", action="store_true", help="print the structured result as JSON")
@@ -155,6 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     dead_sub.add_parser("list", help="list them (from the API)")
     dead_retry = dead_sub.add_parser("retry", help="apply them again, after a fix")
     dead_retry.add_argument("--projection", help="only this projection's")
+    _job_commands(sub)
     return p
 
 
@@ -166,6 +148,83 @@ def _settings_help() -> str:
         f"  {name:<{width}}  {what} (default: {default})" for name, default, what in STACK_SETTINGS
     ]
     return "settings:\n" + "\n".join(lines)
+
+
+def _dbt_options(p: argparse.ArgumentParser) -> None:
+    """What a run (or a saved job) asks dbt for: the command, its selection and overrides."""
+    p.add_argument(
+        "--command",
+        default="build",
+        help="the dbt command: build (default), run, test, seed, snapshot, 'source freshness',"
+        " run-operation, 'docs generate', show",
+    )
+    p.add_argument("--select", "-s", action="extend", nargs="+", help="dbt's --select")
+    p.add_argument("--exclude", action="extend", nargs="+", help="dbt's --exclude")
+    p.add_argument("--vars", help="dbt vars as a YAML/JSON mapping")
+    p.add_argument("--full-refresh", action="store_true")
+    p.add_argument(
+        "--defer",
+        action="store_true",
+        help="resolve unbuilt refs to the environment's published state",
+    )
+    p.add_argument(
+        "--schema",
+        metavar="SCHEMA",
+        help="build into this scratch schema instead of the profile's (CI); publishes no state",
+    )
+    p.add_argument("--test-behavior", choices=("build", "after_all", "none"), help="build only")
+    p.add_argument("--macro", help="run-operation: the macro to run")
+    p.add_argument("--macro-args", help="run-operation: the macro's args as YAML/JSON")
+    p.add_argument("--limit", type=int, help="show: how many rows to preview")
+    p.add_argument(
+        "--arg",
+        action="append",
+        metavar="NAME=VALUE",
+        help="a value for a {{ NAME }} placeholder in the descriptor's vars",
+    )
+
+
+def _job_commands(sub) -> None:
+    """`jetdbt job ...` and `jetdbt schedule ...`: saved jobs and their schedules."""
+    job = sub.add_parser("job", help="saved jobs: save, list, run, delete")
+    job_sub = job.add_subparsers(dest="job_cmd", required=True)
+    save = job_sub.add_parser("save", help="save (or change) a job: a command with its options")
+    save.add_argument("name")
+    save.add_argument("--project", required=True).completer = _projects
+    _dbt_options(save)
+    lst = job_sub.add_parser("list", help="a project's jobs and their schedules")
+    lst.add_argument("--project", required=True).completer = _projects
+    jrun = job_sub.add_parser("run", help="run a saved job now")
+    jrun.add_argument("name")
+    jrun.add_argument("--project", required=True).completer = _projects
+    jrun.add_argument("--watch", action="store_true", help="show live per-model progress")
+    jrun.add_argument("--json", action="store_true", help="print the structured result as JSON")
+    _wait_limit(jrun)
+    jdel = job_sub.add_parser("delete", help="delete a job (its schedule is removed)")
+    jdel.add_argument("name")
+    jdel.add_argument("--project", required=True).completer = _projects
+    sch = sub.add_parser("schedule", help="jobs' schedules, fired by the NATS server itself")
+    sch_sub = sch.add_subparsers(dest="schedule_cmd", required=True)
+    add = sch_sub.add_parser(
+        "add", help="schedule a job (saving it first when a command or selection is given)"
+    )
+    add.add_argument("name")
+    add.add_argument("--project", required=True).completer = _projects
+    add.add_argument(
+        "--cron", required=True, help="cron with seconds (`0 0 6 * * *`) or `@every 30s`"
+    )
+    add.add_argument("--tz", default="", help="an IANA time zone for the cron (default UTC)")
+    _dbt_options(add)
+    sls = sch_sub.add_parser("list", help="a project's schedules: state, fires, next fire")
+    sls.add_argument("--project", required=True).completer = _projects
+    for action, what in (
+        ("pause", "stop firing, keep the schedule"),
+        ("resume", "fire again"),
+        ("remove", "remove the schedule, keep the job"),
+    ):
+        one = sch_sub.add_parser(action, help=what)
+        one.add_argument("name")
+        one.add_argument("--project", required=True).completer = _projects
 
 
 def _projects(**kwargs) -> list[str]:

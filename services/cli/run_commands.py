@@ -26,7 +26,13 @@ from services.watch import Progress, Tally, planned_nodes, result_table, styled
 from shared import bundle, subjects
 from shared import events as ev
 from shared.bus import Bus
-from shared.commands import BuildCommand, ParseCommand, RetryCommand, RunCommand
+from shared.commands import (
+    BuildCommand,
+    ParseCommand,
+    RetryCommand,
+    RunCommand,
+    dbt_command,
+)
 from shared.config import Settings
 from shared.digests import short_digest
 
@@ -125,18 +131,34 @@ async def _planned(bus: Bus, project: str, cmd: BuildCommand) -> int | None:
     return None
 
 
+def dbt_command_of(args):
+    """The dbt command the options of `run`, `job save` and `schedule add` spell."""
+    fields = {
+        "select": args.select or [],
+        "exclude": args.exclude or [],
+        "vars": _vars(args.vars),
+        "full_refresh": args.full_refresh,
+        "defer": True if args.defer else None,
+        "macro": args.macro,
+        "macro_args": _vars(args.macro_args) if args.macro_args else None,
+        "limit": args.limit,
+        "test_behavior": args.test_behavior,
+        "schema": args.schema,
+    }
+    try:
+        return dbt_command(args.command, **{k: v for k, v in fields.items() if v})
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+
+
+def run_args_of(args) -> dict:
+    return _run_args(args.arg or [])
+
+
 async def cmd_run(args, settings: Settings) -> int:
     project = subjects.check_project(args.project)
-    build = BuildCommand(
-        select=args.select or [],
-        exclude=args.exclude or [],
-        vars=_vars(args.vars),
-        full_refresh=args.full_refresh,
-        defer=True if args.defer else None,
-        schema=args.schema,
-    )
-    command = RunCommand(command=build, args=_run_args(args.arg or []), run_id=args.run_id)
-    return await _follow(args, settings, project, command)
+    command = RunCommand(command=dbt_command_of(args), args=run_args_of(args), run_id=args.run_id)
+    return await follow(args, settings, project, command)
 
 
 async def cmd_parse(args, settings: Settings) -> int:
@@ -188,7 +210,7 @@ async def cmd_retry(args, settings: Settings) -> int:
                 flush=True,
             )
 
-    return await _follow(args, settings, subjects.check_project(project), command, resumes)
+    return await follow(args, settings, subjects.check_project(project), command, resumes)
 
 
 async def _waited(waiting, seconds: float, what: str):
@@ -230,7 +252,7 @@ def _detached(run_id: str, tally: Tally) -> None:
     )
 
 
-async def _follow(args, settings: Settings, project: str, command: RunCommand, heard=None) -> int:
+async def follow(args, settings: Settings, project: str, command: RunCommand, heard=None) -> int:
     """Publish, follow to the end, print; the same output contract for run and retry.
     `heard`, when given, is told every event of the run as it comes."""
     if not command.run_id:  # chosen here, so a message about the run can name it

@@ -30,7 +30,7 @@ from services.runner.spawn import ForkServerLost
 from shared import event_blobs, subjects
 from shared import events as ev
 from shared import logging as jlog
-from shared.commands import BuildCommand, RunCommand
+from shared.commands import DbtCommand, RunCommand
 from shared.identity import team_of
 from shared.outcomes import totals
 from shared.quote import quote
@@ -63,7 +63,7 @@ class Source:
 
     version: str
     packages_digest: str | None
-    cmd: BuildCommand
+    cmd: DbtCommand
     args: dict[str, Any] | None
     resumes: ev.RetryStateSaved | None = None
     # The engine environment the version was deployed with (Deployed.environment_lock).
@@ -90,6 +90,9 @@ class Attempt:
     `check`, `deferred_to` and `before_finished` do nothing unless it says otherwise."""
 
     writes = True  # builds into its environment, so it holds the environment's lease
+    resumable = True  # its result is what the principal's next `jetdbt retry` resumes
+    # What dbt writes as the invocation's results: `dbt source freshness` writes sources.json.
+    results_artifact = "run_results.json"
 
     def __init__(
         self,
@@ -112,6 +115,7 @@ class Attempt:
         self._deadline = float("inf")
         self._fenced = asyncio.Event()  # set when the environment lease could not be kept
         self._log_subject = subjects.run_log(run_id)
+        self.preview: list[dict] = []  # the rows a show's dbt printed
 
     def mode(self) -> str:
         """What the result's `command` field records: a build's test behaviour (build,
@@ -349,12 +353,14 @@ class Attempt:
                 raise LeaseLost(f"lost the lease on {self.prepared.plan.lease_scope}")
             raise asyncio.CancelledError("cancelled")
         code = run.result()
-        run_results = inv.artifact("run_results.json")
+        run_results = inv.artifact(self.results_artifact)
         if run_results is not None:
+            if self.results_artifact == "sources.json":
+                run_results = results.freshness_as_results(run_results)
             self.results.add(run_results, inv.artifact("manifest.json"), round_)
             self.artifacts = artifacts.read(inv)  # the last invocation's, as dbt wrote them
             # Gone, so a later invocation that writes none is not read as this one again.
-            inv.artifact_path("run_results.json").unlink()
+            inv.artifact_path(self.results_artifact).unlink()
         return code
 
     def _time_left(self) -> float:
@@ -383,6 +389,10 @@ class Attempt:
     async def _on_event(self, record: dict) -> None:
         # A node event happened when dbt logged it: its `at` is dbt's time, not the publish's.
         at = results.logged_at(record)
+        rows = results.show_rows(record)
+        if rows is not None:
+            self.preview += rows
+            return
         start = results.node_start(record)
         if start is not None:
             self.results.started(start, self.round)
@@ -443,6 +453,7 @@ class Attempt:
             error=error,
             deferred_to=self.deferred_to(),
             cancelled_by=(self.cancelled.by or None) if status == "cancelled" else None,
+            preview=self.preview,
         )
 
     async def _finish(self, code: int, error: str | None) -> ev.RunFinished:
@@ -465,7 +476,7 @@ class Attempt:
         RunFinished last, its nodes in a blob when they are too many to travel inline."""
         bus, submitted = self.ctx.bus, result.invocation_args
         merged = self.results.merged
-        if merged is not None and not self.body.hidden:
+        if merged is not None and not self.body.hidden and self.resumable:
             await bus.publish(
                 ev.RetryStateSaved(
                     project=self.project,

@@ -1,10 +1,14 @@
-"""A build run: dbt in a fresh job directory, node events published as they happen.
+"""A dbt command's run: dbt in a fresh job directory, node events published as they happen.
 
-test_behavior decides the invocations: build = one `dbt build`; after_all =
+A build's test_behavior decides its invocations: build = one `dbt build`; after_all =
 the build without tests, then, when it succeeded, `dbt test`; none = the build
 without tests. "Without tests" is `dbt build --exclude-resource-type test
 unit_test` rather than a bare `dbt run`, which would never load seeds or take
 snapshots, so a project with seeds could not run under after_all at all.
+
+Every other command (run, test, seed, snapshot, source freshness, run-operation, docs
+generate, show) is one invocation of its own dbt command, planned, checked, retried and
+reported the same way; only a build publishes the environment's state.
 """
 
 from __future__ import annotations
@@ -19,8 +23,9 @@ from services.runner.attempt import Attempt, Failed, Source
 from services.runner.context import RunnerContext
 from services.runner.job_setup import Prepared
 from services.runner.node_retry_rounds import retry_rounds
+from services.runner.plan import command_args
 from shared import events as ev
-from shared.commands import RunCommand
+from shared.commands import OperationCommand, RunCommand
 
 __all__ = ["build"]
 
@@ -30,6 +35,8 @@ _SEQUENCES = {
     "after_all": (("build", NO_TESTS), ("test", ())),
     "none": (("build", NO_TESTS),),
 }
+# The commands whose failed nodes a node retry round rebuilds with the same command.
+_RETRIED = {"build", "run", "test", "seed", "snapshot"}
 
 
 async def build(
@@ -55,8 +62,16 @@ async def build(
 class _Build(Attempt):
     state: ev.StatePublished | None = None  # what a deferring build defers to
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.label = self.body.command.label
+        self.resumable = self.label in _RETRIED
+        if self.label == "source_freshness":
+            self.results_artifact = "sources.json"
+
     def mode(self) -> str:
-        return self.prepared.plan.test_behavior
+        """A build's test behaviour (build, after_all, none), else the command's label."""
+        return self.prepared.plan.test_behavior if self.label == "build" else self.label
 
     def submitted(self) -> dict:
         submitted = msgspec.to_builtins(self.body.command)
@@ -68,6 +83,8 @@ class _Build(Attempt):
         return self.state.run_id if self.state else None
 
     async def check(self) -> str | None:
+        if isinstance(self.body.command, OperationCommand):
+            return None  # a macro selects no nodes
         reason = await _check_selection(self.prepared, self.project)
         if reason or not self.prepared.plan.defer:
             return reason
@@ -95,6 +112,8 @@ class _Build(Attempt):
             raise Failed(str(exc)) from None  # fail rather than show a stale graph
         plan = self.prepared.plan
         defer = state_mod.defer_args(plan) if self.state else []
+        if self.label != "build":
+            return await self._command(defer)
         common = plan.common_args() + defer + (["--full-refresh"] if plan.full_refresh else [])
         code = 0
         for command, extra in _SEQUENCES[plan.test_behavior]:
@@ -108,7 +127,23 @@ class _Build(Attempt):
             code = await retry_rounds(self, policy, common, code)
         return code
 
+    async def _command(self, defer: list[str]) -> int:
+        """One invocation of the run's own dbt command, then node retry rounds of the same
+        command when the descriptor asks for them and the command has nodes to rebuild."""
+        plan, cmd = self.prepared.plan, self.body.command
+        common = plan.common_args()
+        words = " ".join(cmd.dbt_words())
+        code = await self.invoke(
+            self.prepared.dbt(words, [*common, *command_args(plan, cmd, defer)])
+        )
+        policy = self.prepared.descriptor.retry_failed_nodes
+        if code != 0 and self.label in _RETRIED and policy is not None and policy.attempts:
+            code = await retry_rounds(self, policy, [*common, *defer], code, words)
+        return code
+
     async def before_finished(self, result: ev.RunResult) -> None:
+        if self.label != "build":
+            return  # the environment's state is what a build left, never a part of it
         await state_mod.publish(
             self.ctx.bus,
             self.prepared.plan,

@@ -107,7 +107,8 @@ WITHOUT_TARGET_PATH = frozenset({"deps", "debug", "init"})
 
 
 class DbtInvocation:
-    """`dbt <command> ...` in `project_dir`, with logs under `logs/` and artifacts under `target/`.
+    """`dbt <command> ...` in `project_dir`, with logs under `logs/` and artifacts under `target/`;
+    `command` is dbt's words, space-separated (`source freshness`).
 
     `executable` is None for the installed dbt-core (warm), else an engine binary's argv;
     `environment` the engine environment whose warm dbt runs it (None: jetdbt's own).
@@ -137,7 +138,7 @@ class DbtInvocation:
         # writes a JSON file log at debug level (NodeStart/NodeFinished are debug events).
         file_log = ["--log-format-file", "json", "--log-level-file", "debug"]
         self.argv = [
-            command,
+            *command.split(" "),  # `source freshness`, `docs generate`: dbt's two words
             "--project-dir",
             str(project_dir),
             "--profiles-dir",

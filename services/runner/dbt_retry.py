@@ -19,7 +19,7 @@ from services.runner.context import RunnerContext
 from services.runner.dbt_process import DbtInvocation
 from shared import events as ev
 from shared import subjects
-from shared.commands import BuildCommand, RetryCommand, RunCommand
+from shared.commands import AnyDbtCommand, RetryCommand, RunCommand
 from shared.digests import short_digest
 
 __all__ = ["retry"]
@@ -63,7 +63,7 @@ async def retry(
     newer = await _newer_version(ctx, project, saved, command)
     if newer:
         return await refuse(ctx, project, run_id, newer)
-    resumed = msgspec.convert(saved.command, BuildCommand)
+    resumed = msgspec.convert(saved.command, AnyDbtCommand)
     source = Source(saved.version, saved.packages_digest, resumed, saved.args, resumes=saved)
     return await _Retry(ctx, project, body, run_id, attempt, cancelled, source).run()
 

@@ -28,7 +28,7 @@ from services.runner.secrets import Resolver, UnresolvedReference
 from services.runner.warehouses import UnknownWarehouse, pick
 from shared import bundle, descriptor
 from shared.bus import BLOBS
-from shared.commands import BuildCommand
+from shared.commands import DbtCommand
 from shared.digests import digest_of
 from shared.quote import quote
 
@@ -167,7 +167,7 @@ async def prepare(
     name: str,
     *,
     packages_digest: str | None = None,
-    cmd: BuildCommand | None = None,
+    cmd: DbtCommand | None = None,
     args: dict[str, Any] | None = None,
 ) -> Prepared:
     try:

@@ -39,8 +39,11 @@ def to_redo(nodes: Iterable[NodeResult], manifest: dict | None) -> tuple[list[st
     return sorted(set(redo)), sorted(kept)
 
 
-async def retry_rounds(attempt: Attempt, policy: RetryPolicy, args: list[str], code: int) -> int:
-    """Up to `policy.attempts` rounds with the delay between them; returns the last exit code."""
+async def retry_rounds(
+    attempt: Attempt, policy: RetryPolicy, args: list[str], code: int, command: str = "build"
+) -> int:
+    """Up to `policy.attempts` rounds of `command` (the run's own dbt command) with the delay
+    between them; returns the last exit code."""
     for round_ in range(1, policy.attempts + 1):
         if code == 0:
             break
@@ -61,6 +64,6 @@ async def retry_rounds(attempt: Attempt, policy: RetryPolicy, args: list[str], c
                 "jetdbt: not retrying data tests that failed their assertion"
                 f" (deterministic) unless a model they test is rebuilt: {kept}"
             )
-        rebuild = attempt.prepared.dbt("build", [*args, *option("--select", *redo)])
+        rebuild = attempt.prepared.dbt(command, [*args, *option("--select", *redo)])
         code = await attempt.invoke(rebuild, round_)
     return code

@@ -23,8 +23,8 @@ from services.runner.selectors import (
 )
 from services.runner.warehouses import Warehouse, render_output, render_profiles
 from shared import bundle
-from shared.arguments import check_value
-from shared.commands import BuildCommand
+from shared.arguments import TAKES, check_value
+from shared.commands import DbtCommand, OperationCommand, ShowCommand
 from shared.descriptor import (
     Descriptor,
     interpolate,
@@ -34,7 +34,7 @@ from shared.descriptor import (
 )
 from shared.environments import Environment, is_template
 
-__all__ = ["Plan", "PlanRefused", "make_plan", "option"]
+__all__ = ["Plan", "PlanRefused", "command_args", "make_plan", "option"]
 
 
 class PlanRefused(ValueError):
@@ -196,7 +196,7 @@ def _relative_file(path: str) -> bool:
     return not (path.startswith("/") or path == ":memory:" or "{" in path or ":" in path)
 
 
-def _selection(desc: Descriptor, cmd: BuildCommand | None):
+def _selection(desc: Descriptor, cmd: DbtCommand | None):
     """A run that spells out a selection DIFFERENT from the descriptor's replaces it and
     drops the descriptor's selector; an empty or equal one keeps the descriptor's."""
     if cmd is None or not (cmd.select or cmd.exclude):
@@ -246,7 +246,7 @@ def _environment(
     ), None
 
 
-def _check_state_methods(desc: Descriptor, cmd: BuildCommand | None, defer: bool) -> None:
+def _check_state_methods(desc: Descriptor, cmd: DbtCommand | None, defer: bool) -> None:
     """Selectors that read a state are refused where they could only answer silently wrong."""
     spelled = selection_methods(desc.select + desc.exclude)
     if spelled & STATE_READERS:
@@ -302,7 +302,7 @@ def _warehouse_folder(output: dict[str, Any]) -> str | None:
 
 def make_plan(
     desc: Descriptor,
-    cmd: BuildCommand | None,
+    cmd: DbtCommand | None,
     args: dict[str, Any] | None,
     wh: Warehouse,
     resolver: Resolver,
@@ -311,6 +311,7 @@ def make_plan(
 ) -> Plan:
     """`args` is None for a deploy, the run arguments for a run."""
     defer = bool(desc.defer if cmd is None or cmd.defer is None else cmd.defer) and cmd is not None
+    defer = defer and "defer" in TAKES[cmd.label]  # a seed or a freshness check defers to nothing
     _check_state_methods(desc, cmd, defer)
     env = {k: resolver.resolve(v, f"env.{k}", from_project=True) for k, v in desc.env.items()}
     dbt_vars = _vars(desc, args)
@@ -354,7 +355,7 @@ def make_plan(
         vars=dbt_vars,
         full_refresh=full_refresh,
         threads=desc.threads,
-        test_behavior=desc.test_behavior,
+        test_behavior=getattr(cmd, "test_behavior", None) or desc.test_behavior,
         dynamic=is_dynamic(desc),
         overridden=overridden,
         defer=defer,
@@ -371,3 +372,32 @@ def make_plan(
     plan.selection_args()  # refuses a value that would reach dbt as a flag, before it runs
     plan.common_args()
     return plan
+
+
+_NOT_SHOWN = ("resource_type:test", "resource_type:unit_test")
+
+
+def command_args(plan: Plan, cmd: DbtCommand, defer: list[str]) -> list[str]:
+    """The arguments of a dbt command other than a build's sequence, after the plan's
+    common ones: its selection, and the overrides its dbt takes (shared.arguments.TAKES).
+    `defer` is the deferral's flags when the run defers."""
+    if isinstance(cmd, OperationCommand):
+        # The macro is dbt's positional argument: check_macro let only a name through.
+        args = [check_value("macro", cmd.macro)]
+        if cmd.macro_args:
+            args += option("--args", msgspec.json.encode(cmd.macro_args).decode())
+        return args
+    if isinstance(cmd, ShowCommand):
+        # A preview runs no test: dbt would select the node's tests with it, and one that
+        # reads a relation not built yet fails the show. show takes one --exclude.
+        shown = msgspec.structs.replace(plan, exclude=[*plan.exclude, *_NOT_SHOWN])
+        return [
+            *defer,
+            *shown.selection_args(),
+            *option("--limit", str(cmd.limit)),
+            *("--output", "json"),
+        ]
+    args = [*defer, *plan.selection_args()]
+    if plan.full_refresh and "full_refresh" in TAKES[cmd.label]:
+        args.append("--full-refresh")
+    return args

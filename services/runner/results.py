@@ -28,12 +28,18 @@ __all__ = [
     "node_start",
     "node_finished",
     "from_artifacts",
+    "freshness_as_results",
+    "show_rows",
 ]
 
 NODE_START = "NodeStart"
 NODE_FINISHED = "NodeFinished"
-# The dbt events a run's live progress is made of: the warm dbt sends only these.
-NODE_EVENTS = (NODE_START, NODE_FINISHED)
+SHOW_NODE = "ShowNode"
+# The dbt events a run's live progress is made of, and a show's rows: the warm dbt sends
+# only these.
+NODE_EVENTS = (NODE_START, NODE_FINISHED, SHOW_NODE)
+# A show's preview travels in its run's result: cut to this many encoded bytes.
+PREVIEW_BYTES = 64 * 1024
 # A node's message is kept to this many characters: a database error that quotes a whole
 # query must not make its node event, or the run's result, grow without bound.
 MESSAGE_LIMIT = 16 * 1024
@@ -217,3 +223,45 @@ class Overlay:
         return sorted(
             self.nodes.values(), key=lambda n: (n.started_at is None, n.started_at, n.unique_id)
         )
+
+
+def show_rows(record: dict) -> list[dict] | None:
+    """The rows of a ShowNode record (`dbt show --output json`), cut to PREVIEW_BYTES; None
+    for any other record."""
+    if record.get("info", {}).get("name") != SHOW_NODE:
+        return None
+    try:
+        shown = msgspec.json.decode(record.get("data", {}).get("preview") or "[]")
+    except msgspec.DecodeError:
+        return []
+    rows = shown.get("show", []) if isinstance(shown, dict) else shown
+    kept, size = [], 2
+    for row in rows if isinstance(rows, list) else []:
+        size += len(msgspec.json.encode(row)) + 1
+        if size > PREVIEW_BYTES or not isinstance(row, dict):
+            break
+        kept.append(row)
+    return kept
+
+
+def freshness_as_results(sources: dict) -> dict:
+    """sources.json (what `dbt source freshness` writes in place of run_results.json) in
+    run_results.json's shape, each source's message saying how old its data is against
+    its own thresholds."""
+    out = []
+    for r in sources.get("results", []):
+        message = r.get("error")
+        if message is None and r.get("max_loaded_at"):
+            criteria = r.get("criteria") or {}
+            limits = [
+                f"{kind} after {c['count']} {c['period']}"
+                for kind in ("warn", "error")
+                if (c := criteria.get(f"{kind}_after") or {}).get("count")
+            ]
+            age = r.get("max_loaded_at_time_ago_in_s")
+            message = f"max_loaded_at {r['max_loaded_at']}" + (
+                f", {age:.0f}s ago" if isinstance(age, int | float) else ""
+            )
+            message += f" ({'; '.join(limits)})" if limits else ""
+        out.append({**r, "message": message})
+    return {**sources, "results": out}

@@ -18,7 +18,7 @@ import functools
 
 import msgspec
 
-from services.runner import admission, spawn
+from services.runner import admission, jobs, spawn
 from services.runner.attempt import Cancel, settled
 from services.runner.build import build
 from services.runner.containment import SandboxMissing
@@ -166,6 +166,8 @@ class Runner:
             await self._deploy(msg, project, problem, seq, caller)
         elif verb == "cancel":
             await self._check_cancel(msg, project, problem, seq, caller)
+        elif verb == "job":
+            await jobs.handle(self.ctx, msg, project, problem, seq, caller)
         else:
             await self.ctx.bus.publish(
                 ev.RunRefused(
@@ -254,7 +256,13 @@ class Runner:
             await bus.publish(ev.RunRefused(project=project, run_id=f"c{seq}", reason=claimed))
             return
         # From here on the principal is the authenticated one (retry state is keyed by it).
-        body = msgspec.structs.replace(body, requested_by=caller.principal)
+        body = msgspec.structs.replace(
+            body, requested_by=caller.principal, trigger=_trigger(msg, body, caller)
+        )
+        job = ""
+        if isinstance(body.command, commands.JobRun):
+            job = body.command.name
+            body, problem = await _job_run(bus, project, body, problem)
         run_id = body.run_id or f"c{seq}"
         owner = await self._owner(run_id)
         if owner is not None and owner != project:
@@ -275,8 +283,13 @@ class Runner:
                 command_seq=seq,
                 team=caller.team,
                 door=caller.door,
+                job=job,
+                trigger=body.trigger,
             )
         )
+        fire = jobs.fired(msg, project, job, run_id, seq) if job else None
+        if fire is not None:
+            await bus.publish(fire)
         if await self._owner(run_id) != project:
             # Another project asked for this run id at the same moment and was stored first
             # (a request's id names no project, so ours was dropped as its duplicate).
@@ -285,7 +298,7 @@ class Runner:
         reason = problem
         deployed = None
         command = body.command
-        needs_version = isinstance(command, commands.BuildCommand) or (
+        needs_version = isinstance(command, commands.DbtCommand) or (
             isinstance(command, commands.ParseCommand) and not command.bundle_digest
         )
         if reason is None and needs_version:
@@ -334,6 +347,39 @@ class Runner:
         body = msgspec.structs.replace(body, requested_by=caller.principal)
         await deploy(self.ctx, project, body, body.deploy_id, team=team, door=caller.door, seq=seq)
         await uploads.forget(bus, body.deploy_id)
+
+
+def _trigger(msg, body: commands.RunCommand, caller: identity.Caller) -> str:
+    """What started the run, from what the server vouches for: a schedule's fire carries a
+    header no client may set; the API and a system's own user are their doors. Only the
+    operator's own processes (the CLI, the triggers service) say it themselves."""
+    if (msg.headers or {}).get(jobs.SCHEDULER):
+        return "schedule"
+    if caller.via_api:
+        return "api"
+    if caller.own_user:
+        return "nats"
+    return body.trigger or "manual"
+
+
+async def _job_run(
+    bus, project: str, body: commands.RunCommand, problem: str | None
+) -> tuple[commands.RunCommand, str | None]:
+    """A job's run as the job is saved now: its command and run arguments (the command's
+    own arguments over them); a job that does not exist refuses the run."""
+    name = body.command.name
+    saved = await jobs.job_of(bus, project, name)
+    if saved is None:
+        return body, problem or (
+            f"project {project!r} has no job {name!r}: jetdbt job list --project {project}"
+        )
+    try:
+        spec = msgspec.convert(saved.spec, commands.JobSpec)
+    except msgspec.ValidationError as exc:
+        return body, problem or f"job {name!r} cannot be read: {quote(str(exc), 200)}"
+    return msgspec.structs.replace(
+        body, command=spec.command, args={**spec.args, **body.args}
+    ), problem
 
 
 async def _upload_problem(bus, body: commands.DeployCommand) -> str | None:

@@ -20,7 +20,7 @@ from shared import events as ev
 from shared import logging as jlog
 from shared import subjects
 from shared.bus import Bus
-from shared.commands import BuildCommand
+from shared.commands import DbtCommand
 from shared.graph import SCOPE_PARSE, SCOPE_RUN, SCOPE_VERSION
 
 __all__ = [
@@ -146,7 +146,7 @@ async def _moved(ctx: RunnerContext, prepared: Prepared, project: str, version: 
     return bool(published) and published != now
 
 
-def needs_run_graph(prepared: Prepared, cmd: BuildCommand | None) -> bool:
+def needs_run_graph(prepared: Prepared, cmd: DbtCommand | None) -> bool:
     """vars steer enabled, aliases, schemas and databases, so a dynamic descriptor or a run
     overriding vars or full_refresh cannot trust the deployed graph. A narrowed selection
     alone changes what is built, not what exists, and does not re-ingest."""
@@ -163,7 +163,7 @@ async def refresh_run_graph(
     project: str,
     version: str,
     run_id: str,
-    cmd: BuildCommand | None,
+    cmd: DbtCommand | None,
     *,
     principal: str = "",
     on_line: Callable[[str], Awaitable[None]] | None = None,

@@ -1,0 +1,104 @@
+"""`jetdbt job ...` and `jetdbt schedule ...`: saved jobs and their schedules.
+
+Changes go onto the bus as job commands (a runner checks and records them); lists are read
+from the query API. A job's run is followed like any run (`jetdbt run`'s output contract).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+import msgspec
+
+from services import client
+from services.cli.common import EXIT_REFUSED, CliError, api_get, open_bus
+from services.cli.run_commands import dbt_command_of, follow, run_args_of
+from shared import events as ev
+from shared import subjects
+from shared.commands import JobCommand, JobRun, JobSpec, RunCommand
+from shared.config import Settings
+
+__all__ = ["cmd_job", "cmd_schedule"]
+
+_SCHEDULE_ACTIONS = {"pause": "pause", "resume": "resume", "remove": "unschedule"}
+
+
+async def _send(settings: Settings, project: str, command: JobCommand) -> int:
+    """Publish one job command; print what it did, or why it was refused."""
+    bus = await open_bus(settings)
+    try:
+        done = await client.job(bus, subjects.check_project(project), command)
+    finally:
+        await bus.close()
+    if isinstance(done, ev.JobRefused):
+        print(f"job {command.name} {command.action} refused: {done.reason}", file=sys.stderr)
+        return EXIT_REFUSED
+    if isinstance(done, ev.ScheduleSaved):
+        print(f"schedule of job {done.job} ({done.cron} {done.tz or 'UTC'}): {done.state}")
+    else:
+        print(f"job {command.name}: {'saved' if command.action == 'save' else 'deleted'}")
+    return 0
+
+
+def _spec(args) -> JobSpec:
+    return JobSpec(command=dbt_command_of(args), args=run_args_of(args))
+
+
+def _jobs(settings: Settings, project: str) -> list[dict]:
+    path = f"/v1/projects/{subjects.check_project(project)}/jobs?limit=500"
+    status, body = api_get(settings, path)
+    if status != 200:
+        raise CliError(f"GET {path} answered {status}: {body.decode(errors='replace')[:300]}")
+    return msgspec.json.decode(body)["jobs"]
+
+
+def _described(spec: dict) -> str:
+    command = spec.get("command", {})
+    words = command.get("label", "build").replace("_", " ")
+    select = " ".join(command.get("select", []))
+    return f"{words} {select}".strip()
+
+
+async def cmd_job(args, settings: Settings) -> int:
+    if args.job_cmd == "save":
+        return await _send(
+            settings, args.project, JobCommand(action="save", name=args.name, job=_spec(args))
+        )
+    if args.job_cmd == "delete":
+        return await _send(settings, args.project, JobCommand(action="delete", name=args.name))
+    if args.job_cmd == "run":
+        command = RunCommand(command=JobRun(name=args.name), trigger="manual")
+        return await follow(args, settings, subjects.check_project(args.project), command)
+    jobs = await asyncio.to_thread(_jobs, settings, args.project)
+    print(f"{'job':24} {'command':36} schedule")
+    for job in jobs:
+        schedule = job["schedule"]
+        when = f"{schedule['cron']} ({schedule['state']})" if schedule else "-"
+        print(f"{job['name']:24} {_described(job['spec']):36} {when}")
+    return 0
+
+
+async def cmd_schedule(args, settings: Settings) -> int:
+    if args.schedule_cmd == "add":
+        if args.select or args.command != "build" or args.vars or args.arg:
+            saved = await _send(
+                settings, args.project, JobCommand(action="save", name=args.name, job=_spec(args))
+            )
+            if saved:
+                return saved
+        command = JobCommand(action="schedule", name=args.name, cron=args.cron, tz=args.tz)
+        return await _send(settings, args.project, command)
+    if args.schedule_cmd in _SCHEDULE_ACTIONS:
+        action = _SCHEDULE_ACTIONS[args.schedule_cmd]
+        return await _send(settings, args.project, JobCommand(action=action, name=args.name))
+    jobs = await asyncio.to_thread(_jobs, settings, args.project)
+    print(f"{'job':24} {'schedule':20} {'tz':16} {'state':8} {'fires':>5}  next fire")
+    for job in jobs:
+        s = job["schedule"]
+        if s:
+            print(
+                f"{job['name']:24} {s['cron']:20} {s['tz'] or 'UTC':16} {s['state']:8}"
+                f" {s['fires']:>5}  {s['next_at'] or '-'}"
+            )
+    return 0
