@@ -109,7 +109,8 @@ async def test_a_job_runs_labelled_and_its_schedule_fires_across_a_restart(stack
     api_run = await wait_for(lambda: shown(via_api), timeout=120)
     assert (api_run["job"], api_run["trigger"]) == ("ops", "api")
     status = await jetdbt(stack, "status", via_api)
-    assert "job: ops" in status.stdout and "trigger: api" in status.stdout, status.stdout
+    assert re.search(r"job: +ops\n", status.stdout), status.stdout
+    assert re.search(r"trigger: +api\n", status.stdout), status.stdout
 
     missing = await client.run(stack.bus, PROJECT, RunCommand(command=JobRun(name="nope")))
     assert isinstance(missing, ev.RunRefused) and "has no job 'nope'" in missing.reason

@@ -82,6 +82,8 @@ def run_table(run: dict) -> str:
     facts = [
         ("command", _label(run)),
         ("requested by", run.get("requested_by") or ""),
+        ("job", run.get("job") or ""),
+        ("trigger", run.get("trigger") or ""),
         ("version", (run.get("version") or "")[:19]),
         ("attempt", str(run.get("attempt") or "")),
         ("started", _when(run.get("started_at"))),
