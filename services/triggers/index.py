@@ -61,6 +61,10 @@ class JobIndex:
         key = normalise(relation)
         return [a for a in self.jobs.values() if key in a.spec.on_relation and a.saved_seq < seq]
 
+    def chains(self, project: str) -> bool:
+        """Whether a job of `project` runs after another (else a run's end starts nothing)."""
+        return any(a.project == project and a.spec.after is not None for a in self.jobs.values())
+
     def after(self, project: str, job: str, status: str, seq: int) -> list[Armed]:
         return [
             a

@@ -77,6 +77,8 @@ class Triggers:
             await self._after(index, event, seq)
 
     async def _after(self, index: JobIndex, event: ev.RunFinished, seq: int) -> None:
+        if not index.chains(event.project):
+            return
         requested = await self.bus.last_event(
             subjects.run_event(event.project, event.run_id, "requested")
         )
