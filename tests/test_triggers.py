@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import subprocess
 
 import pytest
@@ -43,6 +44,11 @@ async def jetdbt(stack, *args: str) -> subprocess.CompletedProcess:
     env = {**cli_env(stack), "JETDBT_HOME": str(stack.settings.home)}
     run = functools.partial(subprocess.run, capture_output=True, text=True, timeout=300)
     return await asyncio.to_thread(run, [JETDBT, *args], env=env)
+
+
+async def _refused(bus, seq: int) -> ev.JobRefused | None:
+    found = await bus.last_event(subjects.job_refused(PROJECT))
+    return found if isinstance(found, ev.JobRefused) and found.command_seq == seq else None
 
 
 async def _runs_of(js, job: str) -> list[ev.RunRequested]:
@@ -93,6 +99,20 @@ async def test_a_declared_write_triggers_one_run_and_its_end_one_after_run(tmp_p
         assert "cycle" in own.reason and "model orders" in own.reason and orders in own.reason
         nowhere = await client.job(bus, PROJECT, _save("far", on_relation=["dbt://nowhere/a/b"]))
         assert isinstance(nowhere, ev.JobRefused) and "nowhere" in nowhere.reason
+        # A hostile job command on NATS: a relation spelled unlike every producer's, an
+        # outcome that is none.
+        for spec, reason in (
+            ({"on_relation": ["dbt://main/RAW/x"]}, "spelled 'dbt://main/raw/x'"),
+            ({"after": {"job": "feed", "outcome": "sometimes"}}, "outcome"),
+        ):
+            body = {"action": "save", "name": "bad", "job": spec}
+            sent = await bus.js.publish(
+                subjects.command("job", PROJECT, "ops"), json.dumps(body).encode()
+            )
+            refused = await wait_for(
+                lambda s=sent.seq: _refused(bus, s), timeout=60
+            )  # fmt: skip
+            assert reason in refused.reason, refused.reason
 
         # Another system declares a write of the relation `feed` reads.
         await bus.js.publish(subjects.intake_write("ingest", FEED), _write(FEED, "ingest"))
