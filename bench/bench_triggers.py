@@ -26,6 +26,7 @@ import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
+from bench_schedules import _pct
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from services import client
@@ -75,15 +76,10 @@ async def _stored(js) -> list:
         await sub.unsubscribe()
 
 
-def _quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
 def _line(name: str, values: list[float]) -> str:
     ms = [v * 1000 for v in values]
     return (
-        f"  {name:28} p50 {_quantile(ms, 0.5):7.0f} ms   p99 {_quantile(ms, 0.99):7.0f} ms"
+        f"  {name:28} p50 {_pct(ms, 0.5):7.0f} ms   p99 {_pct(ms, 0.99):7.0f} ms"
         f"   mean {statistics.fmean(ms):7.0f} ms"
     )
 
