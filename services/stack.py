@@ -26,6 +26,7 @@ from services.runner.context import RunnerContext
 from services.runner.relations_watch import RelationWatch
 from services.runner.worker import Runner
 from services.stack_file import STACK_FILE, forget_running, read_stack_file, record_running
+from services.triggers.manager import Triggers
 from shared import contract
 from shared import logging as jlog
 from shared.bus import Bus, connect, shown, url_user
@@ -44,6 +45,7 @@ class Stack:
     runner: bool = True
     projectors: bool = True
     api: bool = True
+    triggers: bool | None = None  # the triggers service; None: where the runner runs
     nats_url: str = ""
     database_url: str = ""
     api_url: str = ""
@@ -111,6 +113,8 @@ class Stack:
             sandbox = runner.ctx.containment.state
             self._serve("runner", runner.run(self._stop))
             self._serve("relation watch", RelationWatch(runner.ctx).run(self._stop))
+        if self.runner if self.triggers is None else self.triggers:
+            self._serve("triggers", Triggers(self._buses["triggers"]).run(self._stop))
         if self.api:
             api = create_app(self.pool, self._buses["api"], self.dead_tasks, sandbox)
             self._site_runner = web.AppRunner(api, keepalive_timeout=HEADER_TIMEOUT_SECONDS)

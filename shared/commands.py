@@ -19,6 +19,7 @@ from shared.arguments import DBT_WORDS, TAKES, check_macro, check_value
 from shared.bundle import Skipped
 from shared.digests import check_digest
 from shared.quote import quote, shorten
+from shared.relations import parse
 
 __all__ = [
     "AnyDbtCommand",
@@ -323,13 +324,48 @@ class CancelCommand(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
         subjects.check_run_id(self.run_id)
 
 
+# The end of another job's run that starts this one (`any`: whichever way it ended).
+OUTCOMES = ("passed", "failed", "cancelled", "any")
+
+
+class JobAfter(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """Run the job when a run of job `job` (same project) ends with `outcome`."""
+
+    job: str
+    outcome: Literal["passed", "failed", "cancelled", "any"] = "any"
+
+    def __post_init__(self):
+        subjects.check_job_name(self.job)
+
+
+MAX_TRIGGER_RELATIONS = 32
+
+
 class JobSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     """What a saved job runs: a dbt command with its selection, vars and overrides (a
     build's test_behavior among them), and the run arguments its descriptor's placeholders
-    take."""
+    take. Its triggers (services/triggers): a declared write of a relation in
+    `on_relation` (`dbt://<warehouse>/<schema>/<name>`, as shared.relations spells it), or
+    the end of another job's run (`after`)."""
 
     command: AnyDbtCommand = BuildCommand()
     args: dict[str, Any] = {}
+    on_relation: list[str] = []
+    after: JobAfter | None = None
+
+    def __post_init__(self):
+        if len(self.on_relation) > MAX_TRIGGER_RELATIONS:
+            raise ValueError(
+                f"on_relation names {len(self.on_relation)} relations; at most"
+                f" {MAX_TRIGGER_RELATIONS}"
+            )
+        for relation in self.on_relation:
+            spelled = parse(relation).key
+            if spelled != relation:
+                raise ValueError(
+                    f"on_relation {quote(relation)} is spelled {quote(spelled)} by every"
+                    " producer: subscribe to that"
+                )
 
 
 # A schedule's expression reaches the server as a header value: printable ASCII only, short.

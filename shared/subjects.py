@@ -67,6 +67,10 @@ COMMAND_VERBS = ("deploy", "run", "cancel", "job")
 # user may publish `dbt.cmd.<verb>.<project>.<principal>.api`, so the server vouches for it.
 _API = "api"
 API_COMMANDS = f"dbt.cmd.*.*.*.{_API}"
+# The triggers service's runs are asked for by this principal, on these subjects only
+# (a service user's name: no system or token may take it).
+TRIGGERS_PRINCIPAL = "triggers"
+TRIGGER_COMMANDS = f"dbt.cmd.run.*.{TRIGGERS_PRINCIPAL}"
 # Where external systems declare their writes, each under its own principal
 # (`dbt.in.<principal>.relation.<relation>.materialized`); runners record the facts.
 INTAKE = "dbt.in"

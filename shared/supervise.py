@@ -7,7 +7,9 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 
-__all__ = ["forever"]
+__all__ = ["forever", "each_message"]
+
+BATCH = 64  # messages fetched at once by each_message
 
 
 async def forever(
@@ -22,3 +24,21 @@ async def forever(
             log.exception(failure)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), 1.0)
+
+
+async def each_message(js, consumer: str, stream: str, stop: asyncio.Event, handle) -> None:
+    """Hand every message of a durable pull consumer to `handle` in order, acking each once
+    handled, until `stop`; a failure leaves the rest unacked for the next loop."""
+    sub = await js.pull_subscribe_bind(consumer, stream=stream)
+    try:
+        while not stop.is_set():
+            try:
+                msgs = await sub.fetch(BATCH, timeout=0.5)
+            except TimeoutError:
+                continue
+            for msg in msgs:
+                await handle(msg)
+                await msg.ack()
+    finally:
+        with contextlib.suppress(Exception):
+            await sub.unsubscribe()

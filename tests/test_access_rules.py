@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from services.access.nats_users import (
+    SERVICE_USERS,
     AccessError,
     add_system,
     ensure_users,
@@ -93,6 +94,18 @@ def test_a_system_user_may_publish_only_its_own_commands_and_declared_writes(tmp
     assert "$JS.API.STREAM.UPDATE.>" in projector["publish"]["deny"]
     assert "$JS.API.CONSUMER.DELETE.DBT_COMMANDS.runners" in projector["publish"]["deny"]
     assert (tmp_path / "access" / "nats-auth.conf").stat().st_mode & 0o777 == 0o600
+    # The triggers service publishes its runs' commands and nothing else of jetdbt's, and
+    # alone reads its durable consumer.
+    triggers = permissions("triggers", users["users"]["triggers"])
+    assert [s for s in triggers["publish"]["allow"] if not s.startswith("$")] == [
+        "dbt.cmd.run.*.triggers"
+    ]
+    assert "$JS.API.CONSUMER.MSG.NEXT.DBT_EVENTS.triggers" in triggers["publish"]["allow"]
+    assert "$JS.API.CONSUMER.MSG.NEXT.DBT_COMMANDS.runners" in triggers["publish"]["deny"]
+    runner = permissions("runner", users["users"]["runner"])
+    assert "$JS.API.CONSUMER.MSG.NEXT.DBT_EVENTS.triggers" in runner["publish"]["deny"]
+    with pytest.raises(AccessError):
+        add_system(tmp_path, "triggers", ["shop"])
 
 
 def test_expiry_durations():
@@ -163,7 +176,7 @@ def test_the_deployment_nats_users_are_the_generated_rules():
         "regenerate: python -m services.access.nats_users > deploy/nats/accounts.conf"
     )
     env = {"NATS_SERVER_NAME": "n1"}
-    env |= {f"{u.upper()}_PASSWORD": f"pw{u}" for u in ("runner", "projector", "api", "admin")}
+    env |= {f"{u.upper()}_PASSWORD": f"pw{u}" for u in (*SERVICE_USERS, "admin")}
     checked = subprocess.run(
         [nats_binary(), "-c", str(deploy / "nats-server.conf"), "-t"],
         env=env,
@@ -180,7 +193,7 @@ async def test_a_deployment_runs_on_its_users_once_the_operator_applied_the_cont
     """deploy/nats/accounts.conf in a real nats-server: services reached as `user:password@`
     in NATS_URL only check the contract (refusing to start before `admin` applied it),
     read replies under their own inbox prefix, and the API answers with a token."""
-    passwords = {u: f"pw-{u}-{uuid.uuid4().hex}" for u in ("runner", "projector", "api", "admin")}
+    passwords = {u: f"pw-{u}-{uuid.uuid4().hex}" for u in (*SERVICE_USERS, "admin")}
     for user, password in passwords.items():
         monkeypatch.setenv(f"{user.upper()}_PASSWORD", password)
     conf = tmp_path / "nats.conf"

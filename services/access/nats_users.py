@@ -6,6 +6,8 @@ One user per role, so a fact carries the authority of who could publish it:
 - `projector` only reads events (never the identity bucket);
 - `api` reads, and publishes commands on behalf of the token it checked, on subjects only
   it may publish (`dbt.cmd.<verb>.<project>.<principal>.api`);
+- `triggers` reads events (its own durable, `triggers`) and publishes only its runs'
+  commands (`dbt.cmd.run.<project>.triggers`), from an account of its own;
 - `admin` (the operator and the CLI) may do anything: it applies streams.yaml;
 - an external system may publish only the command verbs its role grants, under its own
   principal's subject, for its projects, and declared writes.
@@ -57,7 +59,7 @@ __all__ = [
     "render_deploy_system",
 ]
 
-SERVICE_USERS = ("runner", "projector", "api")
+SERVICE_USERS = ("runner", "projector", "api", "triggers")
 HOME = "JETDBT"  # the account of the streams, the runners and the operator
 SYSTEMS = "SYSTEMS"  # every external system's account (its users change; its imports never)
 _RESERVED = (*SERVICE_USERS, ADMIN)
@@ -143,11 +145,19 @@ class AccessError(ValueError):
     """An access change that cannot be made as asked; the message says why."""
 
 
+# The service user that reads each of the contract's durables (the runner: every other).
+_DURABLE_OWNERS = {"triggers": "triggers"}
+
+
 def _durables() -> list[tuple[str, str]]:
     return [(spec.stream, name) for name, spec in contract_mod.load().consumers.items()]
 
 
-def _durable_denials(owner: bool) -> list[str]:
+def _owner(durable: str) -> str:
+    return _DURABLE_OWNERS.get(durable, "runner")
+
+
+def _durable_denials(user: str) -> list[str]:
     """Nobody creates or deletes the contract's durables; only their owner reads them."""
     denied = []
     for stream, name in _durables():
@@ -156,15 +166,16 @@ def _durable_denials(owner: bool) -> list[str]:
             f"$JS.API.CONSUMER.CREATE.{stream}.{name}.>",
             f"$JS.API.CONSUMER.DELETE.{stream}.{name}",
         ]
-        if not owner:
+        if _owner(name) != user:
             denied += [f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{name}", f"$JS.ACK.{stream}.{name}.>"]
     return denied
 
 
-def _runner_reads() -> list[str]:
+def _durable_reads(user: str) -> list[str]:
     found = []
     for stream, name in _durables():
-        found += [f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{name}", f"$JS.ACK.{stream}.{name}.>"]
+        if _owner(name) == user:
+            found += [f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{name}", f"$JS.ACK.{stream}.{name}.>"]
     return found
 
 
@@ -198,12 +209,14 @@ def permissions(name: str, user: dict) -> dict:
             "subscribe": {"allow": [inbox]},
         }
     allow = {
-        "runner": [*_READ, *_READ_EVENTS, *_FACTS, *_runner_reads()],
+        "runner": [*_READ, *_READ_EVENTS, *_FACTS, *_durable_reads("runner")],
         "projector": [*_READ, *_READ_EVENTS],
         "api": [*_READ, *_READ_EVENTS, subjects.API_COMMANDS],
+        # It reads events and publishes its runs' commands, and nothing else.
+        "triggers": [*_READ, *_READ_EVENTS, *_durable_reads("triggers"), subjects.TRIGGER_COMMANDS],
     }[name]
-    deny = [*_NEVER, *_durable_denials(name == "runner")]
-    if name == "projector":  # it folds events: it needs no principal and no token
+    deny = [*_NEVER, *_durable_denials(name)]
+    if name in ("projector", "triggers"):  # neither needs a principal or a token
         deny += _identity_reads()
     # Every user subscribes to its inbox only: no core interest on a fact or command subject
     # exists, so no push consumer can deliver there (runners follow cancels from the log).
@@ -216,10 +229,17 @@ def _role(user: dict) -> str:
 
 def account_of(name: str, user: dict) -> str:
     """The NATS account a user lives in: the runners and the operator beside the streams
-    (HOME), the API and the projectors each in their own, external systems in SYSTEMS."""
+    (HOME), the API, the projectors and triggers each in their own, external systems in
+    SYSTEMS."""
     if user.get("kind") == "system":
         return SYSTEMS
-    return {"runner": HOME, ADMIN: HOME, "api": "API", "projector": "PROJECTOR"}[name]
+    return {
+        "runner": HOME,
+        ADMIN: HOME,
+        "api": "API",
+        "projector": "PROJECTOR",
+        "triggers": "TRIGGERS",
+    }[name]
 
 
 # What the API and the projectors reach in HOME: the JetStream API (a pull request's
@@ -236,10 +256,12 @@ def _imports(account: str) -> list[dict]:
     never imports, which it does not rewire for an account it did not start with."""
     if account == SYSTEMS:
         return [{"service": "dbt.cmd.>"}, {"service": f"{subjects.INTAKE}.>"}]
-    name = {"API": "api", "PROJECTOR": "projector"}[account]
+    name = {"API": "api", "PROJECTOR": "projector", "TRIGGERS": "triggers"}[account]
     found = [{"service": s} for s in _JS_SERVICES]
     if name == "api":
         found.append({"service": subjects.API_COMMANDS})
+    if name == "triggers":
+        found.append({"service": subjects.TRIGGER_COMMANDS})
     found.append({"stream": f"{inbox_prefix(name)}.>"})
     return found
 
@@ -247,14 +269,14 @@ def _imports(account: str) -> list[dict]:
 def _exports() -> list[dict]:
     """HOME's exports: the JetStream API to the service accounts alone, commands to the
     API and the systems, the intake to the systems."""
-    services = ("api", "projector")
+    services = ("api", "projector", "triggers")
     found = [
         {"service": s, "accounts": [account_of(u, {}) for u in services]}
         | ({"response_type": "stream"} if s == "$JS.API.>" else {})
         for s in _JS_SERVICES
     ]
     found += [
-        {"service": "dbt.cmd.>", "accounts": ["API", SYSTEMS]},
+        {"service": "dbt.cmd.>", "accounts": ["API", "TRIGGERS", SYSTEMS]},
         {"service": f"{subjects.INTAKE}.>", "accounts": [SYSTEMS]},
     ]
     found += [{"stream": f"{inbox_prefix(u)}.>", "accounts": [account_of(u, {})]} for u in services]
@@ -344,7 +366,7 @@ def _users(users: list[tuple[str, str, dict]], pad: str) -> str:
 
 
 def _accounts(users: list[tuple[str, str, dict]], systems_file: str = "") -> str:
-    grouped: dict[str, list] = {HOME: [], "API": [], "PROJECTOR": [], SYSTEMS: []}
+    grouped: dict[str, list] = {HOME: [], "API": [], "PROJECTOR": [], "TRIGGERS": [], SYSTEMS: []}
     for entry in users:
         grouped[account_of(entry[0], entry[2])].append(entry)
     return (

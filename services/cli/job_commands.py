@@ -16,7 +16,7 @@ from services.cli.common import EXIT_REFUSED, CliError, api_get, open_bus
 from services.cli.run_commands import dbt_command_of, follow, run_args_of
 from shared import events as ev
 from shared import subjects
-from shared.commands import JobCommand, JobRun, JobSpec, RunCommand
+from shared.commands import JobAfter, JobCommand, JobRun, JobSpec, RunCommand
 from shared.config import Settings
 
 __all__ = ["cmd_job", "cmd_schedule"]
@@ -41,8 +41,19 @@ async def _send(settings: Settings, project: str, command: JobCommand) -> int:
     return 0
 
 
-def _spec(args) -> JobSpec:
-    return JobSpec(command=dbt_command_of(args), args=run_args_of(args))
+def _spec(args, **triggers) -> JobSpec:
+    return JobSpec(command=dbt_command_of(args), args=run_args_of(args), **triggers)
+
+
+def _triggered(args) -> JobSpec:
+    """The job `job save` describes, with its triggers (services/triggers)."""
+    if args.outcome != "any" and not args.after:
+        raise CliError("--outcome goes with --after JOB")
+    try:
+        after = JobAfter(job=args.after, outcome=args.outcome) if args.after else None
+        return _spec(args, on_relation=args.on_relation or [], after=after)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
 
 
 def _jobs(settings: Settings, project: str) -> list[dict]:
@@ -63,7 +74,7 @@ def _described(spec: dict) -> str:
 async def cmd_job(args, settings: Settings) -> int:
     if args.job_cmd == "save":
         return await _send(
-            settings, args.project, JobCommand(action="save", name=args.name, job=_spec(args))
+            settings, args.project, JobCommand(action="save", name=args.name, job=_triggered(args))
         )
     if args.job_cmd == "delete":
         return await _send(settings, args.project, JobCommand(action="delete", name=args.name))
@@ -71,12 +82,20 @@ async def cmd_job(args, settings: Settings) -> int:
         command = RunCommand(command=JobRun(name=args.name), trigger="manual")
         return await follow(args, settings, subjects.check_project(args.project), command)
     jobs = await asyncio.to_thread(_jobs, settings, args.project)
-    print(f"{'job':24} {'command':36} schedule")
+    print(f"{'job':24} {'command':36} {'schedule':24} triggers")
     for job in jobs:
         schedule = job["schedule"]
         when = f"{schedule['cron']} ({schedule['state']})" if schedule else "-"
-        print(f"{job['name']:24} {_described(job['spec']):36} {when}")
+        print(f"{job['name']:24} {_described(job['spec']):36} {when:24} {_triggers(job['spec'])}")
     return 0
+
+
+def _triggers(spec: dict) -> str:
+    found = [f"on {r}" for r in spec.get("on_relation", [])]
+    after = spec.get("after")
+    if after:
+        found.append(f"after {after['job']} ({after.get('outcome', 'any')})")
+    return ", ".join(found) or "-"
 
 
 async def cmd_schedule(args, settings: Settings) -> int:

@@ -26,7 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     serve = sub.add_parser("serve", help="run one service against NATS_URL and DATABASE_URL")
-    serve.add_argument("role", choices=["runner", "projectors", "api", "all"])
+    serve.add_argument("role", choices=["runner", "projectors", "api", "triggers", "all"])
     dep = sub.add_parser("deploy", help="pack a dbt project and deploy it")
     dep.add_argument("path")
     dep.add_argument("--project", help="project name (default: dbt_project.yml's name)")
@@ -185,6 +185,8 @@ def _dbt_options(p: argparse.ArgumentParser) -> None:
 
 
 def _job_commands(sub) -> None:
+    from shared.commands import OUTCOMES
+
     """`jetdbt job ...` and `jetdbt schedule ...`: saved jobs and their schedules."""
     job = sub.add_parser("job", help="saved jobs: save, list, run, delete")
     job_sub = job.add_subparsers(dest="job_cmd", required=True)
@@ -192,6 +194,19 @@ def _job_commands(sub) -> None:
     save.add_argument("name")
     save.add_argument("--project", required=True).completer = _projects
     _dbt_options(save)
+    save.add_argument(
+        "--on-relation",
+        action="append",
+        metavar="RELATION",
+        help="run the job when another system declares a write of dbt://WAREHOUSE/SCHEMA/NAME",
+    )
+    save.add_argument("--after", metavar="JOB", help="run the job when a run of JOB ends")
+    save.add_argument(
+        "--outcome",
+        choices=OUTCOMES,
+        default="any",
+        help="with --after: the end of JOB's run that starts this job (default: any)",
+    )
     lst = job_sub.add_parser("list", help="a project's jobs and their schedules")
     lst.add_argument("--project", required=True).completer = _projects
     jrun = job_sub.add_parser("run", help="run a saved job now")

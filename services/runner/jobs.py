@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 import msgspec
 from nats.js.errors import BadRequestError
 
+from services.runner import trigger_checks
 from services.runner.context import RunnerContext
 from shared import commands, identity, subjects
 from shared import events as ev
@@ -85,6 +86,9 @@ async def _apply(
 ) -> str | None:
     bus, name = ctx.bus, body.name
     if body.action == "save":
+        refused = await trigger_checks.trigger_problem(ctx, project, name, body.job)
+        if refused is not None:
+            return refused
         spec = msgspec.to_builtins(body.job)
         await bus.publish(
             ev.JobSaved(project=project, name=name, spec=spec, saved_by=principal, command_seq=seq)

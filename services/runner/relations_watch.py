@@ -14,7 +14,6 @@ runners write the log, so nothing an external system sends is stored there as it
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
 import msgspec
 
@@ -31,7 +30,6 @@ __all__ = ["RelationWatch", "CONSUMER", "INTAKE", "MAX_DECLARED_WRITE_BYTES"]
 
 CONSUMER = "relation_watch"
 INTAKE = "DBT_INTAKE"
-BATCH = 64
 # A declared write is a few hundred bytes; past this it is refused, naming the limit (the
 # intake stream itself refuses anything past its max_msg_size, 64 KiB, at the server).
 MAX_DECLARED_WRITE_BYTES = 16 * 1024
@@ -121,27 +119,18 @@ class RelationWatch:
         await supervise.forever(self._run_once, stop, self.log, "relation_watch_failed")
 
     async def _run_once(self, stop: asyncio.Event) -> None:
-        sub = await self.ctx.bus.js.pull_subscribe_bind(CONSUMER, stream=INTAKE)
-        try:
-            while not stop.is_set():
-                try:
-                    msgs = await sub.fetch(BATCH, timeout=0.5)
-                except TimeoutError:
-                    continue
-                for msg in msgs:
-                    seq = msg.metadata.sequence.stream
-                    found = await self.verdict(msg.data, msg.subject, seq)
-                    if found is None:
-                        self.log.warning("declared_write_dropped", intake_seq=seq)
-                    elif isinstance(found, ev.RelationRefused):
-                        self.log.info("relation_write_refused", reason=found.reason)
-                        await self.ctx.bus.publish(found)
-                    else:
-                        await self.ctx.bus.publish(found)
-                    await msg.ack()
-        finally:
-            with contextlib.suppress(Exception):
-                await sub.unsubscribe()
+        await supervise.each_message(self.ctx.bus.js, CONSUMER, INTAKE, stop, self._check)
+
+    async def _check(self, msg) -> None:
+        seq = msg.metadata.sequence.stream
+        found = await self.verdict(msg.data, msg.subject, seq)
+        if found is None:
+            self.log.warning("declared_write_dropped", intake_seq=seq)
+        elif isinstance(found, ev.RelationRefused):
+            self.log.info("relation_write_refused", reason=found.reason)
+            await self.ctx.bus.publish(found)
+        else:
+            await self.ctx.bus.publish(found)
 
 
 def _untoken(tok: str) -> str:

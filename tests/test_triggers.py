@@ -1,0 +1,149 @@
+"""Triggers on a stack as `jetdbt up` runs it (the triggers service as its own NATS user):
+a declared write starts exactly one run of the job that reads the relation, whose end
+starts the job `after` it once; the same event handled again, or a restart of every
+service, starts no second run; a cycle is refused when the job is saved, naming it."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import subprocess
+
+import pytest
+
+from services import client
+from services.stack import Stack
+from services.triggers.index import JobIndex
+from services.triggers.manager import Triggers
+from shared import events as ev
+from shared import graph as graph_mod
+from shared import subjects
+from shared.commands import JobAfter, JobCommand, JobSpec
+from shared.relations import normalise
+from tests.conftest import EXAMPLE
+from tests.helpers import JETDBT, cli_env, up_stack, wait_for
+from tests.test_jobs import SPEC, _all, _events
+from tests.test_nats_door import _write
+
+pytestmark = pytest.mark.dbt
+
+PROJECT = "jaffle_shop"
+FEED = "dbt://main/raw/orders_feed"  # written by another system, read by job `feed`
+OPERATION = ("--command", "run-operation", "--macro", "cents_to_dollars", "--macro-args",
+             "{column_name: amount}")  # fmt: skip
+
+
+def _save(name: str, **triggers) -> JobCommand:
+    spec = JobSpec(command=SPEC.command, **triggers)
+    return JobCommand(action="save", name=name, job=spec)
+
+
+async def jetdbt(stack, *args: str) -> subprocess.CompletedProcess:
+    """The console script as the operator runs it beside `jetdbt up` (its NATS login)."""
+    env = {**cli_env(stack), "JETDBT_HOME": str(stack.settings.home)}
+    run = functools.partial(subprocess.run, capture_output=True, text=True, timeout=300)
+    return await asyncio.to_thread(run, [JETDBT, *args], env=env)
+
+
+async def _refused(bus, seq: int) -> ev.JobRefused | None:
+    found = await bus.last_event(subjects.job_refused(PROJECT))
+    return found if isinstance(found, ev.JobRefused) and found.command_seq == seq else None
+
+
+async def _runs_of(js, job: str) -> list[ev.RunRequested]:
+    return [r for r in await _events(js, ev.RunRequested) if r.job == job]
+
+
+async def _finished(js, run_id: str) -> ev.RunFinished | None:
+    found = [f for f in await _events(js, ev.RunFinished) if f.run_id == run_id]
+    return found[0] if found else None
+
+
+async def _orders_relation(bus) -> str:
+    deployed = await bus.last_event(subjects.deploy_event(PROJECT, "deployed"))
+    stored = await bus.last_event(subjects.graph_event(PROJECT, "version", deployed.version))
+    graph = graph_mod.decode(await bus.get_blob(stored.graph_digest))
+    return normalise(next(n.relation for n in graph.nodes if n.name == "orders" and n.relation))
+
+
+@pytest.mark.timeout(900)
+async def test_a_declared_write_triggers_one_run_and_its_end_one_after_run(tmp_path, pg_url):
+    home = tmp_path / "home"
+    stack = await up_stack(home, pg_url)
+    try:
+        bus = stack.bus
+        _, deployed = await client.deploy(bus, EXAMPLE, PROJECT)
+        assert isinstance(deployed, ev.Deployed), deployed
+        # The jobs as the README saves them.
+        for name, *triggers in (
+            ("feed", "--on-relation", FEED),
+            ("cleanup", "--after", "feed", "--outcome", "passed"),
+        ):
+            saved = await jetdbt(stack, "job", "save", name, "--project", PROJECT, *OPERATION,
+                                 *triggers)  # fmt: skip
+            assert saved.returncode == 0, saved.stderr
+        listed = await jetdbt(stack, "job", "list", "--project", PROJECT)
+        assert f"on {FEED}" in listed.stdout and "after feed (passed)" in listed.stdout
+
+        # Cycles and impossible subscriptions are refused when saved, naming why.
+        looped = await jetdbt(stack, "job", "save", "feed", "--project", PROJECT, "--after",
+                              "cleanup")  # fmt: skip
+        assert looped.returncode != 0
+        assert "cycle: job feed after cleanup after feed" in looped.stderr, looped.stderr
+        itself = await client.job(bus, PROJECT, _save("self", after=JobAfter(job="self")))
+        assert isinstance(itself, ev.JobRefused) and "self after self" in itself.reason
+        orders = await _orders_relation(bus)
+        own = await client.job(bus, PROJECT, _save("loop", on_relation=[orders]))
+        assert isinstance(own, ev.JobRefused), own
+        assert "cycle" in own.reason and "model orders" in own.reason and orders in own.reason
+        nowhere = await client.job(bus, PROJECT, _save("far", on_relation=["dbt://nowhere/a/b"]))
+        assert isinstance(nowhere, ev.JobRefused) and "nowhere" in nowhere.reason
+        # A hostile job command on NATS: a relation spelled unlike every producer's, an
+        # outcome that is none.
+        for spec, reason in (
+            ({"on_relation": ["dbt://main/RAW/x"]}, "spelled 'dbt://main/raw/x'"),
+            ({"after": {"job": "feed", "outcome": "sometimes"}}, "outcome"),
+        ):
+            body = {"action": "save", "name": "bad", "job": spec}
+            sent = await bus.js.publish(
+                subjects.command("job", PROJECT, "ops"), json.dumps(body).encode()
+            )
+            refused = await wait_for(
+                lambda s=sent.seq: _refused(bus, s), timeout=60
+            )  # fmt: skip
+            assert reason in refused.reason, refused.reason
+
+        # Another system declares a write of the relation `feed` reads.
+        await bus.js.publish(subjects.intake_write("ingest", FEED), _write(FEED, "ingest"))
+        fed = await wait_for(lambda: _runs_of(bus.js, "feed"), timeout=120)
+        assert [r.trigger for r in fed] == ["relation"], fed
+        done = await wait_for(lambda: _finished(bus.js, fed[0].run_id), timeout=300)
+        assert done.result.status == "passed", done.result.error
+        chained = await wait_for(lambda: _runs_of(bus.js, "cleanup"), timeout=120)
+        assert [r.trigger for r in chained] == ["after"], chained
+        await wait_for(lambda: _finished(bus.js, chained[0].run_id), timeout=300)
+
+        # The same event handled again starts nothing: its run id is the one it started.
+        write = next(
+            m for m in await _all(bus.js, "DBT_EVENTS", subjects.relation_event(FEED, "*"))
+            if isinstance(ev.decode(m.data), ev.RelationMaterialized)
+        )  # fmt: skip
+        index = JobIndex()
+        await index.load(bus)
+        await Triggers(bus).handle(index, write.metadata.sequence.stream, write.subject, write.data)
+    finally:
+        await stack.stop()
+
+    # Every service restarts on the same server data; nothing fires a second time.
+    stack = await Stack(stack.settings).start()
+    try:
+        await asyncio.sleep(8)
+        assert len(await _runs_of(stack.bus.js, "feed")) == 1
+        assert len(await _runs_of(stack.bus.js, "cleanup")) == 1
+        info = await stack.bus.js.consumer_info("DBT_EVENTS", "triggers")
+        assert info.num_pending == 0 and info.num_ack_pending == 0, info
+    finally:
+        await stack.stop()
+    log = (home / "nats" / "nats-server.log").read_text()
+    assert "Violation" not in log, [line for line in log.splitlines() if "Violation" in line]
