@@ -116,7 +116,8 @@ async def test_without_a_valid_token_every_v1_route_is_401(site):
             continue
         concrete = path.replace("{key}", "x").replace("{run_id}", "r1")
         concrete = concrete.replace("{project}", ANALYTICS).replace("{unique_id}", "model.p.m")
-        concrete = concrete.replace("{name}", "manifest.json")
+        concrete = concrete.replace("{name}", "manifest.json").replace("{job}", "ops")
+        concrete = concrete.replace("{hook}", "pager")
         status, body = await _call(site, route.method, concrete)
         assert status == 401, (route.method, path, body)
         assert "Authorization: Bearer" in body["error"]
