@@ -80,6 +80,8 @@ def test_a_system_user_may_publish_only_its_own_commands_and_declared_writes(tmp
         "dbt.cmd.run.shop.ingest",
         "dbt.cmd.cancel.depot.ingest",
         "dbt.cmd.cancel.shop.ingest",
+        "dbt.cmd.job.depot.ingest",
+        "dbt.cmd.job.shop.ingest",
         "dbt.in.ingest.relation.*.materialized",
     ]
     assert granted["subscribe"]["allow"] == ["_INBOX_ingest.>"]
@@ -161,7 +163,10 @@ def test_the_deployment_nats_users_are_the_generated_rules():
         "regenerate: python -m services.access.nats_users > deploy/nats/accounts.conf"
     )
     env = {"NATS_SERVER_NAME": "n1"}
-    env |= {f"{u.upper()}_PASSWORD": f"pw{u}" for u in ("runner", "projector", "api", "admin")}
+    env |= {
+        f"{u.upper()}_PASSWORD": f"pw{u}"
+        for u in ("runner", "projector", "api", "notifier", "admin")
+    }
     checked = subprocess.run(
         [nats_binary(), "-c", str(deploy / "nats-server.conf"), "-t"],
         env=env,
@@ -178,7 +183,9 @@ async def test_a_deployment_runs_on_its_users_once_the_operator_applied_the_cont
     """deploy/nats/accounts.conf in a real nats-server: services reached as `user:password@`
     in NATS_URL only check the contract (refusing to start before `admin` applied it),
     read replies under their own inbox prefix, and the API answers with a token."""
-    passwords = {u: f"pw-{u}-{uuid.uuid4().hex}" for u in ("runner", "projector", "api", "admin")}
+    passwords = {
+        u: f"pw-{u}-{uuid.uuid4().hex}" for u in ("runner", "projector", "api", "notifier", "admin")
+    }
     for user, password in passwords.items():
         monkeypatch.setenv(f"{user.upper()}_PASSWORD", password)
     conf = tmp_path / "nats.conf"

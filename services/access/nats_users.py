@@ -5,7 +5,10 @@ One user per role, so a fact carries the authority of who could publish it:
   log lines, and alone reads the contract's durable consumers (`runners`, `relation_watch`);
 - `projector` only reads events (never the identity bucket);
 - `api` reads, and publishes commands on behalf of the token it checked, on subjects only
-  it may publish (`dbt.cmd.<verb>.<project>.<principal>.api`);
+  it may publish (`dbt.cmd.<verb>.<project>.<principal>.api`), and hook requests;
+- `notifier` reads run events through its own durable consumer, alone reads and writes
+  the hooks' secrets (DBT_HOOK_SECRETS), answers hook requests and publishes only hook
+  facts;
 - `admin` (the operator and the CLI) may do anything: it applies streams.yaml;
 - an external system may publish only the command verbs its role grants, under its own
   principal's subject, for its projects, and declared writes.
@@ -42,6 +45,7 @@ from shared import identity, subjects
 from shared.bus import COMMANDS, EVENTS, inbox_prefix
 from shared.identity import BUCKET as IDENTITY
 from shared.run_logs import STREAM as LOGS
+from shared.webhooks import SECRETS_BUCKET as HOOK_SECRETS
 
 __all__ = [
     "SERVICE_USERS",
@@ -57,7 +61,7 @@ __all__ = [
     "render_deploy_system",
 ]
 
-SERVICE_USERS = ("runner", "projector", "api")
+SERVICE_USERS = ("runner", "projector", "api", "notifier")
 HOME = "JETDBT"  # the account of the streams, the runners and the operator
 SYSTEMS = "SYSTEMS"  # every external system's account (its users change; its imports never)
 _RESERVED = (*SERVICE_USERS, ADMIN)
@@ -67,10 +71,15 @@ SYSTEM_ROLES = ("runner", "deployer")
 
 def _buckets() -> list[tuple[str, str]]:
     """(subject prefix, backing stream) of every bucket the runner writes: the contract's
-    object stores and key-value buckets, the operator's identity bucket aside."""
+    object stores and key-value buckets, the operator's identity bucket and the notifier's
+    hook secrets aside."""
     spec = contract_mod.load()
     found = [(f"$O.{name}", f"OBJ_{name}") for name in spec.object_stores]
-    found += [(f"$KV.{name}", f"KV_{name}") for name in spec.key_value if name != IDENTITY]
+    found += [
+        (f"$KV.{name}", f"KV_{name}")
+        for name in spec.key_value
+        if name not in (IDENTITY, HOOK_SECRETS)
+    ]
     return found
 
 
@@ -147,10 +156,19 @@ def _durables() -> list[tuple[str, str]]:
     return [(spec.stream, name) for name, spec in contract_mod.load().consumers.items()]
 
 
-def _durable_denials(owner: bool) -> list[str]:
+# Who reads each durable of the contract (the runner, unless named here).
+_DURABLE_OWNERS = {"notifier": "notifier"}
+
+
+def _owns(user: str, durable: str) -> bool:
+    return _DURABLE_OWNERS.get(durable, "runner") == user
+
+
+def _durable_denials(user: str) -> list[str]:
     """Nobody creates or deletes the contract's durables; only their owner reads them."""
     denied = []
     for stream, name in _durables():
+        owner = _owns(user, name)
         denied += [
             f"$JS.API.CONSUMER.CREATE.{stream}.{name}",
             f"$JS.API.CONSUMER.CREATE.{stream}.{name}.>",
@@ -161,10 +179,11 @@ def _durable_denials(owner: bool) -> list[str]:
     return denied
 
 
-def _runner_reads() -> list[str]:
+def _durable_reads(user: str) -> list[str]:
     found = []
     for stream, name in _durables():
-        found += [f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{name}", f"$JS.ACK.{stream}.{name}.>"]
+        if _owns(user, name):
+            found += [f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{name}", f"$JS.ACK.{stream}.{name}.>"]
     return found
 
 
@@ -198,16 +217,26 @@ def permissions(name: str, user: dict) -> dict:
             "subscribe": {"allow": [inbox]},
         }
     allow = {
-        "runner": [*_READ, *_READ_EVENTS, *_FACTS, *_runner_reads()],
+        "runner": [*_READ, *_READ_EVENTS, *_FACTS, *_durable_reads("runner")],
         "projector": [*_READ, *_READ_EVENTS],
-        "api": [*_READ, *_READ_EVENTS, subjects.API_COMMANDS],
+        "api": [*_READ, *_READ_EVENTS, subjects.API_COMMANDS, f"{subjects.HOOK_CONTROL}.>"],
+        "notifier": [
+            *_READ,
+            *_bucket_reads(f"KV_{HOOK_SECRETS}"),
+            f"$KV.{HOOK_SECRETS}.>",
+            "dbt.evt.hook.>",
+            *_durable_reads("notifier"),
+        ],
     }[name]
-    deny = [*_NEVER, *_durable_denials(name == "runner")]
+    deny = [*_NEVER, *_durable_denials(name)]
     if name == "projector":  # it folds events: it needs no principal and no token
-        deny += _identity_reads()
+        deny += _bucket_reads(f"KV_{IDENTITY}")
+    if name != "notifier":  # the hooks' secrets are the notifier's alone
+        deny += [*_bucket_reads(f"KV_{HOOK_SECRETS}"), f"$KV.{HOOK_SECRETS}.>"]
+    subscribe = [inbox, f"{subjects.HOOK_CONTROL}.>"] if name == "notifier" else [inbox]
     # Every user subscribes to its inbox only: no core interest on a fact or command subject
     # exists, so no push consumer can deliver there (runners follow cancels from the log).
-    return {"publish": {"allow": allow, "deny": deny}, "subscribe": {"allow": [inbox]}}
+    return {"publish": {"allow": allow, "deny": deny}, "subscribe": {"allow": subscribe}}
 
 
 def _role(user: dict) -> str:
@@ -219,7 +248,8 @@ def account_of(name: str, user: dict) -> str:
     (HOME), the API and the projectors each in their own, external systems in SYSTEMS."""
     if user.get("kind") == "system":
         return SYSTEMS
-    return {"runner": HOME, ADMIN: HOME, "api": "API", "projector": "PROJECTOR"}[name]
+    homes = {"runner": HOME, "notifier": HOME, ADMIN: HOME}
+    return homes.get(name) or {"api": "API", "projector": "PROJECTOR"}[name]
 
 
 # What the API and the projectors reach in HOME: the JetStream API (a pull request's
@@ -240,6 +270,7 @@ def _imports(account: str) -> list[dict]:
     found = [{"service": s} for s in _JS_SERVICES]
     if name == "api":
         found.append({"service": subjects.API_COMMANDS})
+        found.append({"service": f"{subjects.HOOK_CONTROL}.>"})
     found.append({"stream": f"{inbox_prefix(name)}.>"})
     return found
 
@@ -247,7 +278,7 @@ def _imports(account: str) -> list[dict]:
 def _exports() -> list[dict]:
     """HOME's exports: the JetStream API to the service accounts alone, commands to the
     API and the systems, the intake to the systems."""
-    services = ("api", "projector")
+    services = ("api", "projector")  # the accounts outside HOME
     found = [
         {"service": s, "accounts": [account_of(u, {}) for u in services]}
         | ({"response_type": "stream"} if s == "$JS.API.>" else {})
@@ -256,13 +287,14 @@ def _exports() -> list[dict]:
     found += [
         {"service": "dbt.cmd.>", "accounts": ["API", SYSTEMS]},
         {"service": f"{subjects.INTAKE}.>", "accounts": [SYSTEMS]},
+        {"service": f"{subjects.HOOK_CONTROL}.>", "accounts": ["API"]},
     ]
     found += [{"stream": f"{inbox_prefix(u)}.>", "accounts": [account_of(u, {})]} for u in services]
     return found
 
 
-def _identity_reads() -> list[str]:
-    stream = f"KV_{IDENTITY}"
+def _bucket_reads(stream: str) -> list[str]:
+    """Every way to read a key-value bucket's backing stream."""
     return [
         f"$JS.API.DIRECT.GET.{stream}",
         f"$JS.API.DIRECT.GET.{stream}.>",

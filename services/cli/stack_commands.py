@@ -75,8 +75,8 @@ async def cmd_up(args, settings: Settings) -> int:
 
 async def cmd_serve(args, settings: Settings) -> int:
     """One service per process, against configured servers (production)."""
-    roles = {args.role} if args.role != "all" else {"runner", "projectors", "api"}
-    if not settings.nats_url or (roles - {"runner"} and not settings.database_url):
+    roles = {args.role} if args.role != "all" else {"runner", "projectors", "api", "notifier"}
+    if not settings.nats_url or (roles & {"projectors", "api"} and not settings.database_url):
         raise CliError(
             "`jetdbt serve` needs NATS_URL (and DATABASE_URL for projectors and the"
             " api; runners never touch Postgres); use `jetdbt up` locally"
@@ -87,6 +87,7 @@ async def cmd_serve(args, settings: Settings) -> int:
         runner="runner" in roles,
         projectors="projectors" in roles,
         api="api" in roles,
+        notifier="notifier" in roles,
     )
     return await _serve(stack, stop)
 
