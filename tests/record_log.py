@@ -11,6 +11,8 @@ DuckDB; no Postgres, nothing here reads a projection) on examples/jaffle_shop:
 6. a malformed run command (refused as `c<command sequence>`);
 7. two declared writes: one on jaffle_shop's `orders`, one naming a warehouse that is
    not configured (refused by the runner's relation watch).
+8. a job scheduled yearly and paused, and another saved and deleted (`--jobs` appends
+   only this step's facts to a recording made before it).
 
 It writes every message of DBT_COMMANDS and DBT_EVENTS in stream order (subject,
 headers including Nats-Msg-Id, data) and every object-store blob a message names
@@ -47,7 +49,14 @@ from services.stack import Stack
 from shared import events as ev
 from shared import subjects
 from shared.bus import BLOBS, COMMANDS, EVENTS
-from shared.commands import BuildCommand, RetryCommand, RunCommand
+from shared.commands import (
+    BuildCommand,
+    JobCommand,
+    JobSpec,
+    ModelsCommand,
+    RetryCommand,
+    RunCommand,
+)
 from shared.config import load
 from shared.reader import last_matching, last_seq
 
@@ -133,6 +142,52 @@ async def _blobs(js, messages: list[dict]) -> list[dict]:
     return out
 
 
+async def _jobs(bus) -> None:
+    """A job scheduled yearly (it never fires while recording) and paused; another saved and
+    deleted: what the jobs fold reads. No dbt runs for them."""
+    spec = JobSpec(command=ModelsCommand(select=["+orders"]))
+    for action, name, extra in (
+        ("save", "nightly", {"job": spec}),
+        ("schedule", "nightly", {"cron": "0 0 6 1 1 *", "tz": "Europe/Paris"}),
+        ("pause", "nightly", {}),
+        ("save", "once", {"job": spec}),
+        ("delete", "once", {}),
+    ):
+        done = await client.job(
+            bus, PROJECT, JobCommand(action=action, name=name, requested_by=PRINCIPAL, **extra)
+        )
+        assert not isinstance(done, ev.JobRefused), done
+    await _quiet(bus.js)
+
+
+async def append_jobs(path: Path = PATH) -> None:
+    """Add step 8's facts to a recording made before it (`-m tests.record_log --jobs`):
+    the jobs step on a fresh stack, its DBT_EVENTS messages renumbered after the
+    recording's own. Its commands are left out: a schedule's definition would fire again
+    wherever the recording is republished."""
+    lines = gzip.decompress(path.read_bytes()).splitlines()
+    docs = [msgspec.json.decode(line) for line in lines if line]
+    last = max(d["seq"] for d in docs if d.get("stream") == EVENTS)
+    with tempfile.TemporaryDirectory(prefix="jetdbt-record-") as home:
+        stack = await Stack(load({"JETDBT_HOME": home}), projectors=False, api=False).start()
+        try:
+            await _jobs(stack.bus)
+            added = [
+                m
+                for m in await _messages(stack.bus.js, EVENTS)
+                if ".job." in m["subject"] or ".schedule." in m["subject"]
+            ]
+        finally:
+            await stack.stop()
+    for i, m in enumerate(added, start=1):
+        m["seq"] = last + i
+    data = gzip.compress(
+        b"\n".join([*lines, *(msgspec.json.encode(m) for m in added)]) + b"\n", mtime=0
+    )
+    path.write_bytes(data)
+    print(f"appended {len(added)} messages to {path}", file=sys.stderr)
+
+
 async def _scenario(stack: Stack) -> dict:
     bus, js = stack.bus, stack.bus.js
     step = time.perf_counter()
@@ -171,6 +226,9 @@ async def _scenario(stack: Stack) -> dict:
     await _until(lambda: last_matching(js, EVENTS, "dbt.evt.relation.*.refused"))
     await _quiet(js)
     timed("refusals and declared writes")
+    await _jobs(bus)
+    timed("jobs")
+
     return {
         "kind": "meta",
         "project": PROJECT,
@@ -214,4 +272,4 @@ async def record(path: Path = PATH) -> dict:
 
 
 if __name__ == "__main__":
-    asyncio.run(record())
+    asyncio.run(append_jobs() if sys.argv[1:] == ["--jobs"] else record())

@@ -74,7 +74,7 @@ def test_a_system_user_may_publish_only_its_own_commands_and_declared_writes(tmp
     add_system(tmp_path, "ingest", ["shop", "depot"])
     users = json.loads((tmp_path / "access" / "nats-users.json").read_text())
     granted = permissions("ingest", users["users"]["ingest"])
-    # A runner's grant: run and cancel, never deploy.
+    # A runner's grant: run, cancel and its jobs, never deploy.
     assert granted["publish"]["allow"] == [
         "dbt.cmd.run.depot.ingest",
         "dbt.cmd.run.shop.ingest",

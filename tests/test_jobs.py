@@ -6,19 +6,31 @@ doubled, and stops when paused."""
 from __future__ import annotations
 
 import asyncio
+import re
 
 import aiohttp
 import msgspec
 import pytest
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
+from projections.replay import replay
 from services import client
+from services.runner import jobs
 from services.runner.jobs import SCHEDULER, check_schedules_supported
 from services.stack import Stack
 from shared import events as ev
-from shared.commands import JobCommand, JobRun, JobSpec, OperationCommand, RunCommand
+from shared.commands import (
+    CommandRejected,
+    JobCommand,
+    JobRun,
+    JobSpec,
+    OperationCommand,
+    RunCommand,
+    decode_job,
+)
 from tests.conftest import EXAMPLE
 from tests.helpers import auth_headers, get_json, jetdbt, wait_for
+from tests.recorded_log import settled
 
 pytestmark = pytest.mark.dbt
 
@@ -67,8 +79,15 @@ async def _events(js, kind: type) -> list:
 async def test_a_job_runs_labelled_and_its_schedule_fires_across_a_restart(stack, settings):
     _, deployed = await client.deploy(stack.bus, EXAMPLE, PROJECT)
     assert isinstance(deployed, ev.Deployed), deployed
-    saved = await client.job(stack.bus, PROJECT, JobCommand(action="save", name="ops", job=SPEC))
-    assert isinstance(saved, ev.JobSaved), saved
+    # Saved by the CLI as the README shows it.
+    saved = await jetdbt(
+        stack,
+        *("job", "save", "ops", "--project", PROJECT, "--command", "run-operation"),
+        *("--macro", "cents_to_dollars", "--macro-args", "{column_name: amount}"),
+    )
+    assert saved.returncode == 0 and "job ops: saved" in saved.stdout, saved.stderr
+    job = await jobs.job_of(stack.bus, PROJECT, "ops")
+    assert msgspec.convert(job.spec, JobSpec) == SPEC
 
     # Run now, by the CLI's door (manual) and the API's (api): each says job and trigger.
     manual = await client.run(stack.bus, PROJECT, RunCommand(command=JobRun(name="ops")))
@@ -149,6 +168,14 @@ async def test_a_job_runs_labelled_and_its_schedule_fires_across_a_restart(stack
         assert (schedule["state"], schedule["cron"]) == ("paused", f"@every {EVERY}s")
         listing = await jetdbt(restarted, "schedule", "list", "--project", PROJECT)
         assert "ops" in listing.stdout and "paused" in listing.stdout, listing.stdout
+        jobs_listed = await jetdbt(restarted, "job", "list", "--project", PROJECT)
+        assert "run operation" in jobs_listed.stdout, jobs_listed.stdout
+        # The jobs and schedules (fires counted) and the runs' job and trigger rebuild from
+        # the log with no difference.
+        await settled(restarted)
+        report = await replay(restarted.bus, restarted.database_url, restarted.settings.schema)
+        assert {"jobs", "job_schedules", "runs"} <= {t.table for t in report.tables}
+        assert report.differences == 0, [d for t in report.tables for d in t.shown]
         resumed = await client.job(restarted.bus, PROJECT, JobCommand(action="resume", name="ops"))
         assert isinstance(resumed, ev.ScheduleSaved) and resumed.state == "active"
         removed = await client.job(restarted.bus, PROJECT, JobCommand(action="delete", name="ops"))
@@ -179,3 +206,24 @@ def test_a_server_before_2_14_is_refused_naming_its_version():
 
     assert "this server is 2.10.29" in check_schedules_supported(Version(2, 10, 29))
     assert check_schedules_supported(Version(2, 15, 1)) is None
+
+
+@pytest.mark.parametrize(
+    "body, reason",
+    [
+        (b'{"action": "save", "name": "Bad Name", "job": {}}', "job name 'Bad Name' is invalid"),
+        (b'{"action": "save", "name": "j"}', "a job is given with action save"),
+        (b'{"action": "run", "name": "j"}', "`$.action`"),
+        (b'{"action": "pause", "name": "j", "cron": "* * * * * *"}', "only then"),
+        (b'{"action": "schedule", "name": "j", "cron": "@every 1s\\r\\nX: y"}', "printable"),
+        (b'{"action": "schedule", "name": "j", "cron": "@every 1s", "tz": "../etc"}', "tz is"),
+        (b'{"action": "schedule", "name": "j", "cron": "@every 1s", "tz": "Mars/Base"}', "tz is"),
+        (
+            b'{"action": "save", "name": "j", "job": {"command": {"label": "job", "name": "k"}}}',
+            "`$.job.command.label`",
+        ),
+    ],
+)
+def test_a_malformed_job_command_is_refused_naming_why(body, reason):
+    with pytest.raises(CommandRejected, match=re.escape(reason)):
+        decode_job(body)

@@ -159,7 +159,9 @@ async def _park(
             "Nats-Schedule-Target": subjects.schedule_parked(project, name),
         },
     )
-    await ctx.bus.publish(msgspec.structs.replace(schedule, state=state, command_seq=seq))
+    await ctx.bus.publish(
+        msgspec.structs.replace(schedule, state=state, command_seq=seq, at=datetime.now(UTC))
+    )
 
 
 def fired(msg, project: str, job: str, run_id: str, seq: int) -> ev.ScheduleFired | None:
