@@ -236,7 +236,9 @@ def permissions(name: str, user: dict) -> dict:
     subscribe = [inbox, f"{subjects.HOOK_CONTROL}.>"] if name == "notifier" else [inbox]
     # Every user subscribes to its inbox only: no core interest on a fact or command subject
     # exists, so no push consumer can deliver there (runners follow cancels from the log).
-    return {"publish": {"allow": allow, "deny": deny}, "subscribe": {"allow": subscribe}}
+    # The notifier also hears hook requests, and may answer each (on its reply subject only).
+    granted = {"publish": {"allow": allow, "deny": deny}, "subscribe": {"allow": subscribe}}
+    return granted | ({"allow_responses": True} if name == "notifier" else {})
 
 
 def _role(user: dict) -> str:
@@ -345,7 +347,8 @@ def _user_entry(name: str, password: str, granted: dict, pad: str) -> str:
         f"{pad}  permissions: {{\n"
         f"{deeper}publish: {{\n{deeper}  allow: {allow}\n{deeper}  deny: {deny}\n{deeper}}}\n"
         f"{deeper}subscribe: {{allow: {subscribe}}}\n"
-        f"{pad}  }}\n{pad}}}"
+        + (f"{deeper}allow_responses: true\n" if granted.get("allow_responses") else "")
+        + f"{pad}  }}\n{pad}}}"
     )
 
 
