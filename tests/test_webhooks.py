@@ -64,9 +64,11 @@ async def _deliveries(stack, hook: str, state: str = "") -> list[dict]:
     return body["deliveries"]
 
 
-async def _add_by_api(stack, name: str, url: str, on: list[str]) -> tuple[int, dict]:
+async def _add_by_api(stack, name: str, url: str, on: list[str], **more) -> tuple[int, dict]:
     api = f"{stack.api_url}/v1/projects/{PROJECT}/hooks"
-    body = {"action": "add", "name": name, "url": url, "on": on}
+    if "events" in more:
+        on = more.pop("events")
+    body = {"action": "add", "name": name, "url": url, "on": on, **more}
     async with (
         aiohttp.ClientSession() as session,
         session.post(api, json=body, headers=auth_headers(api)) as resp,
@@ -105,6 +107,22 @@ async def test_a_failed_run_posts_signed_retried_and_dead_deliveries(settings, p
                          ("http://10.0.0.7/x", "JETDBT_WEBHOOK_HOSTS")):  # fmt: skip
             status, answer = await _add_by_api(stack, "bad", bad, ["failure"])
             assert status == 400 and why in answer["error"], answer
+        for more, why in (({"secret": "short"}, "16 to 256"), ({"action": "rm"}, "action"),
+                          ({"events": ["sometimes"]}, "--on")):  # fmt: skip
+            status, answer = await _add_by_api(stack, "bad", urls[3], ["start"], **more)
+            assert status == 400 and why in answer["error"], answer
+        # A secret of one's own is kept as given; removing the hook tells it nothing more.
+        status, answer = await _add_by_api(stack, "own", urls[3], ["start"], secret="s" * 20)
+        assert status == 201 and answer["secret"] == "s" * 20, answer
+        secrets.append(answer["secret"])
+        api = f"{stack.api_url}/v1/projects/{PROJECT}/hooks"
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(
+                api, json={"action": "remove", "name": "own"}, headers=auth_headers(api)
+            ) as resp,  # fmt: skip
+        ):
+            assert resp.status == 200, await resp.text()
 
         run = await client.run(
             stack.bus, PROJECT, RunCommand(command=ModelsCommand(select=["broken"]))
