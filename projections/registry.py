@@ -9,6 +9,7 @@ from collections.abc import Callable
 from projections.deploys import DeploysFold
 from projections.environments import EnvironmentsFold
 from projections.graph import GraphFold
+from projections.hooks import HooksFold
 from projections.jobs import JobsFold
 from projections.loop import Fold
 from projections.progress import ProgressFold
@@ -24,6 +25,7 @@ FOLDS: dict[str, Callable[[Bus], Fold]] = {
     "retry": lambda bus: RetryFold(),
     "environments": lambda bus: EnvironmentsFold(),
     "jobs": lambda bus: JobsFold(),
+    "hooks": lambda bus: HooksFold(),
 }
 
 # The tables each projection writes, for `jetdbt replay --projection NAME`: a
@@ -42,4 +44,5 @@ TABLES = {
     "retry": ("retry_state",),
     "environments": ("environments",),
     "jobs": ("jobs", "job_schedules"),
+    "hooks": ("hooks", "hook_deliveries"),
 }

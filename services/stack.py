@@ -22,6 +22,7 @@ from services.access.local import ADMIN, nats_logins
 from services.access.tokens import admin_token
 from services.api.app import HEADER_TIMEOUT_SECONDS, create_app
 from services.embedded import InUse, NatsServer, start_postgres
+from services.notifier.service import Notifier
 from services.runner.context import RunnerContext
 from services.runner.relations_watch import RelationWatch
 from services.runner.worker import Runner
@@ -46,6 +47,7 @@ class Stack:
     projectors: bool = True
     api: bool = True
     triggers: bool | None = None  # the triggers service; None: where the runner runs
+    notifier: bool | None = None  # None: beside the runner (one process runs both locally)
     nats_url: str = ""
     database_url: str = ""
     api_url: str = ""
@@ -130,6 +132,9 @@ class Stack:
             port = self._site_runner.addresses[0][1]
             self.api_url = f"http://{s.api_host}:{port}"
             await self._start_mcp()
+        if self.runner if self.notifier is None else self.notifier:
+            notifier = Notifier(self._buses["notifier"], s, api_url=self.api_url)
+            self._serve("notifier", notifier.run(self._stop))
         log.info(
             "stack_started",
             nats=shown(self.nats_url),

@@ -83,6 +83,15 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         """JETDBT_ENVIRONMENTS_DIR, else JETDBT_HOME/environments."""
         return self.environments_dir or self.home / "environments"
 
+    # Webhooks (services/notifier): the hosts a hook's URL may name (JETDBT_WEBHOOK_HOSTS,
+    # comma-separated; `*` any public host; loopback and private addresses only when listed
+    # by name or address), the attempts of one delivery, the first retry's delay (doubled
+    # each time), and the base URL of the links a body carries (JETDBT_PUBLIC_URL).
+    webhook_hosts: tuple[str, ...] = ()
+    webhook_attempts: int = 5
+    webhook_retry_seconds: float = 2.0
+    public_url: str = ""
+
     @property
     def mcp_listen_port(self) -> int:
         """JETDBT_MCP_PORT, else the API's port + 1 (any free port when the API's is 0)."""
@@ -141,17 +150,21 @@ def _bytes(env, name: str, default: int) -> int:
     return value
 
 
-def _cpus(env, name: str, default: float) -> float:
+def _number(env, name: str, default: float, least: float, what: str) -> float:
     raw = env.get(name)
     if raw in (None, ""):
         return default
     try:
         value = float(raw)
     except ValueError:
-        raise ValueError(f"{name}={raw!r} is not a number of CPUs") from None
-    if value < 0.01:
-        raise ValueError(f"{name}={raw!r} must be at least 0.01")
+        raise ValueError(f"{name}={raw!r} is not a number of {what}") from None
+    if value < least:
+        raise ValueError(f"{name}={raw!r} must be at least {least}")
     return value
+
+
+def _cpus(env, name: str, default: float) -> float:
+    return _number(env, name, default, 0.01, "CPUs")
 
 
 def _switch(env, name: str) -> bool:
@@ -236,6 +249,14 @@ def load(env=None) -> Settings:
         extra_adapters=_names(env, "JETDBT_EXTRA_ADAPTERS"),
         environments_dir=_path(env, "JETDBT_ENVIRONMENTS_DIR"),
         environment_idle_seconds=_positive(env, "JETDBT_ENVIRONMENT_IDLE_SECONDS", 600),
+        webhook_hosts=tuple(
+            h.strip().lower()
+            for h in (env.get("JETDBT_WEBHOOK_HOSTS") or "").split(",")
+            if h.strip()
+        ),
+        webhook_attempts=_positive(env, "JETDBT_WEBHOOK_ATTEMPTS", 5),
+        webhook_retry_seconds=_number(env, "JETDBT_WEBHOOK_RETRY_SECONDS", 2.0, 0.0, "seconds"),
+        public_url=(env.get("JETDBT_PUBLIC_URL") or "").rstrip("/"),
     )
 
 

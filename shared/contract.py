@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 import yaml
@@ -41,6 +41,9 @@ class ConsumerSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     ack_wait_seconds: float = 30
     max_ack_pending: int = 1000
     max_deliver: int = -1
+    # Where a new consumer starts: `all` the stream's history, `new` only what comes after
+    # its creation (the notifier: a stack that gains it tells no hook of past runs).
+    deliver: Literal["all", "new"] = "all"
 
 
 class BucketSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -147,7 +150,7 @@ async def _ensure_consumer(js, name: str, spec: ConsumerSpec, overrides: dict[st
         ack_wait=overrides.get("ack_wait", spec.ack_wait_seconds),
         max_ack_pending=overrides.get("max_ack_pending", spec.max_ack_pending),
         max_deliver=spec.max_deliver,
-        deliver_policy=api.DeliverPolicy.ALL,
+        deliver_policy=api.DeliverPolicy.ALL if spec.deliver == "all" else api.DeliverPolicy.NEW,
     )
     try:
         live = (await js.consumer_info(spec.stream, name)).config

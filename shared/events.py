@@ -51,6 +51,9 @@ __all__ = [
     "JobRefused",
     "ScheduleSaved",
     "ScheduleFired",
+    "HookSaved",
+    "HookRemoved",
+    "HookDelivered",
     "EVENT_TYPES",
     "SUPERSEDED",
     "MAX_EVENT_BYTES",
@@ -580,6 +583,59 @@ class ScheduleFired(Event, frozen=True, kw_only=True, tag="schedule.fired.v1"):
         return f"schedule-fired:{self.project}:{self.command_seq}"
 
 
+class HookSaved(Event, frozen=True, kw_only=True, tag="hook.saved.v1"):
+    """A webhook of a project (of one job's runs when `job` is set): where the notifier posts
+    which run events (`on`: start, success, failure, end). `revision` is the saving's own
+    id. Its secret is never here: it lives in the notifier's bucket alone."""
+
+    name: str
+    url: str
+    on: list[str]
+    job: str = ""
+    saved_by: str = ""
+    revision: str
+
+    def subject(self) -> str:
+        return subjects.hook_event(self.project, self.name, "saved")
+
+    def event_id(self) -> str:
+        return f"hook-saved:{self.project}:{self.name}:{self.revision}"
+
+
+class HookRemoved(Event, frozen=True, kw_only=True, tag="hook.removed.v1"):
+    name: str
+    removed_by: str = ""
+    revision: str
+
+    def subject(self) -> str:
+        return subjects.hook_event(self.project, self.name, "removed")
+
+    def event_id(self) -> str:
+        return f"hook-removed:{self.project}:{self.name}:{self.revision}"
+
+
+class HookDelivered(Event, frozen=True, kw_only=True, tag="hook.delivery.v1"):
+    """One attempt of one delivery (a run event to a hook), and what the receiver answered:
+    `status` its HTTP code (0: no answer, `error` says why). `state` is `delivered`,
+    `retrying` (another attempt follows after a delay) or `dead` (the last attempt failed:
+    the delivery gave up, a dead letter of the hook)."""
+
+    hook: str
+    delivery_id: str
+    run_id: str
+    event: str  # start, success, failure
+    attempt: int
+    status: int = 0
+    state: str
+    error: str = ""
+
+    def subject(self) -> str:
+        return subjects.hook_event(self.project, self.hook, "delivery")
+
+    def event_id(self) -> str:
+        return f"hook-delivery:{self.delivery_id}:{self.attempt}"
+
+
 EVENT_TYPES: tuple[type[Event], ...] = (
     DeployRequested,
     DeployRefused,
@@ -607,6 +663,9 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     JobRefused,
     ScheduleSaved,
     ScheduleFired,
+    HookSaved,
+    HookRemoved,
+    HookDelivered,
 )
 
 

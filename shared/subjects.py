@@ -54,6 +54,10 @@ __all__ = [
     "SCHEDULES",
     "schedule_definition",
     "schedule_parked",
+    "check_hook_name",
+    "hook_event",
+    "HOOK_CONTROL",
+    "hook_control",
     "covering",
     "SubjectFilter",
 ]
@@ -95,9 +99,18 @@ def check_project(name: str) -> str:
 
 def check_job_name(name: str) -> str:
     """Job names travel in subjects and run ids, so they follow the project-name rule."""
+    return _short_name("job", name)
+
+
+def check_hook_name(name: str) -> str:
+    """A webhook's name travels in its facts' subjects, like a job's."""
+    return _short_name("hook", name)
+
+
+def _short_name(kind: str, name: str) -> str:
     if not isinstance(name, str) or not _SAFE.match(name) or len(name) > 64:
         raise InvalidName(
-            f"job name {quote(name)} is invalid: use lowercase letters, digits, '_' and '-',"
+            f"{kind} name {quote(name)} is invalid: use lowercase letters, digits, '_' and '-',"
             " starting with a letter or digit (at most 64 characters)"
         )
     return name
@@ -265,6 +278,21 @@ def job_refused(project: str) -> str:
 def schedule_event(project: str, job: str, kind: str) -> str:
     """A job's schedule: `saved` (its state now: active, paused, removed) and each `fired`."""
     return f"dbt.evt.schedule.{token(project)}.{token(job)}.{kind}"
+
+
+def hook_event(project: str, hook: str, kind: str) -> str:
+    """A webhook's facts: `saved`, `removed`, and each `delivery` attempt."""
+    return f"dbt.evt.hook.{token(project)}.{token(hook)}.{kind}"
+
+
+# Hooks are added and removed by a request to the notifier, never a stored command: the
+# request carries the hook's secret, which no stream may keep. Only the API's account and
+# the operator may publish here (services/access/nats_users.py).
+HOOK_CONTROL = "dbt.hookctl"
+
+
+def hook_control(project: str) -> str:
+    return f"{HOOK_CONTROL}.{token(project)}"
 
 
 # Where JetStream message schedules' definitions live: on the commands stream (the server

@@ -12,7 +12,9 @@ DuckDB; no Postgres, nothing here reads a projection) on examples/jaffle_shop:
 7. two declared writes: one on jaffle_shop's `orders`, one naming a warehouse that is
    not configured (refused by the runner's relation watch).
 8. a job scheduled yearly and paused, and another saved and deleted (`--jobs` appends
-   only this step's facts to a recording made before it).
+   only this step's facts to a recording made before it);
+9. webhooks: three added, one removed; a run's start told to a receiver answering 500 then
+   200 and to one that never answers 2xx (`--hooks` appends only the hooks' facts).
 
 It writes every message of DBT_COMMANDS and DBT_EVENTS in stream order (subject,
 headers including Nats-Msg-Id, data) and every object-store blob a message names
@@ -42,6 +44,7 @@ import time
 from pathlib import Path
 
 import msgspec
+from aiohttp import web
 from nats.js.errors import ObjectNotFoundError
 
 from services import client
@@ -59,6 +62,7 @@ from shared.commands import (
 )
 from shared.config import load
 from shared.reader import last_matching, last_seq
+from shared.webhooks import HookRequest
 
 __all__ = ["PATH", "PROJECT", "record"]
 
@@ -68,6 +72,12 @@ PATH = Path(__file__).resolve().parent / "recorded" / "jaffle_shop.jsonl.gz"
 PROJECT = "jaffle_shop"
 PRINCIPAL = "ann"
 MAX_BYTES = 2 * 1024 * 1024
+# Step 9's receiver listens on loopback; two quick attempts make one delivery dead.
+HOOKS = {
+    "JETDBT_WEBHOOK_HOSTS": "127.0.0.1",
+    "JETDBT_WEBHOOK_RETRY_SECONDS": "0.1",
+    "JETDBT_WEBHOOK_ATTEMPTS": "2",
+}
 
 
 def _declared_write(relation: str, rows: int) -> tuple[str, bytes]:
@@ -160,22 +170,54 @@ async def _jobs(bus) -> None:
     await _quiet(bus.js)
 
 
-async def append_jobs(path: Path = PATH) -> None:
-    """Add step 8's facts to a recording made before it (`-m tests.record_log --jobs`):
-    the jobs step on a fresh stack, its DBT_EVENTS messages renumbered after the
+async def _hooks(stack: Stack) -> None:
+    """Hooks added through the notifier, one removed, and the deliveries of one run start
+    (a fact published here: no dbt runs) to a real receiver: retried, delivered, dead."""
+    statuses = [500, 200]
+
+    async def receive(request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response(status=statuses.pop(0) if statuses else 503)
+
+    app = web.Application()
+    app.router.add_post("/hook", receive)
+    site_runner = web.AppRunner(app)
+    await site_runner.setup()
+    await web.TCPSite(site_runner, "127.0.0.1", 0).start()
+    url = f"http://127.0.0.1:{site_runner.addresses[0][1]}/hook"
+    try:
+        for action, name, on in (("add", "pager", ["start", "failure"]), ("add", "chat", ["end"]),
+                                 ("add", "gone", ["start"]), ("remove", "chat", [])):  # fmt: skip
+            asked = HookRequest(action=action, name=name, url=url, on=on, principal=PRINCIPAL)
+            reply = await client.ask_notifier(stack.bus, PROJECT, asked)
+            assert not reply.error, reply
+        await stack.bus.publish(ev.RunStarted(project=PROJECT, run_id="hooked", attempt=1,
+                                              version="sha256:" + "0" * 64))  # fmt: skip
+        await _until(lambda: last_matching(stack.bus.js, EVENTS, "dbt.evt.hook.*.gone.delivery"))
+        await _quiet(stack.bus.js, still=2.0)
+    finally:
+        await site_runner.cleanup()
+
+
+async def append(step: str, path: Path = PATH) -> None:
+    """Add step 8's (`--jobs`) or 9's (`--hooks`) facts to a recording made before it: the
+    step on a fresh stack, its DBT_EVENTS messages of that family renumbered after the
     recording's own. Its commands are left out: a schedule's definition would fire again
     wherever the recording is republished."""
     lines = gzip.decompress(path.read_bytes()).splitlines()
     docs = [msgspec.json.decode(line) for line in lines if line]
     last = max(d["seq"] for d in docs if d.get("stream") == EVENTS)
+    families = {"jobs": (".job.", ".schedule."), "hooks": (".hook.",)}[step]
     with tempfile.TemporaryDirectory(prefix="jetdbt-record-") as home:
-        stack = await Stack(load({"JETDBT_HOME": home}), projectors=False, api=False).start()
+        stack = await Stack(
+            load({"JETDBT_HOME": home, **HOOKS}), projectors=False, api=False
+        ).start()
         try:
-            await _jobs(stack.bus)
+            await (_jobs(stack.bus) if step == "jobs" else _hooks(stack))
             added = [
                 m
                 for m in await _messages(stack.bus.js, EVENTS)
-                if ".job." in m["subject"] or ".schedule." in m["subject"]
+                if any(f in m["subject"] for f in families)
             ]
         finally:
             await stack.stop()
@@ -228,6 +270,8 @@ async def _scenario(stack: Stack) -> dict:
     timed("refusals and declared writes")
     await _jobs(bus)
     timed("jobs")
+    await _hooks(stack)
+    timed("hooks")
 
     return {
         "kind": "meta",
@@ -249,7 +293,7 @@ async def _scenario(stack: Stack) -> dict:
 async def record(path: Path = PATH) -> dict:
     """Run the scenario on a fresh stack and write its log to `path`; returns the meta line."""
     with tempfile.TemporaryDirectory(prefix="jetdbt-record-") as home:
-        settings = load({"JETDBT_HOME": home})
+        settings = load({"JETDBT_HOME": home, **HOOKS})
         stack = await Stack(settings, projectors=False, api=False).start()
         try:
             meta = await _scenario(stack)
@@ -272,4 +316,7 @@ async def record(path: Path = PATH) -> dict:
 
 
 if __name__ == "__main__":
-    asyncio.run(append_jobs() if sys.argv[1:] == ["--jobs"] else record())
+    flag = sys.argv[1:]
+    asyncio.run(
+        append(flag[0].removeprefix("--")) if flag in (["--jobs"], ["--hooks"]) else record()
+    )

@@ -20,6 +20,7 @@ import msgspec
 import nats
 import pytest
 import pytest_asyncio
+from nats.errors import Error as NatsError
 from nats.js.api import StreamConfig
 from nats.js.errors import NotFoundError
 
@@ -30,6 +31,7 @@ from shared import contract, identity, subjects
 from shared import events as ev
 from shared.bus import COMMANDS, EVENTS, inbox_prefix
 from shared.config import load
+from shared.webhooks import SECRETS_BUCKET
 from tests.helpers import JETDBT, wait_for
 
 pytestmark = [pytest.mark.dbt, pytest.mark.asyncio(loop_scope="module")]
@@ -378,6 +380,32 @@ async def test_tokens_from_the_cli_are_shown_once_and_listed_without_secrets(sit
     assert (await _call(site, "GET", f"/v1/projects/{ANALYTICS}/runs", headers=auth))[0] == 401
     # What `jetdbt up` wrote for the CLI is readable by its owner only.
     assert (access_dir(site.home) / "admin.token").stat().st_mode & 0o777 == 0o600
+
+
+async def test_hooks_reach_the_notifier_and_only_it_reads_their_secrets(site):
+    """A hook request crosses from the API's account to the notifier and back; the hooks'
+    bucket is read by the notifier's user alone, never the runner's, the API's or the
+    projectors'."""
+    path = f"/v1/projects/{ANALYTICS}/hooks"
+    body = {"action": "add", "name": "pager", "url": "https://hooks.example.com/x"}
+    status, _ = await _call(site, "POST", path, "vera", json={**body, "on": ["failure"]})
+    assert status == 403  # a viewer
+    status, answer = await _call(site, "POST", path, "alice", json={**body, "on": ["failure"]})
+    assert status == 400 and "JETDBT_WEBHOOK_HOSTS" in answer["error"], answer  # its answer
+    kv = await site.stack.bus.js.key_value(SECRETS_BUCKET)
+    await kv.put("probe.key", b"not for you")
+    logins = nats_logins(site.home)
+    for user in ("runner", "api", "projector", "notifier"):
+        nc, _ = await _system(site, user, logins[user])
+        try:
+            theirs = await nc.jetstream(timeout=2).key_value(SECRETS_BUCKET)
+            if user == "notifier":
+                assert (await theirs.get("probe.key")).value == b"not for you"
+            else:
+                with pytest.raises((TimeoutError, NatsError)):
+                    await theirs.get("probe.key")
+        finally:
+            await nc.close()
 
 
 async def test_the_services_themselves_met_no_permission_violation(site):

@@ -115,6 +115,7 @@ async def test_ensure_creates_the_contract_and_is_idempotent(js):
         "KV_DBT_LEASES",  # the key-value bucket
         "KV_DBT_RETENTION",  # which finished runs keep their files
         "KV_DBT_IDENTITY",  # principals and token hashes, operator-written
+        "KV_DBT_HOOK_SECRETS",  # webhooks and their secrets, the notifier's alone
     }
     # The commands runners may hold, waiting ones included; runs are capped by admission.
     assert (await js.consumer_info(COMMANDS, "runners")).config.max_ack_pending == 256

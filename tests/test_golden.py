@@ -225,6 +225,33 @@ EXPECTED = {
         lambda e: (e.name, e.deleted_by, e.subject()),
         ("nightly", "ana", "dbt.evt.job.jaffle_shop.nightly.deleted"),
     ),
+    "hook.saved.v1": (
+        ev.HookSaved,
+        lambda e: (e.url, e.on, e.job, e.subject(), e.event_id()),
+        (
+            "https://hooks.example.com/jetdbt",
+            ["failure"],
+            "nightly",
+            "dbt.evt.hook.jaffle_shop.pager.saved",
+            "hook-saved:jaffle_shop:pager:5f0c2a",
+        ),
+    ),
+    "hook.removed.v1": (
+        ev.HookRemoved,
+        lambda e: (e.name, e.removed_by, e.subject()),
+        ("pager", "ana", "dbt.evt.hook.jaffle_shop.pager.removed"),
+    ),
+    "hook.delivery.v1": (
+        ev.HookDelivered,
+        lambda e: (e.attempt, e.status, e.state, e.subject(), e.event_id()),
+        (
+            2,
+            500,
+            "retrying",
+            "dbt.evt.hook.jaffle_shop.pager.delivery",
+            "hook-delivery:d41d8cd98f00b204:2",
+        ),
+    ),
     "job.refused.v1": (
         ev.JobRefused,
         lambda e: (e.action, "2.14" in e.reason, e.subject(), e.event_id()),

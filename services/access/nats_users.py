@@ -5,9 +5,12 @@ One user per role, so a fact carries the authority of who could publish it:
   log lines, and alone reads the contract's durable consumers (`runners`, `relation_watch`);
 - `projector` only reads events (never the identity bucket);
 - `api` reads, and publishes commands on behalf of the token it checked, on subjects only
-  it may publish (`dbt.cmd.<verb>.<project>.<principal>.api`);
+  it may publish (`dbt.cmd.<verb>.<project>.<principal>.api`), and hook requests;
 - `triggers` reads events (its own durable, `triggers`) and publishes only its runs'
   commands (`dbt.cmd.run.<project>.triggers`), from an account of its own;
+- `notifier` reads run events through its own durable consumer, alone reads and writes
+  the hooks' secrets (DBT_HOOK_SECRETS), answers hook requests and publishes only hook
+  facts;
 - `admin` (the operator and the CLI) may do anything: it applies streams.yaml;
 - an external system may publish only the command verbs its role grants, under its own
   principal's subject, for its projects, and declared writes.
@@ -44,6 +47,7 @@ from shared import identity, subjects
 from shared.bus import COMMANDS, EVENTS, inbox_prefix
 from shared.identity import BUCKET as IDENTITY
 from shared.run_logs import STREAM as LOGS
+from shared.webhooks import SECRETS_BUCKET as HOOK_SECRETS
 
 __all__ = [
     "SERVICE_USERS",
@@ -59,7 +63,7 @@ __all__ = [
     "render_deploy_system",
 ]
 
-SERVICE_USERS = ("runner", "projector", "api", "triggers")
+SERVICE_USERS = ("runner", "projector", "api", "triggers", "notifier")
 HOME = "JETDBT"  # the account of the streams, the runners and the operator
 SYSTEMS = "SYSTEMS"  # every external system's account (its users change; its imports never)
 _RESERVED = (*SERVICE_USERS, ADMIN)
@@ -69,10 +73,15 @@ SYSTEM_ROLES = ("runner", "deployer")
 
 def _buckets() -> list[tuple[str, str]]:
     """(subject prefix, backing stream) of every bucket the runner writes: the contract's
-    object stores and key-value buckets, the operator's identity bucket aside."""
+    object stores and key-value buckets, the operator's identity bucket and the notifier's
+    hook secrets aside."""
     spec = contract_mod.load()
     found = [(f"$O.{name}", f"OBJ_{name}") for name in spec.object_stores]
-    found += [(f"$KV.{name}", f"KV_{name}") for name in spec.key_value if name != IDENTITY]
+    found += [
+        (f"$KV.{name}", f"KV_{name}")
+        for name in spec.key_value
+        if name not in (IDENTITY, HOOK_SECRETS)
+    ]
     return found
 
 
@@ -146,7 +155,7 @@ class AccessError(ValueError):
 
 
 # The service user that reads each of the contract's durables (the runner: every other).
-_DURABLE_OWNERS = {"triggers": "triggers"}
+_DURABLE_OWNERS = {"triggers": "triggers", "notifier": "notifier"}
 
 
 def _durables() -> list[tuple[str, str]]:
@@ -211,16 +220,28 @@ def permissions(name: str, user: dict) -> dict:
     allow = {
         "runner": [*_READ, *_READ_EVENTS, *_FACTS, *_durable_reads("runner")],
         "projector": [*_READ, *_READ_EVENTS],
-        "api": [*_READ, *_READ_EVENTS, subjects.API_COMMANDS],
+        "api": [*_READ, *_READ_EVENTS, subjects.API_COMMANDS, f"{subjects.HOOK_CONTROL}.>"],
         # It reads events and publishes its runs' commands, and nothing else.
         "triggers": [*_READ, *_READ_EVENTS, *_durable_reads("triggers"), subjects.TRIGGER_COMMANDS],
+        "notifier": [
+            *_READ,
+            *_bucket_reads(f"KV_{HOOK_SECRETS}"),
+            f"$KV.{HOOK_SECRETS}.>",
+            "dbt.evt.hook.>",
+            *_durable_reads("notifier"),
+        ],
     }[name]
     deny = [*_NEVER, *_durable_denials(name)]
     if name in ("projector", "triggers"):  # neither needs a principal or a token
-        deny += _identity_reads()
+        deny += _bucket_reads(f"KV_{IDENTITY}")
+    if name != "notifier":  # the hooks' secrets are the notifier's alone
+        deny += [*_bucket_reads(f"KV_{HOOK_SECRETS}"), f"$KV.{HOOK_SECRETS}.>"]
+    subscribe = [inbox, f"{subjects.HOOK_CONTROL}.>"] if name == "notifier" else [inbox]
     # Every user subscribes to its inbox only: no core interest on a fact or command subject
     # exists, so no push consumer can deliver there (runners follow cancels from the log).
-    return {"publish": {"allow": allow, "deny": deny}, "subscribe": {"allow": [inbox]}}
+    # The notifier also hears hook requests, and may answer each (on its reply subject only).
+    granted = {"publish": {"allow": allow, "deny": deny}, "subscribe": {"allow": subscribe}}
+    return granted | ({"allow_responses": True} if name == "notifier" else {})
 
 
 def _role(user: dict) -> str:
@@ -235,6 +256,7 @@ def account_of(name: str, user: dict) -> str:
         return SYSTEMS
     return {
         "runner": HOME,
+        "notifier": HOME,
         ADMIN: HOME,
         "api": "API",
         "projector": "PROJECTOR",
@@ -260,6 +282,7 @@ def _imports(account: str) -> list[dict]:
     found = [{"service": s} for s in _JS_SERVICES]
     if name == "api":
         found.append({"service": subjects.API_COMMANDS})
+        found.append({"service": f"{subjects.HOOK_CONTROL}.>"})
     if name == "triggers":
         found.append({"service": subjects.TRIGGER_COMMANDS})
     found.append({"stream": f"{inbox_prefix(name)}.>"})
@@ -269,7 +292,7 @@ def _imports(account: str) -> list[dict]:
 def _exports() -> list[dict]:
     """HOME's exports: the JetStream API to the service accounts alone, commands to the
     API and the systems, the intake to the systems."""
-    services = ("api", "projector", "triggers")
+    services = ("api", "projector", "triggers")  # the accounts outside HOME
     found = [
         {"service": s, "accounts": [account_of(u, {}) for u in services]}
         | ({"response_type": "stream"} if s == "$JS.API.>" else {})
@@ -278,13 +301,14 @@ def _exports() -> list[dict]:
     found += [
         {"service": "dbt.cmd.>", "accounts": ["API", "TRIGGERS", SYSTEMS]},
         {"service": f"{subjects.INTAKE}.>", "accounts": [SYSTEMS]},
+        {"service": f"{subjects.HOOK_CONTROL}.>", "accounts": ["API"]},
     ]
     found += [{"stream": f"{inbox_prefix(u)}.>", "accounts": [account_of(u, {})]} for u in services]
     return found
 
 
-def _identity_reads() -> list[str]:
-    stream = f"KV_{IDENTITY}"
+def _bucket_reads(stream: str) -> list[str]:
+    """Every way to read a key-value bucket's backing stream."""
     return [
         f"$JS.API.DIRECT.GET.{stream}",
         f"$JS.API.DIRECT.GET.{stream}.>",
@@ -335,7 +359,8 @@ def _user_entry(name: str, password: str, granted: dict, pad: str) -> str:
         f"{pad}  permissions: {{\n"
         f"{deeper}publish: {{\n{deeper}  allow: {allow}\n{deeper}  deny: {deny}\n{deeper}}}\n"
         f"{deeper}subscribe: {{allow: {subscribe}}}\n"
-        f"{pad}  }}\n{pad}}}"
+        + (f"{deeper}allow_responses: true\n" if granted.get("allow_responses") else "")
+        + f"{pad}  }}\n{pad}}}"
     )
 
 

@@ -28,6 +28,7 @@ from services.api.boundary import check_routes, error, guard, page, path, respon
 from services.api.cancel_routes import add_cancel_routes
 from services.api.event_stream import add_event_stream_routes
 from services.api.graph_routes import add_graph_routes
+from services.api.hook_routes import add_hook_routes
 from services.api.job_routes import add_job_routes
 from services.api.log_routes import add_log_routes
 from services.api.node_routes import add_node_routes
@@ -216,6 +217,7 @@ def create_app(
     add_ops_routes(app, pool, bus)
     add_cancel_routes(app, pool, bus)
     add_job_routes(app, pool, bus)
+    add_hook_routes(app, pool, bus)
     add_log_routes(app, bus)
     add_event_stream_routes(app, bus)
     add_project_routes(app, pool)

@@ -29,7 +29,7 @@ from shared.artifacts import check_name
 from shared.digests import check_digest
 from shared.quote import quote, shorten
 from shared.relations import InvalidRelation, normalise
-from shared.subjects import check_job_name, check_project, check_run_id
+from shared.subjects import check_hook_name, check_job_name, check_project, check_run_id
 
 __all__ = [
     "BadParameter",
@@ -108,6 +108,15 @@ def _whole(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
     return rule
 
 
+def _one_of(*allowed: str) -> Callable[[str], str]:
+    def rule(value: str) -> str:
+        if value not in allowed:
+            raise ValueError(f"{quote(value)} is not one of {', '.join(allowed)}")
+        return value
+
+    return rule
+
+
 @functools.cache
 def _projections() -> tuple[str, ...]:
     return tuple(contract.load().projections)
@@ -126,6 +135,7 @@ PATH_RULES: dict[str, Callable[[str], object]] = {
     "project": check_project,
     "run_id": check_run_id,
     "job": check_job_name,
+    "hook": check_hook_name,
     "key": _relation_key,
     "unique_id": _unique_id,
     "name": check_name,  # a run's artifact
@@ -136,6 +146,7 @@ QUERY_RULES: dict[str, Callable[[str], object]] = {
     "after": str,  # a graph page's last node id
     "version": check_digest,  # a version is its bundle's digest
     "projection": _projection,
+    "state": _one_of("delivered", "retrying", "dead"),  # a webhook delivery's attempts
 }
 
 

@@ -29,6 +29,7 @@ from services.api.boundary import MAX_OFFSET
 from shared import events as ev
 from shared.artifacts import NAMES as ARTIFACTS
 from shared.commands import JobCommand, RunCommand
+from shared.webhooks import HookRequest
 
 __all__ = [
     "OPERATIONS",
@@ -54,11 +55,14 @@ _ERRORS = {
     409: "the resource is not in a state that allows this; the message says which",
     413: "the body is larger than the route accepts",
     500: "an unexpected failure; the API's log says why",
+    503: "a service the route needs did not answer; the message names it",
 }
 _PARAMS = {
     "project": ("path", {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]{0,127}$"}),
     "run_id": ("path", {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]{0,127}$"}),
     "job": ("path", {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]{0,63}$"}),
+    "hook": ("path", {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]{0,63}$"}),
+    "state": ("query", {"type": "string", "enum": ["delivered", "retrying", "dead"]}),
     "key": ("path", {"type": "string", "description": "a relation key, dbt://<wh>/<schema>/<n>"}),
     "unique_id": (
         "path",
@@ -142,6 +146,15 @@ OPERATIONS = (
               schemas.JobAccepted, status=202, params=("project",), request=JobCommand),
     Operation("POST", "/v1/projects/{project}/jobs/{job}/runs", "run a saved job now",
               schemas.RunAccepted, status=202, params=("project", "job")),
+    Operation("GET", "/v1/projects/{project}/hooks", "a project's webhooks (never a secret)",
+              schemas.Hooks, params=("project", *_PAGE)),
+    Operation("POST", "/v1/projects/{project}/hooks", "add a webhook (its secret answered this"
+              " once: 201) or remove one (200), through the notifier",
+              schemas.HookAnswer, status=201, params=("project",), request=HookRequest,
+              errors=(400, 401, 403, 404, 503)),
+    Operation("GET", "/v1/projects/{project}/hooks/{hook}/deliveries",
+              "a webhook's delivery attempts, newest first; `?state=dead`: the dead letters",
+              schemas.HookDeliveries, params=("project", "hook", "state", *_PAGE)),
     Operation("GET", "/v1/projects/{project}/deploys", "a project's deploys, newest first",
               schemas.Deploys, params=("project", *_PAGE)),
     Operation("GET", "/v1/projects/{project}/retry-state",

@@ -21,6 +21,11 @@ from shared.graph import Column, TypedColumn
 
 __all__ = [
     "ApiError",
+    "Hook",
+    "HookAnswer",
+    "HookDeliveries",
+    "HookDelivery",
+    "Hooks",
     "ColumnEdge",
     "DbtProducer",
     "DeadLetter",
@@ -283,6 +288,55 @@ class JobAccepted(_Body):
     project: str
     name: str
     action: str
+
+
+class Hook(_Body):
+    """A webhook (never its secret): where it posts, which run events, of which job."""
+
+    name: str
+    url: str
+    on: list[str]
+    job: str
+    saved_by: str
+    saved_at: datetime
+
+
+class Hooks(_Body):
+    project: str
+    hooks: list[Hook]
+    next: NextOffset | None
+
+
+class HookAnswer(_Body):
+    """A hook added (its secret shown this once, never again) or removed."""
+
+    name: str
+    url: str = ""
+    on: list[str] = []
+    job: str = ""
+    secret: str = ""
+    error: str = ""
+
+
+class HookDelivery(_Body):
+    """One attempt of one delivery: the receiver's HTTP status (0: no answer) and state
+    (`delivered`, `retrying`, `dead`: the delivery gave up, a dead letter)."""
+
+    delivery_id: str
+    attempt: int
+    run_id: str
+    event: str
+    status: int
+    state: str
+    error: str
+    at: datetime
+
+
+class HookDeliveries(_Body):
+    project: str
+    hook: str
+    deliveries: list[HookDelivery]
+    next: NextOffset | None
 
 
 class RunAccepted(_Body):

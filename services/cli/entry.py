@@ -32,6 +32,7 @@ COMMANDS = {
     "mcp": "mcp_command:cmd_mcp",
     "job": "job_commands:cmd_job",
     "schedule": "job_commands:cmd_schedule",
+    "hook": "hook_commands:cmd_hook",
 }
 
 # Commands that serve the API, an aiohttp application. Every other command reaches NATS at

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from shared import webhooks
+
 # How long the CLI waits for a run by default: a run's own limit plus time to queue.
 WAIT_SECONDS = 7200.0
 
@@ -26,7 +28,9 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     serve = sub.add_parser("serve", help="run one service against NATS_URL and DATABASE_URL")
-    serve.add_argument("role", choices=["runner", "projectors", "api", "triggers", "all"])
+    serve.add_argument(
+        "role", choices=["runner", "projectors", "api", "triggers", "notifier", "all"]
+    )
     dep = sub.add_parser("deploy", help="pack a dbt project and deploy it")
     dep.add_argument("path")
     dep.add_argument("--project", help="project name (default: dbt_project.yml's name)")
@@ -137,6 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     dead_retry = dead_sub.add_parser("retry", help="apply them again, after a fix")
     dead_retry.add_argument("--projection", help="only this projection's")
     _job_commands(sub)
+    _hook_commands(sub)
     return p
 
 
@@ -148,6 +153,40 @@ def _settings_help() -> str:
         f"  {name:<{width}}  {what} (default: {default})" for name, default, what in STACK_SETTINGS
     ]
     return "settings:\n" + "\n".join(lines)
+
+
+def _hook_commands(sub) -> None:
+    """`jetdbt hook ...`: signed webhooks of a project's (or a job's) runs."""
+    hook = sub.add_parser("hook", help="webhooks of runs: add, list, remove, deliveries")
+    hook_sub = hook.add_subparsers(dest="hook_cmd", required=True)
+    add = hook_sub.add_parser("add", help="post signed JSON to a URL on a run's start or end")
+    add.add_argument("name")
+    add.add_argument("--project", required=True).completer = _projects
+    add.add_argument("--url", required=True, help="http or https, on JETDBT_WEBHOOK_HOSTS")
+    add.add_argument(
+        "--on",
+        action="append",
+        required=True,
+        choices=webhooks.EVENTS,
+        help="start, success, failure or end (any end); repeat for more",
+    )
+    add.add_argument("--job", help="only this saved job's runs (default: every run)")
+    add.add_argument(
+        "--secret-stdin",
+        action="store_true",
+        help="read the secret from stdin (default: one is generated and printed once)",
+    )
+    for action, what in (
+        ("list", "a project's webhooks"),
+        ("remove", "remove a webhook"),
+        ("deliveries", "a webhook's delivery attempts, newest first"),
+    ):
+        one = hook_sub.add_parser(action, help=what)
+        if action != "list":
+            one.add_argument("name")
+        one.add_argument("--project", required=True).completer = _projects
+        if action == "deliveries":
+            one.add_argument("--dead", action="store_true", help="only the dead letters")
 
 
 def _dbt_options(p: argparse.ArgumentParser) -> None:

@@ -98,8 +98,9 @@ async def cmd_up(args, settings: Settings) -> int:
 
 async def cmd_serve(args, settings: Settings) -> int:
     """One service per process, against configured servers (production)."""
-    roles = {args.role} if args.role != "all" else {"runner", "projectors", "api", "triggers"}
-    if not settings.nats_url or (roles - {"runner", "triggers"} and not settings.database_url):
+    every = {"runner", "projectors", "api", "triggers", "notifier"}
+    roles = {args.role} if args.role != "all" else every
+    if not settings.nats_url or (roles & {"projectors", "api"} and not settings.database_url):
         raise CliError(
             "`jetdbt serve` needs NATS_URL (and DATABASE_URL for projectors and the"
             " api; runners never touch Postgres); use `jetdbt up` locally"
@@ -111,6 +112,7 @@ async def cmd_serve(args, settings: Settings) -> int:
         projectors="projectors" in roles,
         api="api" in roles,
         triggers="triggers" in roles,
+        notifier="notifier" in roles,
     )
     return await _serve(stack, stop)
 

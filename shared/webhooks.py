@@ -1,0 +1,153 @@
+"""What a webhook is on the wire: its events, its URL rules, its signature headers.
+
+A receiver checks `X-Jetdbt-Signature: sha256=<hex>`, HMAC-SHA256 with the hook's secret
+over `<X-Jetdbt-Timestamp>.<body bytes>` exactly as received, and may refuse an old
+timestamp (a replayed delivery); `X-Jetdbt-Delivery` is the same on every attempt of one
+delivery, so a receiver that got it already can answer 2xx and do nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ipaddress
+import secrets
+import urllib.parse
+from typing import Literal
+
+import msgspec
+
+from shared.quote import quote
+
+__all__ = [
+    "EVENTS",
+    "SECRETS_BUCKET",
+    "SIGNATURE",
+    "TIMESTAMP",
+    "DELIVERY",
+    "MAX_SECRET",
+    "MIN_SECRET",
+    "BadHook",
+    "HookReply",
+    "HookRequest",
+    "check_events",
+    "check_secret",
+    "check_url",
+    "new_secret",
+    "sign",
+    "wanted",
+]
+
+# What a hook may be told of a run: its start, its success, its failure, or any end.
+EVENTS = ("start", "success", "failure", "end")
+# The key-value bucket of hooks and their secrets: the notifier's alone.
+SECRETS_BUCKET = "DBT_HOOK_SECRETS"
+SIGNATURE = "X-Jetdbt-Signature"
+TIMESTAMP = "X-Jetdbt-Timestamp"
+DELIVERY = "X-Jetdbt-Delivery"
+MIN_SECRET, MAX_SECRET = 16, 256
+MAX_URL = 2048
+
+
+class BadHook(ValueError):
+    """A hook that cannot be saved as asked; the message says why."""
+
+
+def new_secret() -> str:
+    return secrets.token_urlsafe(32)
+
+
+def sign(secret: str, timestamp: str, body: bytes) -> str:
+    """The signature header's value for `body` sent at `timestamp` (Unix seconds)."""
+    mac = hmac.new(secret.encode(), timestamp.encode() + b"." + body, hashlib.sha256)
+    return f"sha256={mac.hexdigest()}"
+
+
+def wanted(on: list[str], event: str) -> bool:
+    """Whether a hook listening to `on` is told of `event` (start, success, failure)."""
+    return event in on or (event != "start" and "end" in on)
+
+
+def check_events(on: list[str]) -> list[str]:
+    unknown = [e for e in on if e not in EVENTS]
+    if not on or unknown:
+        raise BadHook(
+            f"--on {quote(','.join(unknown or on))} is not one of {', '.join(EVENTS)}"
+            if on
+            else f"a hook needs at least one --on of {', '.join(EVENTS)}"
+        )
+    return sorted(set(on), key=EVENTS.index)
+
+
+def check_secret(secret: str) -> str:
+    if not MIN_SECRET <= len(secret) <= MAX_SECRET or not secret.isprintable():
+        raise BadHook(
+            f"a hook's secret is {MIN_SECRET} to {MAX_SECRET} printable characters"
+            f" (this one has {len(secret)})"
+        )
+    return secret
+
+
+def _private(host: str) -> bool:
+    """Loopback, private, link-local or unspecified: an address inside the operator's own
+    network, which a hook reaches only when the operator listed it."""
+    if host in ("localhost", "localhost.localdomain") or host.endswith(".localhost"):
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return not address.is_global
+
+
+def check_url(url: str, allowed: tuple[str, ...]) -> str:
+    """The URL a hook may post to, or BadHook naming why not: http or https, a host, no
+    credentials, and a host the operator allows (JETDBT_WEBHOOK_HOSTS: names, addresses,
+    `*.domain`, or `*` for any public host; none set, no hook may be added)."""
+    if len(url) > MAX_URL:
+        raise BadHook(f"a hook's URL is at most {MAX_URL} characters")
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https"):
+        raise BadHook(f"hook URL {quote(url)} must be http or https")
+    host = (parts.hostname or "").lower()
+    if not host:
+        raise BadHook(f"hook URL {quote(url)} names no host")
+    if parts.username or parts.password:
+        raise BadHook("a hook's URL may not carry credentials; the signature authenticates")
+    listed = host in allowed or any(
+        a.startswith("*.") and host.endswith(a[1:]) for a in allowed if a != "*"
+    )
+    if listed or ("*" in allowed and not _private(host)):
+        return url
+    if not allowed:
+        raise BadHook("no webhook host is allowed here: the operator sets JETDBT_WEBHOOK_HOSTS")
+    raise BadHook(
+        f"host {quote(host)} is not in JETDBT_WEBHOOK_HOSTS"
+        + (" (a loopback or private address must be listed by name)" if _private(host) else "")
+    )
+
+
+class HookRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What the API or the operator's CLI asks the notifier (subjects.hook_control): add a
+    hook (its secret given, or "" for one generated) or remove one. `principal` is whom the
+    door authenticated; only the API's account and the operator may publish the request."""
+
+    action: Literal["add", "remove"]
+    name: str
+    url: str = ""
+    on: list[str] = []
+    job: str = ""
+    secret: str = ""
+    principal: str = ""
+
+
+class HookReply(msgspec.Struct, frozen=True, kw_only=True):
+    """The notifier's answer: the hook as saved, with its secret on an add only (the one
+    time it is shown), or `error` naming why not."""
+
+    name: str = ""
+    url: str = ""
+    on: list[str] = []
+    job: str = ""
+    secret: str = ""
+    error: str = ""
