@@ -165,7 +165,8 @@ class Containment:
         """What invocation `name` in job `root` may see and reach, its cgroup made; None
         with the sandbox off. `plan` (None for the probe) names the warehouse; `readonly`
         are more folders it reads (a package tree); `host_network` is for `dbt deps`
-        alone, which fetches from git and the package hub and runs no project SQL."""
+        alone, which fetches from git and the package hub (its tools unsteerable by a
+        project's env: descriptor.py, job_setup.py)."""
         if not self.enabled:
             return None
         group = await asyncio.to_thread(self.hierarchy.group, name, self.caps)
@@ -217,8 +218,11 @@ class JobSandbox:
         self.host_network = host_network
 
     def for_deps(self) -> JobSandbox:
-        """The same job's sandbox for `dbt deps`: the machine's network, nothing more shown."""
-        return JobSandbox(self.containment, self.root, self.plan, host_network=True)
+        """The same job's sandbox for `dbt deps`: the machine's network, the same folders
+        shown (its engine environment among them), nothing more."""
+        deps = JobSandbox(self.containment, self.root, self.plan, host_network=True)
+        deps.readonly = list(self.readonly)
+        return deps
 
     async def enter(self, name: str) -> dict | None:
         return await self.containment.spec(

@@ -114,7 +114,7 @@ class Prepared:
         )
 
     def deps(self) -> DbtInvocation:
-        """`dbt deps` in this job: the network it fetches packages over, no project SQL."""
+        """`dbt deps` in this job: the network it fetches packages over, git locked down."""
         home = self.job.root / "home"
         home.mkdir(exist_ok=True)
         named = declared(self.job.project)

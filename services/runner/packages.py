@@ -219,11 +219,14 @@ class PackageCache:
             raise ValueError(f"packages blob {blob} failed its digest check")
         staging = target.with_name(f".{uuid.uuid4().hex}")
         staging.mkdir(parents=True)
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-            tar.extractall(staging, filter="data")
         try:
+            with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+                tar.extractall(staging, filter="data")
             staging.rename(target)
-        except OSError:  # another job unpacked it first; the same bytes
+        except OSError:
+            if not target.is_dir():  # else another job unpacked it first; the same bytes
+                raise
+        finally:
             shutil.rmtree(staging, ignore_errors=True)
         return target
 
