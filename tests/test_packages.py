@@ -152,3 +152,18 @@ async def test_an_unreachable_hub_fails_the_deploy_naming_the_package(stack, tmp
     # dbt's own message, with the address it could not reach.
     assert "External connection exception occurred" in final.reason
     assert "Connection refused" in final.reason
+    # Only deps is handed the operator's hub (and credentials its URL may carry): a model's
+    # env_var() in any other dbt process does not see it.
+    seen = tmp_path / "seen"
+    write_files(
+        seen,
+        {
+            **PROJECT,
+            "models/answer.sql": (
+                "{% if env_var('DBT_PACKAGE_HUB_URL', '') %}"
+                "{{ exceptions.raise_compiler_error('saw the hub') }}{% endif %} select 1"
+            ),
+        },
+    )
+    _, parsed = await client.deploy(stack.bus, seen, "seen")
+    assert isinstance(parsed, ev.Deployed), parsed

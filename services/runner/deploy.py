@@ -15,6 +15,7 @@ from nats.js.errors import ObjectNotFoundError
 from services.runner import admission, graph, packages
 from services.runner.containment import MemoryExceeded
 from services.runner.context import RunnerContext
+from services.runner.dbt_process import package_hub
 from services.runner.job_setup import Prepared, Refused, prepare
 from shared import event_blobs, subjects
 from shared import events as ev
@@ -156,7 +157,7 @@ async def _pin_packages(
     project, where = prepared.job.project, prepared.plan.packages_path
     cache = prepared.packages
     files = packages.package_files(project, where)  # the version's, before deps runs
-    hub = prepared.env.get("DBT_PACKAGE_HUB_URL", "")  # the operator's: a project's is refused
+    hub = package_hub().get("DBT_PACKAGE_HUB_URL", "")  # the operator's: a project's is refused
 
     def key(lock: bytes | None) -> str:
         return packages.resolution_key(files, where, lock, team=team, hub=hub)

@@ -21,7 +21,7 @@ from nats.js.errors import ObjectNotFoundError
 from services.runner import engine, environments, workspace
 from services.runner.containment import JobSandbox, SandboxMissing
 from services.runner.context import RunnerContext
-from services.runner.dbt_process import DbtInvocation, dbt_env
+from services.runner.dbt_process import DbtInvocation, dbt_env, package_hub
 from services.runner.packages import PackageCache, PackagesRefused, declared
 from services.runner.plan import Plan, PlanRefused, make_plan
 from services.runner.secrets import Resolver, UnresolvedReference
@@ -126,7 +126,7 @@ class Prepared:
             [],
             self.job.project,
             self.job.profiles,
-            {**self.env, **_GIT_ENV, "GIT_CONFIG_GLOBAL": str(config)},
+            {**self.env, **package_hub(), **_GIT_ENV, "GIT_CONFIG_GLOBAL": str(config)},
             executable=self.executable,
             sandbox=self.sandbox.for_deps() if self.sandbox else None,
             environment=self.environment,
