@@ -92,7 +92,7 @@ def die_with_parent(parent: int) -> None:
         os._exit(1)
 
 
-def _preload(adapter: str | None) -> frozenset[str]:
+def _preload(adapter: str | None = None) -> frozenset[str]:
     """Import dbt and its adapters (an engine environment's `adapter` among them); return
     the environment variables dbt reads as flags."""
     for name in (*PRELOAD, *([f"dbt.adapters.{adapter}"] if adapter else [])):
