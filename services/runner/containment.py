@@ -219,8 +219,8 @@ class JobSandbox:
 
     def for_deps(self) -> JobSandbox:
         """The same job's sandbox for `dbt deps`: the machine's network, the same folders
-        shown (its engine environment among them), nothing more."""
-        deps = JobSandbox(self.containment, self.root, self.plan, host_network=True)
+        shown (its engine environment among them) but not the warehouse's: nothing more."""
+        deps = JobSandbox(self.containment, self.root, None, host_network=True)
         deps.readonly = list(self.readonly)
         return deps
 

@@ -100,7 +100,12 @@ class Prepared:
         self.job.cleanup()
 
     def dbt(self, command: str, args: list[str], **kw) -> DbtInvocation:
-        """A dbt invocation in this job, with its profile, environment and engine."""
+        """A dbt invocation in this job, with its profile, environment and engine. The
+        profile (the warehouse's credentials) is written for the first of them: `dbt deps`,
+        which needs none and has the machine's network, runs before it exists."""
+        profile = self.job.profiles / "profiles.yml"
+        if not profile.exists():
+            profile.write_text(self.plan.profiles_text)
         return DbtInvocation(
             command,
             args,
@@ -228,7 +233,6 @@ async def prepare(
         prepared.sandbox.readonly.append(environment.root)
     if packages_digest:
         await _restore_packages(ctx, prepared, packages_digest)
-    (job.profiles / "profiles.yml").write_text(plan.profiles_text)
     if prepared.partial_parse.exists():
         _reuse_partial_parse(prepared.partial_parse, job)
     return prepared
