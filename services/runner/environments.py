@@ -30,6 +30,7 @@ import subprocess
 import sys
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from importlib import metadata
 from pathlib import Path
 
@@ -56,6 +57,9 @@ KNOWN_ADAPTERS = frozenset(
 )  # fmt: skip
 INSTALL_TIMEOUT = 1800
 FAILED_RETRY_SECONDS = 300
+# Provisioning (and waiting on another's) has threads of its own: however many adapters
+# projects name at once, the runner's other blocking work keeps the default executor.
+_PROVISIONING = ThreadPoolExecutor(max_workers=2, thread_name_prefix="provision")
 LOCK_FILE = "jetdbt-lock.json"
 _ERROR_LINES = 12
 
@@ -99,7 +103,8 @@ async def ensure(settings: Settings, adapter: str) -> EngineEnvironment | None:
             f"adapter {adapter!r} is not one this runner may install (dbt-{adapter}): an"
             f" operator trusts it by adding {adapter} to JETDBT_EXTRA_ADAPTERS"
         )
-    return await asyncio.to_thread(_provisioned, settings, adapter)
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(_PROVISIONING, _provisioned, settings, adapter)
 
 
 def _requirements(settings: Settings, adapter: str) -> list[str]:
