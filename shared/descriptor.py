@@ -57,6 +57,14 @@ _REFERENCE = re.compile(r"\$(env|var):(.+)\Z")
 # Environment names a project may not set: they decide what runs and where. (dbt's own
 # flag variables, DBT_EMPTY and the like, are dropped where dbt starts: forkserver.py.)
 _RUNNER_OWNED = re.compile(r"(LD_|PYTHON)|(PATH|HOME|TMPDIR)\Z")
+# Names that steer the tools dbt starts (git, the package hub's HTTP client, pip, uv) rather
+# than the project: with them `dbt deps` would run a project's command (GIT_SSH_COMMAND,
+# GIT_CONFIG_*), fetch from its own hub or proxy, or trust its own CA.
+_TOOL_OWNED = re.compile(
+    r"(GIT_|SSH_|CURL_|PIP_|UV_|SSL_CERT_)|(DBT_PACKAGE_HUB_URL|REQUESTS_CA_BUNDLE)\Z"
+    r"|.*_PROXY\Z",
+    re.IGNORECASE,
+)
 
 Engine = Literal["dbt-core-1x", "dbt-core-2x", "fusion"]
 TestBehavior = Literal["build", "after_all", "none"]
@@ -247,6 +255,12 @@ def _check(desc: Descriptor) -> None:
             raise DescriptorError(
                 f"{FILENAME}: key 'env.{key}' is refused: PATH, HOME, TMPDIR, LD_* and"
                 " PYTHON* decide what runs and where, and are the runner's"
+            )
+        if _TOOL_OWNED.match(key):
+            raise DescriptorError(
+                f"{FILENAME}: key 'env.{key}' is refused: GIT_*, SSH_*, *_PROXY, CURL_*, PIP_*,"
+                " UV_*, SSL_CERT_*, REQUESTS_CA_BUNDLE and DBT_PACKAGE_HUB_URL steer the tools"
+                " dbt starts (git, the package hub, installers), not the project"
             )
         if value.startswith("$") and not _REFERENCE.match(value):
             raise DescriptorError(

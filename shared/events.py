@@ -207,7 +207,7 @@ class Deployed(_DeployEvent, frozen=True, kw_only=True, tag="deploy.deployed.v2"
     source: list[str] = []
     command_seq: int = 0
     # The digest of the package-lock.yml the deploy's `dbt deps` wrote (None: no packages):
-    # it keys each runner's package cache (services/runner/packages.py).
+    # what a later deploy commits to reuse the resolution (packages.resolution_key).
     package_lock_digest: str | None = None
     # The engine environment's every package at its exact version, when the adapter runs in
     # one provisioned for it (services/runner/environments.py); {}: jetdbt's own.

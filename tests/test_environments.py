@@ -4,7 +4,10 @@ environment does not hold is provisioned on first use, cached, locked and run wa
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import socket
+import threading
 
 import msgspec
 import pytest
@@ -131,14 +134,35 @@ async def test_an_adapter_outside_the_allowlist_is_refused_naming_the_setting(se
     assert "adapter 'madeup'" in final.reason and "JETDBT_EXTRA_ADAPTERS" in final.reason
 
 
-async def test_a_failed_install_refuses_the_deploy_and_leaves_nothing(
+class _Listener:
+    """A loopback port that accepts and drops every connection, counting them: an index
+    that answers nothing, and a witness of how often the resolver tried it."""
+
+    def __init__(self):
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port, self.count = self.sock.getsockname()[1], 0
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = self.sock.accept()
+                self.count += 1
+                conn.close()
+
+
+async def test_a_failed_install_refuses_the_deploy_leaves_nothing_and_is_remembered(
     settings, tmp_path, monkeypatch
 ):
-    # The operator's index, at a loopback port nobody listens on.
-    monkeypatch.setenv("UV_INDEX_URL", f"http://127.0.0.1:{closed_port()}/simple")
+    """The operator's index (pip's setting, with credentials) answers nothing: the deploy is
+    refused naming the resolver's message, nothing half-installed is left, the credentials
+    are nowhere in the reason, and a second deploy gets the same reason without the
+    resolver trying the index again."""
+    index = _Listener()
+    monkeypatch.setenv("PIP_INDEX_URL", f"http://ci:s3cret-tok@127.0.0.1:{index.port}/simple")
     monkeypatch.setenv("UV_HTTP_RETRIES", "0")
-    monkeypatch.delenv("PIP_FIND_LINKS", raising=False)
-    monkeypatch.delenv("UV_FIND_LINKS", raising=False)
+    for name in ("PIP_FIND_LINKS", "UV_FIND_LINKS", "UV_INDEX_URL", "UV_DEFAULT_INDEX"):
+        monkeypatch.delenv(name, raising=False)
     isolated = tmp_path / "environments"
     changed = _with_warehouse(
         settings, tmp_path, {"type": "mysql", "server": "127.0.0.1"}, environments_dir=isolated
@@ -146,8 +170,15 @@ async def test_a_failed_install_refuses_the_deploy_and_leaves_nothing(
     final = await _deploy_once(changed, tmp_path)
     assert isinstance(final, ev.DeployRefused), final
     assert "adapter 'mysql': installing dbt-mysql failed; the resolver said:" in final.reason
-    assert "127.0.0.1" in final.reason
-    assert [p.name for p in isolated.iterdir() if not p.name.endswith(".lock")] == []
+    assert "127.0.0.1" in final.reason and "s3cret-tok" not in final.reason
+    assert [p.name for p in isolated.iterdir() if not p.name.endswith((".lock", ".failed"))] == []
+    tried = index.count
+    assert tried > 0
+    again = await _deploy_once(changed, tmp_path / "again")
+    assert isinstance(again, ev.DeployRefused), again
+    assert "installing dbt-mysql failed" in again.reason and "not tried again" in again.reason
+    assert index.count == tried
+    index.sock.close()
 
 
 async def test_a_snowflake_project_deploys_without_a_connection(settings, tmp_path):

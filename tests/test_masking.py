@@ -51,3 +51,12 @@ def test_short_values_are_not_worth_masking():
     masker = Masker()
     masker.add("abc")
     assert masker.mask("abc abc") == "abc abc"
+
+
+def test_a_url_never_carries_its_user_info_even_one_never_resolved():
+    """An index or mirror URL an operator set with credentials, echoed by uv or dbt into a
+    refusal: its user info is masked, the rest of the URL stays readable."""
+    said = b'{"reason":"GET https://ci:t0ken-9@index.example/simple/x failed; see git+ssh://deploy@h/r"}'
+    out = Masker().mask_bytes(said)
+    assert b"t0ken-9" not in out and b"deploy@" not in out
+    assert b"https://***@index.example/simple/x" in out and json.loads(out)

@@ -13,6 +13,7 @@ import pytest
 from services import client
 from services.runner import packages
 from shared import events as ev
+from shared import identity
 from shared.commands import BuildCommand, RunCommand
 from shared.digests import digest_of
 from tests.helpers import closed_port, duckdb_tables, write_files
@@ -101,6 +102,41 @@ async def test_local_and_git_packages_are_pinned_at_deploy_and_restored_for_runs
     )
     await _build(stack)
 
+    # Another team, the same files and committed lock: no tree of the first team's (which
+    # would hand it that team's private git packages) -- its deps runs, and fails here,
+    # since the repository is gone.
+    await identity.put_principal(stack.bus, identity.Principal(name="bo", team="beta"))
+    _, other = await client.deploy(stack.bus, project, "pkgs-beta", requested_by="bo")
+    assert isinstance(other, ev.DeployFailed), other
+    assert "dbt deps failed" in other.reason
+
+
+def test_packing_or_linking_never_follows_a_link_deps_left(tmp_path):
+    """What `dbt deps` leaves is what the project's code left: an install folder (or a
+    folder on the way to it, or the lock) that is a link to the runner's own files is
+    refused; nothing outside is read, deleted or written."""
+    outside = tmp_path / "runner-secrets"
+    write_files(outside, {"token": "s3cret", "b/data": "keep"})
+    project = tmp_path / "job" / "project"
+    project.mkdir(parents=True)
+    (project / "dbt_packages").symlink_to(outside)
+    with pytest.raises(packages.PackagesRefused, match="dbt_packages is a symbolic link"):
+        packages.pack(project, "dbt_packages")
+    (project / "a").symlink_to(outside)
+    with pytest.raises(packages.PackagesRefused, match="a is a symbolic link"):
+        packages.pack(project, "a/b")
+    tree = tmp_path / "tree"
+    write_files(tree, {"a/b/pkg/dbt_project.yml": "name: pkg"})
+    with pytest.raises(packages.PackagesRefused, match="a is a symbolic link"):
+        packages.PackageCache.link(tree, project, "a/b")
+    (project / "dbt_packages").unlink()
+    (project / "dbt_packages").mkdir()
+    (project / packages.LOCK).symlink_to(outside / "token")
+    with pytest.raises(packages.PackagesRefused, match="package-lock.yml is a symbolic link"):
+        packages.pack(project, "dbt_packages")
+    assert sorted(p.name for p in outside.rglob("*")) == ["b", "data", "token"]
+    assert (outside / "b" / "data").read_text() == "keep"
+
 
 async def test_an_unreachable_hub_fails_the_deploy_naming_the_package(stack, tmp_path, monkeypatch):
     # dbt's own setting for the hub's address, pointed at a loopback port nobody listens on.
@@ -116,3 +152,18 @@ async def test_an_unreachable_hub_fails_the_deploy_naming_the_package(stack, tmp
     # dbt's own message, with the address it could not reach.
     assert "External connection exception occurred" in final.reason
     assert "Connection refused" in final.reason
+    # Only deps is handed the operator's hub (and credentials its URL may carry): a model's
+    # env_var() in any other dbt process does not see it.
+    seen = tmp_path / "seen"
+    write_files(
+        seen,
+        {
+            **PROJECT,
+            "models/answer.sql": (
+                "{% if env_var('DBT_PACKAGE_HUB_URL', '') %}"
+                "{{ exceptions.raise_compiler_error('saw the hub') }}{% endif %} select 1"
+            ),
+        },
+    )
+    _, parsed = await client.deploy(stack.bus, seen, "seen")
+    assert isinstance(parsed, ev.Deployed), parsed

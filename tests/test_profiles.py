@@ -23,8 +23,9 @@ PROJECT = {
 }
 
 
-def _own_profile(project, path: str) -> None:
-    outputs = {"dev": {"type": "duckdb", "path": path, "threads": 1}}
+def _own_profile(project, path: str, kind: str = "duckdb") -> None:
+    place = {"path": path} if kind == "duckdb" else {"schema_directory": path, "schema": "main"}
+    outputs = {"dev": {"type": kind, "threads": 1, **place}}
     (project / "profiles.yml").write_text(
         yaml.safe_dump({"own": {"target": "dev", "outputs": outputs}})
     )
@@ -36,7 +37,7 @@ def _warehouses(settings, tmp_path, body: dict):
     return msgspec.structs.replace(settings, warehouses_file=file)
 
 
-async def test_an_own_profile_without_a_warehouse_or_with_a_relative_file_is_refused(
+async def test_an_own_profile_without_a_warehouse_with_a_relative_file_or_in_home_is_refused(
     stack, tmp_path
 ):
     project = tmp_path / "own"
@@ -61,6 +62,14 @@ async def test_an_own_profile_without_a_warehouse_or_with_a_relative_file_is_ref
     assert "profiles.yml: own.outputs.dev.path is 'data/own.duckdb', a relative path" in (
         final.reason
     )
+    # A folder that would be writable by project code inside, or holding, JETDBT_HOME: its
+    # other jobs' profiles, package trees, engine environments. Refused before any dbt runs.
+    home = stack.settings.home.resolve()
+    for path, kind in ((str(home / "runner" / "x.duckdb"), "duckdb"), (str(home.parent), "sqlite")):
+        _own_profile(project, path, kind)
+        _, final = await client.deploy(stack.bus, project, "own")
+        assert isinstance(final, ev.DeployRefused), final
+        assert "would be writable by project code and overlaps JETDBT_HOME" in final.reason
 
 
 @pytest.mark.dbt

@@ -124,14 +124,34 @@ class Containment:
             self.missing = text or f"a sandboxed process exited with {child.returncode}"
         _log.info("sandbox_checked", sandbox=self.describe())
 
-    def check_writable(self, folder: str | None) -> None:
-        """A DuckDB warehouse's folder becomes writable in the sandbox (JETDBT_HOME inside it
-        stays hidden): never the machine's root (a ValueError says so)."""
-        if self.enabled and folder == "/":
+    def check_writable(self, plan: Any) -> None:
+        """A file warehouse's folder becomes writable in the sandbox: never the machine's
+        root nor a folder that holds, or lies in, the runner's own code; and JETDBT_HOME
+        (or anything holding or inside it, the engine environments and caches) only when it
+        is exactly the folder an operator configured (JETDBT_HOME inside it stays hidden).
+        A ValueError names the folder and why."""
+        folder = plan.warehouse_folder
+        if folder is None:
+            return
+        if folder == "/":
             raise ValueError(
-                "the DuckDB warehouse's file lies in / , which would make the whole machine"
+                "the warehouse's file lies in / , which would make the whole machine"
                 " writable by project code: put the warehouse file in a folder of its own"
             )
+        where = Path(folder)
+        code = [Path(p).resolve() for p in readable_code()]
+        runner = [self.settings.home, self.settings.runner_cache, self.settings.engine_environments]
+        runner += [self.settings.engines_dir] if self.settings.engines_dir else []
+        guarded = [(p, "the runner's own code") for p in code]
+        if folder != plan.configured_folder:
+            guarded += [(Path(p).resolve(), "JETDBT_HOME or the runner's data") for p in runner]
+        for place, what in guarded:
+            if where == place or place in where.parents or where in place.parents:
+                raise ValueError(
+                    f"the warehouse's folder {folder} would be writable by project code and"
+                    f" overlaps {what} ({place}): only a folder an operator configured for"
+                    " the warehouse may lie there; put the file in a folder of its own"
+                )
 
     async def spec(
         self,
@@ -145,7 +165,8 @@ class Containment:
         """What invocation `name` in job `root` may see and reach, its cgroup made; None
         with the sandbox off. `plan` (None for the probe) names the warehouse; `readonly`
         are more folders it reads (a package tree); `host_network` is for `dbt deps`
-        alone, which fetches from git and the package hub and runs no project SQL."""
+        alone, which fetches from git and the package hub (its tools unsteerable by a
+        project's env: descriptor.py, job_setup.py)."""
         if not self.enabled:
             return None
         group = await asyncio.to_thread(self.hierarchy.group, name, self.caps)
@@ -197,8 +218,11 @@ class JobSandbox:
         self.host_network = host_network
 
     def for_deps(self) -> JobSandbox:
-        """The same job's sandbox for `dbt deps`: the machine's network, nothing more shown."""
-        return JobSandbox(self.containment, self.root, self.plan, host_network=True)
+        """The same job's sandbox for `dbt deps`: the machine's network, the same folders
+        shown (its engine environment among them) but not the warehouse's: nothing more."""
+        deps = JobSandbox(self.containment, self.root, None, host_network=True)
+        deps.readonly = list(self.readonly)
+        return deps
 
     async def enter(self, name: str) -> dict | None:
         return await self.containment.spec(

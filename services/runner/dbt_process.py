@@ -49,9 +49,9 @@ MAX_BACKLOG = 10_000
 _PIPE_LIMIT = 1 << 20
 _log = jlog.get("dbt")
 # What dbt may see of the runner's own environment: locale, time zone, the search
-# path, TLS/proxy settings a warehouse connection may need and the operator's mirror of
-# dbt's package hub (DBT_PACKAGE_HUB_URL, read by `dbt deps`). Never the runner's
-# credentials (NATS, Postgres, tokens): those are simply not on this list.
+# path, TLS/proxy settings a warehouse connection may need. Never the runner's
+# credentials (NATS, Postgres, tokens): those are simply not on this list; nor the
+# operator's hub mirror (package_hub), which only `dbt deps` is handed.
 _INHERITED = (
     "PATH",
     "LANG",
@@ -68,8 +68,14 @@ _INHERITED = (
     "http_proxy",
     "https_proxy",
     "no_proxy",
-    "DBT_PACKAGE_HUB_URL",
 )
+
+
+def package_hub() -> dict[str, str]:
+    """The operator's mirror of dbt's package hub (DBT_PACKAGE_HUB_URL, dbt's setting), for
+    `dbt deps` alone: a run's models never see it (nor credentials its URL may carry)."""
+    hub = os.environ.get("DBT_PACKAGE_HUB_URL")
+    return {"DBT_PACKAGE_HUB_URL": hub} if hub else {}
 
 
 class RunTimedOut(TimeoutError):

@@ -15,11 +15,12 @@ from nats.js.errors import ObjectNotFoundError
 from services.runner import admission, graph, packages
 from services.runner.containment import MemoryExceeded
 from services.runner.context import RunnerContext
+from services.runner.dbt_process import package_hub
 from services.runner.job_setup import Prepared, Refused, prepare
 from shared import event_blobs, subjects
 from shared import events as ev
 from shared.commands import DeployCommand
-from shared.digests import short_digest
+from shared.digests import digest_of, short_digest
 
 __all__ = ["deploy"]
 
@@ -80,7 +81,7 @@ async def deploy(
                 final = ev.DeployRefused(project=project, deploy_id=deploy_id, reason=newer)
                 await bus.publish(final)
                 return final
-            return await _parse(ctx, project, cmd, deploy_id, prepared, seq)
+            return await _parse(ctx, project, cmd, deploy_id, prepared, seq, team)
     except MemoryExceeded as exc:
         final = ev.DeployFailed(
             project=project, deploy_id=deploy_id, version=cmd.bundle_digest, reason=str(exc)
@@ -130,6 +131,7 @@ async def _parse(
     deploy_id: str,
     prepared: Prepared,
     seq: int,
+    team: str,
 ) -> ev.Event:
     job, plan = prepared.job, prepared.plan
     version = cmd.bundle_digest
@@ -148,7 +150,7 @@ async def _parse(
     resolution = None
     if packages.declares_packages(job.project):
         try:
-            resolution = await _pin_packages(ctx, prepared)
+            resolution = await _pin_packages(ctx, prepared, team)
         except packages.PackagesRefused as exc:
             return await fail(str(exc))
     parse = prepared.dbt("parse", plan.common_args())
@@ -189,14 +191,23 @@ async def _parse(
     return final
 
 
-async def _pin_packages(ctx: RunnerContext, prepared: Prepared) -> packages.Resolution | None:
-    """The project's packages resolved once: this runner's earlier resolution of the same
-    package files and the committed lock it wrote, when there is one (no `dbt deps`), else
-    `dbt deps` and its tree stored. Either way the job then parses the stored tree, as runs
-    build it. None when deps installed nothing. Raises PackagesRefused naming why it failed."""
+async def _pin_packages(
+    ctx: RunnerContext, prepared: Prepared, team: str
+) -> packages.Resolution | None:
+    """The project's packages resolved once: this team's earlier resolution on this runner
+    of the same package files and the committed lock it wrote, when there is one (no `dbt
+    deps`), else `dbt deps` and its tree stored. Either way the job then parses the stored
+    tree, as runs build it. None when deps installed nothing. Raises PackagesRefused naming
+    why it failed."""
     project, where = prepared.job.project, prepared.plan.packages_path
     cache = prepared.packages
-    known = cache.known(packages.resolution_key(project, where))
+    files = packages.package_files(project, where)  # the version's, before deps runs
+    hub = package_hub().get("DBT_PACKAGE_HUB_URL", "")  # the operator's: a project's is refused
+
+    def key(lock: bytes | None) -> str:
+        return packages.resolution_key(files, where, lock, team=team, hub=hub)
+
+    known = cache.known(key(packages.lock_bytes(project)))
     if known is not None:
         try:
             prepared.use_packages(await cache.tree(ctx.bus, known.blob))
@@ -213,10 +224,12 @@ async def _pin_packages(ctx: RunnerContext, prepared: Prepared) -> packages.Reso
     packed = await asyncio.to_thread(packages.pack, project, where)
     if packed is None:
         return None
-    data, lock_digest = packed
-    resolution = packages.Resolution(blob=await ctx.bus.put_blob(data), lock_digest=lock_digest)
+    data, lock = packed
+    resolution = packages.Resolution(
+        blob=await ctx.bus.put_blob(data), lock_digest=digest_of(lock) if lock is not None else None
+    )
     prepared.use_packages(await cache.tree(ctx.bus, resolution.blob))
-    # Keyed by the lock dbt wrote: a later deploy that commits that lock resolves nothing;
-    # one without a lock (or with another) runs deps again, as dbt would re-resolve.
-    cache.remember(packages.resolution_key(project, where), resolution)
+    # Keyed by the lock dbt wrote (the one packed): a later deploy that commits that lock
+    # resolves nothing; one without a lock (or with another) runs deps again, as dbt would.
+    cache.remember(key(lock), resolution)
     return resolution

@@ -10,9 +10,13 @@ under JETDBT_HOME/environments (JETDBT_ENVIRONMENTS_DIR), keyed by adapter, rang
 Python, with its lock: the exact version of every package in it, which a deploy records.
 
 Installing a package runs its code, so only the adapters jetdbt knows and those an
-operator lists in JETDBT_EXTRA_ADAPTERS are installed. Concurrent first uses install once
-(a file lock); an environment is built in a temporary folder and renamed into place only
-when complete, so a failed or interrupted install is never used.
+operator lists in JETDBT_EXTRA_ADAPTERS are installed, from wheels only (`--no-build`: no
+package's build code runs while provisioning), and uv sees only its index settings (never
+the runner's credentials, nor an index URL on its command line). Concurrent first uses
+install once (a file lock); an environment is built in a temporary folder and renamed into
+place only when complete, so a failed or interrupted install is never used. A failed one
+is remembered for FAILED_RETRY_SECONDS: repeated deploys and runs get its reason again
+instead of each running the resolver.
 """
 
 from __future__ import annotations
@@ -24,7 +28,9 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from importlib import metadata
 from pathlib import Path
 
@@ -50,6 +56,10 @@ KNOWN_ADAPTERS = frozenset(
     }
 )  # fmt: skip
 INSTALL_TIMEOUT = 1800
+FAILED_RETRY_SECONDS = 300
+# Provisioning (and waiting on another's) has threads of its own: however many adapters
+# projects name at once, the runner's other blocking work keeps the default executor.
+_PROVISIONING = ThreadPoolExecutor(max_workers=2, thread_name_prefix="provision")
 LOCK_FILE = "jetdbt-lock.json"
 _ERROR_LINES = 12
 
@@ -93,7 +103,8 @@ async def ensure(settings: Settings, adapter: str) -> EngineEnvironment | None:
             f"adapter {adapter!r} is not one this runner may install (dbt-{adapter}): an"
             f" operator trusts it by adding {adapter} to JETDBT_EXTRA_ADAPTERS"
         )
-    return await asyncio.to_thread(_provisioned, settings, adapter)
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(_PROVISIONING, _provisioned, settings, adapter)
 
 
 def _requirements(settings: Settings, adapter: str) -> list[str]:
@@ -115,11 +126,23 @@ def _provisioned(settings: Settings, adapter: str) -> EngineEnvironment:
         found = _load(root, adapter, settings)
         if found is not None:
             return found
+        env = uv_env(dict(os.environ))
+        # Keyed by the index too: an operator who fixes the index is not kept waiting.
+        failed = base / f".{name}.{digest_of(msgspec.json.encode(env))[7:19]}.failed"
+        with contextlib.suppress(OSError):
+            if time.time() - failed.stat().st_mtime < FAILED_RETRY_SECONDS:
+                raise EnvironmentUnavailable(
+                    f"{failed.read_text()}\n(the last attempt, less than"
+                    f" {FAILED_RETRY_SECONDS}s ago: not tried again before then)"
+                )
         staging = base / f".{name}.{uuid.uuid4().hex}"
         try:
-            lock = _install(staging, _requirements(settings, adapter), adapter)
+            lock = _install(staging, _requirements(settings, adapter), adapter, env)
             (staging / LOCK_FILE).write_bytes(msgspec.json.encode(lock))
             staging.rename(root)
+        except EnvironmentUnavailable as exc:
+            failed.write_text(str(exc))
+            raise
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     return _load(root, adapter, settings)
@@ -144,34 +167,43 @@ def _uv() -> str:
     return find_uv_bin()
 
 
-def index_args(env: dict[str, str]) -> list[str]:
-    """uv reads its own UV_* index settings itself; an operator who configured pip's
-    instead gets the same index through them."""
-    args: list[str] = []
-    uv_set = {name for name in ("UV_INDEX_URL", "UV_DEFAULT_INDEX", "UV_EXTRA_INDEX_URL",
-                                "UV_INDEX", "UV_FIND_LINKS") if env.get(name)}  # fmt: skip
-    if env.get("PIP_INDEX_URL") and not uv_set & {"UV_INDEX_URL", "UV_DEFAULT_INDEX"}:
-        args += ["--index-url", env["PIP_INDEX_URL"]]
-    if env.get("PIP_EXTRA_INDEX_URL") and not uv_set & {"UV_EXTRA_INDEX_URL", "UV_INDEX"}:
-        for url in env["PIP_EXTRA_INDEX_URL"].split():
-            args += ["--extra-index-url", url]
-    if env.get("PIP_FIND_LINKS") and "UV_FIND_LINKS" not in uv_set:
-        for place in env["PIP_FIND_LINKS"].split():
-            args += ["--find-links", place]
-    return args
+# What uv may see of the runner's environment: where to find packages (and the TLS and
+# proxy settings to reach them), its cache, nothing else.
+_UV_INHERITED = ("PATH", "HOME", "XDG_CACHE_HOME", "LANG", "SSL_CERT_FILE", "SSL_CERT_DIR",
+                 "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy",
+                 "no_proxy")  # fmt: skip
+# pip's index settings, for an operator who configured pip's instead of uv's: uv's names.
+_FROM_PIP = {"PIP_INDEX_URL": "UV_INDEX_URL", "PIP_EXTRA_INDEX_URL": "UV_EXTRA_INDEX_URL",
+             "PIP_FIND_LINKS": "UV_FIND_LINKS"}  # fmt: skip
+# A uv setting that already says the same as pip's, which then stays unused.
+_SAME = {"UV_INDEX_URL": ("UV_INDEX_URL", "UV_DEFAULT_INDEX"),
+         "UV_EXTRA_INDEX_URL": ("UV_EXTRA_INDEX_URL", "UV_INDEX")}  # fmt: skip
 
 
-def _install(staging: Path, requirements: list[str], adapter: str) -> dict[str, str]:
+def uv_env(environ: dict[str, str]) -> dict[str, str]:
+    """uv's whole environment: its own UV_* settings, pip's index settings under uv's names,
+    and _UV_INHERITED. Index URLs (which may carry credentials) go here, never into argv."""
+    env = {k: environ[k] for k in _UV_INHERITED if environ.get(k)}
+    env |= {k: v for k, v in environ.items() if k.startswith("UV_") and v}
+    for pip, uv in _FROM_PIP.items():
+        if environ.get(pip) and not any(env.get(k) for k in _SAME.get(uv, (uv,))):
+            value = environ[pip]
+            env[uv] = ",".join(value.split()) if uv == "UV_FIND_LINKS" else value
+    return env
+
+
+def _install(
+    staging: Path, requirements: list[str], adapter: str, env: dict[str, str]
+) -> dict[str, str]:
     """A complete environment in `staging` and its lock; raises EnvironmentUnavailable."""
     uv, python = _uv(), str(staging / "bin" / "python")
-    index = index_args(dict(os.environ))
-    _uv_step(adapter, [uv, "venv", "--quiet", "--relocatable", "--python", sys.executable,
-                       str(staging)])  # fmt: skip
-    _uv_step(adapter, [uv, "pip", "install", "--quiet", "--python", python, *requirements,
-                       *index])  # fmt: skip
-    frozen = _uv_step(adapter, [uv, "pip", "freeze", "--python", python])
-    _add_rehearsal(uv, python, staging, frozen, index)
-    frozen = _uv_step(adapter, [uv, "pip", "freeze", "--python", python])
+    _uv_step(adapter, env, [uv, "venv", "--quiet", "--relocatable", "--python", sys.executable,
+                            str(staging)])  # fmt: skip
+    _uv_step(adapter, env, [uv, "pip", "install", "--quiet", "--no-build", "--python", python,
+                            *requirements])  # fmt: skip
+    frozen = _uv_step(adapter, env, [uv, "pip", "freeze", "--python", python])
+    _add_rehearsal(uv, python, staging, frozen, env)
+    frozen = _uv_step(adapter, env, [uv, "pip", "freeze", "--python", python])
     lock = {}
     for line in frozen.splitlines():
         package, _, version = line.partition("==")
@@ -180,7 +212,7 @@ def _install(staging: Path, requirements: list[str], adapter: str) -> dict[str, 
     return lock
 
 
-def _add_rehearsal(uv: str, python: str, staging: Path, frozen: str, index: list[str]) -> None:
+def _add_rehearsal(uv: str, python: str, staging: Path, frozen: str, env: dict[str, str]) -> None:
     """dbt-duckdb beside the adapter, held to what the adapter resolved (a constraint, so it
     moves nothing): the warm dbt rehearses a DuckDB build before it forks anything
     (forkserver.py), which every child would otherwise pay for again. Best effort: where
@@ -190,18 +222,28 @@ def _add_rehearsal(uv: str, python: str, staging: Path, frozen: str, index: list
     pinned = staging / "jetdbt-resolved.txt"
     pinned.write_text(frozen)
     with contextlib.suppress(EnvironmentUnavailable):
-        _uv_step("duckdb", [uv, "pip", "install", "--quiet", "--python", python, "dbt-duckdb",
-                            "--constraint", str(pinned), *index])  # fmt: skip
+        _uv_step("duckdb", env, [uv, "pip", "install", "--quiet", "--no-build", "--python",
+                                 python, "dbt-duckdb", "--constraint", str(pinned)])  # fmt: skip
 
 
-def _uv_step(adapter: str, argv: list[str]) -> str:
+def _uv_step(adapter: str, env: dict[str, str], argv: list[str]) -> str:
     try:
         done = subprocess.run(
-            argv, capture_output=True, text=True, timeout=INSTALL_TIMEOUT, stdin=subprocess.DEVNULL
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=INSTALL_TIMEOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
         )
-    except (OSError, subprocess.TimeoutExpired) as exc:
+    except subprocess.TimeoutExpired:
         raise EnvironmentUnavailable(
-            f"adapter {adapter!r}: its environment could not be installed: {exc}"
+            f"adapter {adapter!r}: its environment could not be installed: uv did not finish"
+            f" within {INSTALL_TIMEOUT}s"
+        ) from None
+    except OSError as exc:
+        raise EnvironmentUnavailable(
+            f"adapter {adapter!r}: its environment could not be installed: {exc.strerror}"
         ) from None
     if done.returncode != 0:
         said = "\n".join(done.stderr.strip().splitlines()[-_ERROR_LINES:])

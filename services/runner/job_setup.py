@@ -21,8 +21,8 @@ from nats.js.errors import ObjectNotFoundError
 from services.runner import engine, environments, workspace
 from services.runner.containment import JobSandbox, SandboxMissing
 from services.runner.context import RunnerContext
-from services.runner.dbt_process import DbtInvocation, dbt_env
-from services.runner.packages import PackageCache, PackagesRefused
+from services.runner.dbt_process import DbtInvocation, dbt_env, package_hub
+from services.runner.packages import PackageCache, PackagesRefused, declared
 from services.runner.plan import Plan, PlanRefused, make_plan
 from services.runner.secrets import Resolver, UnresolvedReference
 from services.runner.warehouses import UnknownWarehouse, pick
@@ -57,11 +57,22 @@ _REFUSALS = (
 PARTIAL_PARSE = "partial_parse.msgpack"
 
 
-# The sandbox's uid owns no repository on the machine, so git would refuse a file://
-# package repository an operator shows the sandbox (JETDBT_SANDBOX_READ) as of "dubious
-# ownership": inside the sandbox it sees nothing else, so deps' git trusts what it sees.
-# In the job's own HOME: git hands no -c setting to the process that reads a local repository.
-_GIT_CONFIG = "[safe]\n\tdirectory = *\n"
+# deps' git: no system config, this file as its only global one, no prompt, and no protocol
+# that runs a command (ext::, fd::). The sandbox's uid owns no repository on the machine,
+# so git would refuse a file:// package repository an operator shows the sandbox
+# (JETDBT_SANDBOX_READ) as of "dubious ownership": exactly those the project names are
+# trusted. In the job's own HOME: git hands no -c setting to the process that reads a
+# local repository.
+_GIT_ENV = {
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_TERMINAL_PROMPT": "0",
+    "GIT_ALLOW_PROTOCOL": "https:http:ssh:git:file",
+}
+
+
+def _git_config(repositories: list[str]) -> str:
+    trusted = "".join(f"\tdirectory = {path}\n" for path in repositories)
+    return f'[protocol "ext"]\n\tallow = never\n[safe]\n{trusted}'
 
 
 @dataclass
@@ -89,7 +100,12 @@ class Prepared:
         self.job.cleanup()
 
     def dbt(self, command: str, args: list[str], **kw) -> DbtInvocation:
-        """A dbt invocation in this job, with its profile, environment and engine."""
+        """A dbt invocation in this job, with its profile, environment and engine. The
+        profile (the warehouse's credentials) is written for the first of them: `dbt deps`,
+        which needs none and has the machine's network, runs before it exists."""
+        profile = self.job.profiles / "profiles.yml"
+        if not profile.exists():
+            profile.write_text(self.plan.profiles_text)
         return DbtInvocation(
             command,
             args,
@@ -103,16 +119,19 @@ class Prepared:
         )
 
     def deps(self) -> DbtInvocation:
-        """`dbt deps` in this job: the network it fetches packages over, no project SQL."""
+        """`dbt deps` in this job: the network it fetches packages over, git locked down."""
         home = self.job.root / "home"
         home.mkdir(exist_ok=True)
-        (home / ".gitconfig").write_text(_GIT_CONFIG)
+        named = declared(self.job.project)
+        local = [u[7:] for u in named if u.startswith("file:///") and u.isprintable()]
+        config = home / ".gitconfig"
+        config.write_text(_git_config(local))
         return DbtInvocation(
             "deps",
             [],
             self.job.project,
             self.job.profiles,
-            self.env,
+            {**self.env, **package_hub(), **_GIT_ENV, "GIT_CONFIG_GLOBAL": str(config)},
             executable=self.executable,
             sandbox=self.sandbox.for_deps() if self.sandbox else None,
             environment=self.environment,
@@ -190,7 +209,7 @@ async def prepare(
         executable = engine.command(desc.engine, ctx.settings.engines_dir)
         resolver = ctx.resolver()
         plan = make_plan(desc, cmd, args, wh, resolver, job.project, desc.engine)
-        ctx.containment.check_writable(plan.warehouse_folder)
+        ctx.containment.check_writable(plan)
         # An engine binary carries its adapters; the installed dbt-core needs one for it.
         environment = None
         if executable is None and plan.adapter:
@@ -214,7 +233,6 @@ async def prepare(
         prepared.sandbox.readonly.append(environment.root)
     if packages_digest:
         await _restore_packages(ctx, prepared, packages_digest)
-    (job.profiles / "profiles.yml").write_text(plan.profiles_text)
     if prepared.partial_parse.exists():
         _reuse_partial_parse(prepared.partial_parse, job)
     return prepared

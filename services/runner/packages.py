@@ -35,7 +35,9 @@ __all__ = [
     "Resolution",
     "declares_packages",
     "declared",
+    "lock_bytes",
     "pack",
+    "package_files",
     "resolution_key",
 ]
 
@@ -77,32 +79,65 @@ def declared(project: Path) -> list[str]:
     return names
 
 
-def resolution_key(project: Path, install_path: str) -> str:
-    """What a resolution depends on before dbt runs: every packages.yml/dependencies.yml of
-    the project (a local package's own included), the committed lock and where packages go."""
+def package_files(project: Path, install_path: str) -> list[list]:
+    """Every packages.yml/dependencies.yml of the project (a local package's own included)
+    with its bytes: read from the version's files before `dbt deps` runs, never after (deps
+    could rewrite them)."""
     installed = project / install_path
     files = sorted(
         p
         for name in PACKAGE_FILES
         for p in project.rglob(name)
-        if p.is_file() and installed not in p.parents
+        if p.is_file() and not p.is_symlink() and installed not in p.parents
     )
-    lock = project / LOCK
-    parts = [install_path, lock.read_bytes() if lock.is_file() else None]
-    parts += [[p.relative_to(project).as_posix(), p.read_bytes()] for p in files]
-    return digest_of(msgspec.msgpack.encode(parts))
+    return [[p.relative_to(project).as_posix(), p.read_bytes()] for p in files]
+
+
+def resolution_key(
+    files: list[list], install_path: str, lock: bytes | None, *, team: str, hub: str
+) -> str:
+    """What a resolution depends on: the package files (`package_files`), the lock, where
+    packages go, the package hub they came from and the team: a team only reuses trees its
+    own deploys resolved, so no team gets another's (private git) packages or its mistakes."""
+    return digest_of(msgspec.msgpack.encode([team, hub, install_path, lock, files]))
 
 
 def _inside(path: Path, folder: Path) -> bool:
     return path == folder or folder in path.parents
 
 
-def pack(project: Path, install_path: str) -> tuple[bytes, str | None] | None:
-    """The installed tree and the lock dbt wrote, as one reproducible blob (same tree, same
-    bytes), and the lock's digest; None when deps installed nothing.
+def _check_unlinked(project: Path, relative: str, *, last: bool = True) -> Path:
+    """`project/relative`, refused (PackagesRefused) when the project or any folder on the
+    way is a symbolic link (with `last`, the place itself too): after `dbt deps` the
+    project's folders are what a project's code left there, and the runner, outside any
+    sandbox, must never read or write through a link it planted."""
+    parts = Path(relative).parts
+    place = project
+    for depth, part in enumerate(("", *parts)):
+        place = place / part if part else place
+        if (last or depth < len(parts)) and place.is_symlink():
+            raise PackagesRefused(
+                f"{(Path(*parts[:depth]) if depth else Path('.')).as_posix()} is a symbolic"
+                f" link ({os.readlink(place)}): packages-install-path and the folders on the"
+                " way to it must be plain folders of the project"
+            )
+    return project / relative
 
-    Raises PackagesRefused for a link that leads out of the project."""
-    installed = project / install_path
+
+def lock_bytes(project: Path) -> bytes | None:
+    """The project's package-lock.yml, never through a link (PackagesRefused)."""
+    lock = _check_unlinked(project, LOCK)
+    return lock.read_bytes() if lock.is_file() else None
+
+
+def pack(project: Path, install_path: str) -> tuple[bytes, bytes | None] | None:
+    """The installed tree and the lock dbt wrote, as one reproducible blob (same tree, same
+    bytes), and that lock; None when deps installed nothing.
+
+    Raises PackagesRefused for a link that leads out of the project, or one on the way to
+    the install folder (which is walked without following any)."""
+    installed = _check_unlinked(project, install_path)
+    lock = lock_bytes(project)
     if not installed.is_dir():
         return None
     root = project.resolve()
@@ -115,11 +150,11 @@ def pack(project: Path, install_path: str) -> tuple[bytes, str | None] | None:
             dirs.sort()
             for name in sorted(dirs) + sorted(files):
                 _add(tar, Path(folder) / name, project, root)
-        lock = project / LOCK
-        if lock.is_file():
-            _add(tar, lock, project, root)
-    lock = project / LOCK
-    return buf.getvalue(), digest_of(lock.read_bytes()) if lock.is_file() else None
+        if lock is not None:
+            info = tarfile.TarInfo(LOCK)
+            info.size, info.mode = len(lock), 0o644
+            tar.addfile(info, io.BytesIO(lock))
+    return buf.getvalue(), lock
 
 
 def _add(tar: tarfile.TarFile, path: Path, project: Path, root: Path) -> None:
@@ -139,8 +174,9 @@ def _add(tar: tarfile.TarFile, path: Path, project: Path, root: Path) -> None:
         info.type, info.mode = tarfile.DIRTYPE, 0o755
         tar.addfile(info)
     elif path.is_file():
-        info.size, info.mode = path.stat().st_size, 0o644 | (path.stat().st_mode & 0o111)
-        with open(path, "rb") as fh:
+        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb") as fh:
+            stat = os.fstat(fh.fileno())
+            info.size, info.mode = stat.st_size, 0o644 | (stat.st_mode & 0o111)
             tar.addfile(info, fh)
 
 
@@ -183,11 +219,14 @@ class PackageCache:
             raise ValueError(f"packages blob {blob} failed its digest check")
         staging = target.with_name(f".{uuid.uuid4().hex}")
         staging.mkdir(parents=True)
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-            tar.extractall(staging, filter="data")
         try:
+            with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+                tar.extractall(staging, filter="data")
             staging.rename(target)
-        except OSError:  # another job unpacked it first; the same bytes
+        except OSError:
+            if not target.is_dir():  # else another job unpacked it first; the same bytes
+                raise
+        finally:
             shutil.rmtree(staging, ignore_errors=True)
         return target
 
@@ -201,7 +240,7 @@ class PackageCache:
                 f"the deploy installed packages elsewhere than packages-install-path"
                 f" {install_path!r}: deploy the project again"
             )
-        installed = project / install_path
+        installed = _check_unlinked(project, install_path, last=False)
         if installed.is_symlink() or installed.is_file():
             installed.unlink()
         shutil.rmtree(installed, ignore_errors=True)
@@ -210,4 +249,5 @@ class PackageCache:
             target = os.readlink(entry) if entry.is_symlink() else str(entry)
             os.symlink(target, installed / entry.name)
         if (tree / LOCK).is_file():
+            (project / LOCK).unlink(missing_ok=True)  # a link there is replaced, not followed
             shutil.copyfile(tree / LOCK, project / LOCK)

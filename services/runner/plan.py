@@ -79,6 +79,7 @@ class Plan(msgspec.Struct, frozen=True, kw_only=True):
     # the warehouse's real host and port, and a file warehouse's folder (DuckDB, SQLite).
     endpoint: tuple[str, int] | None = None
     warehouse_folder: str | None = None
+    configured_folder: str | None = None  # the folder the operator's warehouse names, if any
     packages_path: str = "dbt_packages"  # dbt_project.yml's packages-install-path, rendered
     adapter: str = ""  # the target's type: the dbt adapter that runs it
 
@@ -366,6 +367,9 @@ def make_plan(
         lease_scope=lease_scope,
         endpoint=_endpoint(output),
         warehouse_folder=_warehouse_folder(output),
+        configured_folder=_warehouse_folder(
+            wh.output if wh.type == "dbt_profile" else {"type": wh.type, "path": wh.path}
+        ),
         packages_path=_packages_path(project_doc, seen),
         adapter=str(output.get("type") or ""),
     )

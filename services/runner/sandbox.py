@@ -14,8 +14,8 @@ warm fork (nothing is exec'd: the child keeps dbt's imports):
   (a process left outside that connects to that one host and port and hands the socket in)
   listening inside at the warehouse's own address and port (its host name mapped to
   127.0.0.1, its IP address added to loopback), so the profile is dbt's as written
-  (`dbt deps` alone, which fetches packages and runs no project SQL, keeps the machine's
-  network: spec `host_network`);
+  (`dbt deps` alone, which fetches packages, keeps the machine's network: spec
+  `host_network`; a project's env cannot steer its git or hub client, descriptor.py);
 - its own uid (the runner's sandbox uid when the runner is root, else a user namespace),
   no capabilities and no_new_privs, so nothing it execs regains any.
 

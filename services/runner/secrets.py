@@ -12,6 +12,7 @@ import base64
 import binascii
 import json
 import os
+import re
 import urllib.parse
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,9 @@ __all__ = ["Masker", "Resolver", "UnresolvedReference", "load_variables", "MASK"
 MASK = "****"
 # Shorter values (a port, "true") are not worth masking and would garble every line.
 MIN_SECRET = 4
+# A URL's user info (`https://user:token@index/`): credentials whoever wrote them, known to
+# this runner or not (an operator's index or mirror URL in a resolver's message).
+_USERINFO = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://)[^/\s@\"'\\]+@")
 
 
 class UnresolvedReference(LookupError):
@@ -84,13 +88,15 @@ class Masker:
         self._spellings = sorted(set(self._spellings) | variants, key=len, reverse=True)
 
     def mask(self, text: str) -> str:
+        if "://" in text:
+            text = _USERINFO.sub(r"\1***@", text)
         for spelling in self._spellings:
             if spelling in text:
                 text = text.replace(spelling, MASK)
         return text
 
     def mask_bytes(self, data: bytes) -> bytes:
-        if not self._spellings:
+        if not self._spellings and b"://" not in data:
             return data
         text = data.decode("utf-8", errors="surrogateescape")
         masked = self.mask(text)
