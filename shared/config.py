@@ -46,6 +46,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     warehouses_file: Path | None = None
     variables_file: Path | None = None
     engines_dir: Path | None = None
+    # The engine a project whose jetdbt.yaml names none runs on (JETDBT_DEFAULT_ENGINE).
+    default_engine: str = "dbt-core-1x"
     runner_name: str | None = None
     # Environment names a project's descriptor may reference ($env:NAME); `X_*` is a prefix.
     env_references: tuple[str, ...] = ()
@@ -123,6 +125,16 @@ def _int(env, name: str, default: int | None) -> int | None:
         return int(raw)
     except ValueError:
         raise ValueError(f"{name}={raw!r} is not a whole number") from None
+
+
+def _engine(env, name: str) -> str:
+    """One of the engines a descriptor may name (shared.descriptor.Engine)."""
+    from shared.descriptor import Engine
+
+    raw = (env.get(name) or "dbt-core-1x").strip()
+    if raw not in Engine.__args__:
+        raise ValueError(f"{name}={raw!r} is not an engine; one of {', '.join(Engine.__args__)}")
+    return raw
 
 
 def _positive(env, name: str, default: int) -> int:
@@ -228,6 +240,7 @@ def load(env=None) -> Settings:
         warehouses_file=_path(env, "JETDBT_WAREHOUSES"),
         variables_file=_path(env, "JETDBT_VARIABLES"),
         engines_dir=_path(env, "JETDBT_ENGINES_DIR"),
+        default_engine=_engine(env, "JETDBT_DEFAULT_ENGINE"),
         runner_name=env.get("JETDBT_RUNNER_NAME") or None,
         nats_user=env.get("NATS_USER") or None,
         nats_password=Secret(env["NATS_PASSWORD"]) if env.get("NATS_PASSWORD") else None,

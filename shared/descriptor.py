@@ -91,7 +91,7 @@ class RetryPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
 
 
 class Descriptor(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    engine: Engine = "dbt-core-1x"
+    engine: Engine | None = None  # None: the runner's JETDBT_DEFAULT_ENGINE
     profile: Profile = Profile()
     select: list[str] = []
     exclude: list[str] = []

@@ -84,3 +84,13 @@ def test_placeholders_keep_argument_types():
         "label": "run 3",
         "keep": 1,
     }
+
+
+def test_an_unnamed_engine_is_the_operators_default_and_a_bad_default_is_refused():
+    from shared.config import load as load_settings
+
+    assert parse("threads: 2\n").engine is None  # the runner's JETDBT_DEFAULT_ENGINE decides
+    assert load_settings({}).default_engine == "dbt-core-1x"
+    assert load_settings({"JETDBT_DEFAULT_ENGINE": "fusion"}).default_engine == "fusion"
+    with pytest.raises(ValueError, match="JETDBT_DEFAULT_ENGINE='dbt3' is not an engine"):
+        load_settings({"JETDBT_DEFAULT_ENGINE": "dbt3"})

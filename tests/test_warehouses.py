@@ -215,7 +215,8 @@ async def test_unknown_warehouse_and_unconfigured_engine_are_refused(stack, proj
 @pytest.mark.dbt
 async def test_a_configured_engine_binary_is_the_one_that_runs(settings, tmp_path, project_copy):
     """fusion runs only from a binary the operator placed; here a shim that says it ran (in
-    the run's log: a sandboxed engine writes nothing outside its job)."""
+    the run's log: a sandboxed engine writes nothing outside its job). The project names no
+    engine: the operator's JETDBT_DEFAULT_ENGINE chooses it."""
     import sys
 
     engines = tmp_path / "engines"
@@ -224,8 +225,9 @@ async def test_a_configured_engine_binary_is_the_one_that_runs(settings, tmp_pat
     shim = engines / "fusion" / "dbt"
     shim.write_text(f"#!/bin/sh\necho {marker}\nexec '{sys.executable}' -m dbt.cli.main \"$@\"\n")
     shim.chmod(0o755)
-    (project_copy / "jetdbt.yaml").write_text("engine: fusion\n")
-    st = await Stack(msgspec.structs.replace(settings, engines_dir=engines)).start()
+    (project_copy / "jetdbt.yaml").unlink(missing_ok=True)
+    chosen = msgspec.structs.replace(settings, engines_dir=engines, default_engine="fusion")
+    st = await Stack(chosen).start()
     try:
         final = await _deploy_and_build(st, project_copy)
         found = await collect_everything(st)

@@ -206,9 +206,10 @@ async def prepare(
     try:
         desc = descriptor.load(job.project)
         wh = pick(ctx.warehouses, desc.profile.warehouse_name())
-        executable = engine.command(desc.engine, ctx.settings.engines_dir)
+        engine_name = desc.engine or ctx.settings.default_engine
+        executable = engine.command(engine_name, ctx.settings.engines_dir)
         resolver = ctx.resolver()
-        plan = make_plan(desc, cmd, args, wh, resolver, job.project, desc.engine)
+        plan = make_plan(desc, cmd, args, wh, resolver, job.project, engine_name)
         ctx.containment.check_writable(plan)
         # An engine binary carries its adapters; the installed dbt-core needs one for it.
         environment = None
