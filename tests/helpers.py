@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -194,3 +195,15 @@ def closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def copy_tracked(root: Path, dest: Path) -> None:
+    """What a clone of `root` holds: its tracked files (and new ones git does not ignore)."""
+    tracked = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard"], cwd=root, capture_output=True,
+        text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    for name in tracked:
+        if (root / name).is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(root / name, dest / name)

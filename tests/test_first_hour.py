@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from tests.conftest import EXAMPLE, ROOT
-from tests.helpers import JETDBT, get_json
+from tests.helpers import JETDBT, copy_tracked, get_json
 
 # What points a CLI at a stack: a user's fresh terminal has none of these.
 _STACK_ENV = ("NATS_URL", "DATABASE_URL", "JETDBT_HOME", "JETDBT_TOKEN", "JETDBT_SCHEMA")
@@ -288,14 +288,7 @@ def test_a_wheel_built_from_a_fresh_clone_carries_the_built_viewer(tmp_path):
     if not (ROOT / "ui" / "node_modules").exists():
         pytest.skip("ui/node_modules is missing: `make ui` installs it")
     clone = tmp_path / "clone"
-    tracked = subprocess.run(
-        ["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True,
-        text=True, check=True,
-    ).stdout.split()  # fmt: skip
-    for name in tracked:
-        if (ROOT / name).is_file():
-            (clone / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / name, clone / name)
+    copy_tracked(ROOT, clone)
     (clone / "ui" / "node_modules").symlink_to(ROOT / "ui" / "node_modules")
     assert not (clone / "ui" / "dist").exists()
     subprocess.run(

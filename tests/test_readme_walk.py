@@ -8,14 +8,12 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import ROOT
-from tests.helpers import JETDBT
+from tests.helpers import JETDBT, copy_tracked
 from tests.test_first_hour import Up
 
 pytestmark = pytest.mark.dbt
@@ -77,14 +75,7 @@ def _prints(shown: list[str], output: str, run_id: str) -> str | None:
 def _fresh_copy(dest: Path) -> None:
     """What a clone holds (tracked files, the README's examples), and the venv `make`
     would make, linked."""
-    tracked = subprocess.run(
-        ["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True,
-        text=True, check=True,
-    ).stdout.split()  # fmt: skip
-    for name in tracked:
-        if (ROOT / name).is_file():
-            (dest / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / name, dest / name)
+    copy_tracked(ROOT, dest)
     (dest / ".venv").symlink_to(Path(JETDBT).parent.parent)
 
 
