@@ -7,6 +7,8 @@ from pathlib import Path
 
 import msgspec
 
+from shared.engines import ENGINES
+
 __all__ = ["Settings", "Secret", "load", "stacks_dir", "CONTRACT", "STACK_SETTINGS"]
 
 # The checkout's streams.yaml; an installed wheel carries it beside this module (setup.py).
@@ -47,7 +49,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     variables_file: Path | None = None
     engines_dir: Path | None = None
     # The engine a project whose jetdbt.yaml names none runs on (JETDBT_DEFAULT_ENGINE).
-    default_engine: str = "dbt-core-1x"
+    default_engine: str = ENGINES[0]
     runner_name: str | None = None
     # Environment names a project's descriptor may reference ($env:NAME); `X_*` is a prefix.
     env_references: tuple[str, ...] = ()
@@ -128,12 +130,10 @@ def _int(env, name: str, default: int | None) -> int | None:
 
 
 def _engine(env, name: str) -> str:
-    """One of the engines a descriptor may name (shared.descriptor.Engine)."""
-    from shared.descriptor import Engine
-
-    raw = (env.get(name) or "dbt-core-1x").strip()
-    if raw not in Engine.__args__:
-        raise ValueError(f"{name}={raw!r} is not an engine; one of {', '.join(Engine.__args__)}")
+    """One of the engines a descriptor may name."""
+    raw = (env.get(name) or ENGINES[0]).strip()
+    if raw not in ENGINES:
+        raise ValueError(f"{name}={raw!r} is not an engine; one of {', '.join(ENGINES)}")
     return raw
 
 

@@ -13,6 +13,8 @@ from typing import Annotated, Any, Literal
 import msgspec
 import yaml
 
+from shared.engines import ENGINES
+
 __all__ = [
     "Descriptor",
     "DescriptorError",
@@ -66,7 +68,7 @@ _TOOL_OWNED = re.compile(
     re.IGNORECASE,
 )
 
-Engine = Literal["dbt-core-1x", "dbt-core-2x", "fusion"]
+Engine = Literal[ENGINES]
 TestBehavior = Literal["build", "after_all", "none"]
 
 
