@@ -82,6 +82,24 @@ def _declared_write(subject: str) -> bool:
     )
 
 
+async def _until_stored(what: str, once, retry_for: float):
+    """Call `once` until the server stores what it writes: a NATS outage or a stream's
+    leader election holds the caller (so writes stay in order) instead of losing the write."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + retry_for
+    delay = 0.1
+    while True:
+        try:
+            return await once()
+        except TRANSIENT as exc:
+            if loop.time() + delay > deadline:
+                raise PublishFailed(
+                    f"{what} was not stored within {retry_for:.0f}s: {exc.__class__.__name__}"
+                ) from None
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
+
+
 def inbox_prefix(user: str | None) -> str:
     """Where a NATS user's replies arrive: a prefix of its own, so no other user may read
     them (each user's permissions allow subscribing to its own prefix only)."""
@@ -209,27 +227,18 @@ class Bus:
         """
         subject, data = event.subject(), self._masked(events.encode(event))
         headers = {"Nats-Msg-Id": event.event_id()}
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + retry_for
-        delay = 0.1
-        while True:
-            try:
-                ack = await self.js.publish(subject, data, stream=EVENTS, headers=headers)
-                if ack.duplicate and await self._taken_by_declared_write(ack, subject):
-                    # An external system's declared write took this fact's id first (any
-                    # publisher chooses its message id): the fact is stored under one of
-                    # its own, never dropped.
-                    headers = {"Nats-Msg-Id": f"{event.event_id()}:{secrets.token_hex(8)}"}
-                    ack = await self.js.publish(subject, data, stream=EVENTS, headers=headers)
-                return ack
-            except TRANSIENT as exc:
-                if loop.time() + delay > deadline:
-                    raise PublishFailed(
-                        f"event {event.event_id()} on {subject} was not stored within"
-                        f" {retry_for:.0f}s: {exc.__class__.__name__}"
-                    ) from None
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
+
+        async def once():
+            ack = await self.js.publish(subject, data, stream=EVENTS, headers=headers)
+            if ack.duplicate and await self._taken_by_declared_write(ack, subject):
+                # An external system's declared write took this fact's id first (any
+                # publisher chooses its message id): the fact is stored under one of
+                # its own, never dropped.
+                taken = {"Nats-Msg-Id": f"{event.event_id()}:{secrets.token_hex(8)}"}
+                ack = await self.js.publish(subject, data, stream=EVENTS, headers=taken)
+            return ack
+
+        return await _until_stored(f"event {event.event_id()} on {subject}", once, retry_for)
 
     async def _taken_by_declared_write(self, ack, subject: str) -> bool:
         """Whether the message kept under a duplicate's id is a declared write (the one kind of
@@ -298,16 +307,22 @@ class Bus:
             self._blobs = await self.js.object_store(BLOBS)
         return self._blobs
 
-    async def put_blob(self, data: bytes) -> str:
+    async def put_blob(self, data: bytes, *, retry_for: float = PUBLISH_RETRY_SECONDS) -> str:
         """Store a blob under its content digest (a no-op when it is there already);
-        masked first, like everything a runner publishes, and named by what is stored."""
+        masked first, like everything a runner publishes, and named by what is stored.
+        Like an event, a blob waits out an outage or a leader election (a put of the same
+        digest again is harmless)."""
         data = self._masked(data)
         digest = digest_of(data)
-        store = await self._store()
-        try:
-            await store.get_info(digest)
-        except ObjectNotFoundError:
-            await store.put(digest, data)
+
+        async def once():
+            store = await self._store()
+            try:
+                await store.get_info(digest)
+            except ObjectNotFoundError:
+                await store.put(digest, data)
+
+        await _until_stored(f"blob {digest}", once, retry_for)
         return digest
 
     async def get_blob(self, digest: str) -> bytes:
