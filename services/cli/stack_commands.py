@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import shlex
 import shutil
@@ -45,6 +46,17 @@ def _leave_terminal() -> None:
     os.close(null)
 
 
+def _told(announce, stack: Stack) -> None:
+    """Announce the stack; a terminal closed while it is told (EIO, its hang-up on the
+    way) is the same as one closed after, never an error that ends `up` with exit 1."""
+    try:
+        announce(stack)
+    except OSError as exc:
+        if exc.errno not in (errno.EIO, errno.EPIPE):
+            raise
+        _leave_terminal()
+
+
 async def _serve(stack: Stack, stop: asyncio.Event, announce=None) -> int:
     """Start `stack`, announce it, serve until a stop signal, then stop all it started."""
     try:
@@ -53,7 +65,7 @@ async def _serve(stack: Stack, stop: asyncio.Event, announce=None) -> int:
         raise CliError(str(exc)) from None
     try:
         if announce and not stop.is_set():
-            announce(stack)
+            _told(announce, stack)
         await stop.wait()
     finally:
         await stack.stop()
