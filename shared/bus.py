@@ -35,6 +35,7 @@ __all__ = [
     "REQUIRED",
     "EVENTS",
     "COMMANDS",
+    "SCHEDULES_STREAM",
     "BLOBS",
     "LEASES",
     "inbox_prefix",
@@ -45,6 +46,7 @@ __all__ = [
 REQUIRED = (2, 10)
 EVENTS = "DBT_EVENTS"
 COMMANDS = "DBT_COMMANDS"
+SCHEDULES_STREAM = "DBT_SCHEDULES"
 BLOBS = "DBT_BLOBS"
 LEASES = "DBT_LEASES"
 CLOSED_CHECK_SECONDS = 1.0  # how soon a service notices a connection closed without a word

@@ -20,6 +20,14 @@ DAY = 86400.0
 _log = jlog.get("contract")
 
 
+class SourceSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Another stream's messages under `subjects_from`, stored here as `subjects_to`."""
+
+    stream: str
+    subjects_from: str
+    subjects_to: str
+
+
 class StreamSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     subjects: list[str]
     description: str = ""
@@ -32,7 +40,9 @@ class StreamSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     replicas: int = 1
     max_bytes: int = -1  # -1: no byte limit
     max_msg_size: int = -1
+    max_msgs_per_subject: int = -1
     allow_msg_schedules: bool = False
+    sources: list[SourceSpec] = []
 
 
 class ConsumerSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -83,14 +93,25 @@ def _stream_config(name: str, spec: StreamSpec) -> api.StreamConfig:
         num_replicas=spec.replicas,
         max_bytes=spec.max_bytes,
         max_msg_size=spec.max_msg_size,
+        max_msgs_per_subject=spec.max_msgs_per_subject,
+        sources=[
+            api.StreamSource(
+                name=source.stream,
+                subject_transforms=[
+                    api.SubjectTransform(src=source.subjects_from, dest=source.subjects_to)
+                ],
+            )
+            for source in spec.sources
+        ]
+        or None,
         # Not in _CHECKED: a server before 2.12 does not know it, and keeps jetdbt running.
         allow_msg_schedules=spec.allow_msg_schedules or None,
     )
 
 
-# Fields the server cannot change in place; deny_* may only be switched on.
+# Fields the server cannot change in place; deny_* and message schedules only switch on.
 _FIXED = ("storage", "retention")
-_ONE_WAY = ("deny_delete", "deny_purge")
+_ONE_WAY = ("deny_delete", "deny_purge", "allow_msg_schedules")
 
 
 def _plain(value):
@@ -109,7 +130,8 @@ def _check_compatible(name: str, have: api.StreamConfig, want: api.StreamConfig)
     for field in _ONE_WAY:
         if getattr(have, field) and not getattr(want, field):
             raise IncompatibleContract(
-                f"stream {name}: field '{field}' is on and cannot be switched off"
+                f"stream {name}: field '{field}' is on and cannot be switched off (migrate"
+                " the stream by hand)"
             )
 
 

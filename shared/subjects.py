@@ -54,6 +54,8 @@ __all__ = [
     "SCHEDULES",
     "schedule_definition",
     "schedule_parked",
+    "schedule_target",
+    "FIRES",
     "check_hook_name",
     "hook_event",
     "HOOK_CONTROL",
@@ -295,14 +297,22 @@ def hook_control(project: str) -> str:
     return f"{HOOK_CONTROL}.{token(project)}"
 
 
-# Where JetStream message schedules' definitions live: on the commands stream (the server
-# publishes a fire only into the stream that holds its schedule), outside `dbt.cmd.>`, so
-# no runner reads a definition as a command.
+# Where JetStream message schedules live: DBT_SCHEDULES, which only runners publish to. The
+# server fires a schedule only into the stream that holds it, so a definition's target is
+# `dbt.fire.run.<project>.<principal>`, and DBT_COMMANDS sources `dbt.fire.>` as `dbt.cmd.>`
+# (streams.yaml): a fire arrives as the run command it is. No schedule lives among commands,
+# whose headers any client chooses.
 SCHEDULES = "dbt.sched"
+FIRES = "dbt.fire"
 
 
 def schedule_definition(project: str, job: str) -> str:
     return f"{SCHEDULES}.{token(project)}.{token(job)}"
+
+
+def schedule_target(project: str, principal: str) -> str:
+    """Where a schedule fires: the run command of `principal` in `project`, once sourced."""
+    return f"{FIRES}.run.{token(project)}.{token(principal)}"
 
 
 def schedule_parked(project: str, job: str) -> str:

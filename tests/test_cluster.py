@@ -18,7 +18,14 @@ from tests.helpers import jetdbt
 
 pytestmark = pytest.mark.dbt
 
-REPLICATED = ("DBT_EVENTS", "DBT_COMMANDS", "DBT_LOGS", "KV_DBT_LEASES", "OBJ_DBT_BLOBS")
+REPLICATED = (
+    "DBT_EVENTS",
+    "DBT_COMMANDS",
+    "DBT_SCHEDULES",
+    "DBT_LOGS",
+    "KV_DBT_LEASES",
+    "OBJ_DBT_BLOBS",
+)
 
 
 @pytest.fixture

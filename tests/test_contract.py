@@ -13,8 +13,8 @@ from nats.js import api
 from nats.js.errors import APIError
 
 from services.embedded import free_port, nats_binary
-from shared import contract
-from shared.bus import COMMANDS, EVENTS, ServerRefused, check_server, connect
+from shared import contract, subjects
+from shared.bus import COMMANDS, EVENTS, SCHEDULES_STREAM, ServerRefused, check_server, connect
 from shared.events import RunRequested
 
 SYSTEM_NATS = ("127.0.0.1", 4222)
@@ -109,6 +109,7 @@ async def test_ensure_creates_the_contract_and_is_idempotent(js):
     assert await _stream_names(js) == {
         COMMANDS,
         EVENTS,
+        SCHEDULES_STREAM,  # jobs' message schedules and their fires, runner-written
         "DBT_LOGS",
         "DBT_INTAKE",  # other systems' declared writes, before a runner checks them
         "OBJ_DBT_BLOBS",  # the object store
@@ -134,6 +135,36 @@ async def test_ensure_creates_the_contract_and_is_idempotent(js):
     # The duplicate window survived too: the same id is still dropped.
     again = await js.publish(event.subject(), b"{}", headers={"Nats-Msg-Id": event.event_id()})
     assert again.duplicate
+
+
+def test_schedules_fire_onto_what_the_commands_stream_sources_as_run_commands():
+    """The one spelling of a fire's subject (shared.subjects) is what streams.yaml sources:
+    a fire of alice's schedule in `p` arrives as alice's run command in `p`."""
+    spec = contract.load()
+    (source,) = spec.streams[COMMANDS].sources
+    assert source.stream == SCHEDULES_STREAM
+    assert source.subjects_from == f"{subjects.FIRES}.>"
+    fire = subjects.schedule_target("p", "alice")
+    assert fire.replace(source.subjects_from[:-1], source.subjects_to[:-1], 1) == (
+        subjects.command("run", "p", "alice")
+    )
+    schedules = spec.streams[SCHEDULES_STREAM]
+    assert schedules.allow_msg_schedules and not spec.streams[COMMANDS].allow_msg_schedules
+    assert schedules.max_age_days == 0  # a definition never ages out
+
+
+async def test_a_schedule_planted_among_commands_is_refused_by_the_server(js):
+    """Commands carry whatever headers a client sets: the commands stream holds no
+    schedule, and the headers only the server sets on a fire are refused from a client."""
+    await contract.ensure(js, contract.load())
+    run = subjects.command("run", "p", "alice")
+    planted = {"Nats-Schedule": "@every 1s", "Nats-Schedule-Target": run}
+    forged = {"Nats-Scheduler": subjects.schedule_definition("p", "nightly")}
+    sourced = {"Nats-Stream-Source": f"{SCHEDULES_STREAM} 1 dbt.fire.> dbt.cmd.> {run} x"}
+    for headers in (planted, forged, sourced):
+        with pytest.raises(APIError):
+            await js.publish(run, b"{}", headers=headers)
+    assert (await js.stream_info(COMMANDS)).state.messages == 0
 
 
 async def test_the_event_stream_denies_delete_and_purge(js):

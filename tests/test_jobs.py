@@ -125,7 +125,8 @@ async def test_a_job_runs_labelled_and_its_schedule_fires_across_a_restart(stack
     assert added.returncode == 0, added.stderr
     await wait_for(lambda: _at_least(stack.bus.js, 2), timeout=60)
 
-    # Every jetdbt service stops; the server keeps firing into the commands stream.
+    # Every jetdbt service stops; the server keeps firing, and the commands stream sources
+    # each fire from DBT_SCHEDULES.
     await stack.stop()
     down_from = len(await _fires_of(stack.settings))
     await asyncio.sleep(3 * EVERY)

@@ -44,7 +44,7 @@ from services.access.local import ADMIN, access_dir, users_file, write_private
 from services.embedded import signal_server
 from shared import contract as contract_mod
 from shared import identity, subjects
-from shared.bus import COMMANDS, EVENTS, inbox_prefix
+from shared.bus import COMMANDS, EVENTS, SCHEDULES_STREAM, inbox_prefix
 from shared.identity import BUCKET as IDENTITY
 from shared.run_logs import STREAM as LOGS
 from shared.webhooks import SECRETS_BUCKET as HOOK_SECRETS
@@ -119,6 +119,7 @@ _NEVER = [
     # The log and the commands are never purged (retention purges only run logs and blobs).
     f"$JS.API.STREAM.PURGE.{EVENTS}",
     f"$JS.API.STREAM.PURGE.{COMMANDS}",
+    f"$JS.API.STREAM.PURGE.{SCHEDULES_STREAM}",
     f"$JS.API.STREAM.PURGE.KV_{IDENTITY}",
     "$JS.API.STREAM.MSG.DELETE.>",
     "$JS.API.STREAM.SNAPSHOT.>",
@@ -134,7 +135,8 @@ _NEVER = [
 ]
 _FACTS = [
     "dbt.evt.>",
-    # Jobs' message schedules: a runner stores each definition it checked.
+    # Jobs' message schedules (DBT_SCHEDULES): a runner stores each definition it checked.
+    # No user publishes `dbt.fire.>`: only the server fires there.
     f"{subjects.SCHEDULES}.>",
     "dbt.log.>",
     *[f"{prefix}.>" for prefix, _ in _buckets()],

@@ -2,12 +2,13 @@
 
 A job is facts on the log (`job.saved`, `job.deleted`): a runner reads the last one when a
 run of the job arrives, never a projection. A schedule is a JetStream message schedule:
-the runner stores its definition on the commands stream (`dbt.sched.<project>.<job>`),
-and from then on the server itself publishes the job's run command at each fire, so no
-jetdbt process keeps time. Pausing or removing replaces the definition by a one-shot
+the runner stores its definition on DBT_SCHEDULES (`dbt.sched.<project>.<job>`), and from
+then on the server itself publishes the job's run command at each fire (onto
+`dbt.fire.run.…`, which DBT_COMMANDS sources as `dbt.cmd.run.…`), so no jetdbt process
+keeps time. Pausing or removing replaces the definition by a one-shot
 schedule due now whose target is a parking subject (`dbt.sched.parked.<project>.<job>`,
 which no runner reads): the server fires it there once and then purges the definition
-itself, since no service may delete a message of the commands stream.
+itself, since no service deletes a stream's messages.
 """
 
 from __future__ import annotations
@@ -22,13 +23,16 @@ from services.runner import trigger_checks
 from services.runner.context import RunnerContext
 from shared import commands, identity, subjects
 from shared import events as ev
+from shared.bus import SCHEDULES_STREAM
 from shared.quote import quote
 
-__all__ = ["SCHEDULER", "handle", "job_of", "fired", "check_schedules_supported"]
+__all__ = ["SCHEDULER", "handle", "job_of", "fired", "is_fire", "check_schedules_supported"]
 
-# What the server sets on a message a schedule published (a client may not set it).
+# What the server sets on a message a schedule published and on one a stream sourced (a
+# client's publish that sets either is refused by the server).
 SCHEDULER = "Nats-Scheduler"
 NEXT = "Nats-Schedule-Next"
+SOURCED = "Nats-Stream-Source"
 # Message schedules with cron, intervals and time zones arrived in nats-server 2.14.
 SCHEDULES_SINCE = (2, 14)
 
@@ -131,7 +135,7 @@ async def _activate(ctx: RunnerContext, saved: ev.ScheduleSaved) -> str | None:
         return refused
     headers = {
         "Nats-Schedule": saved.cron,
-        "Nats-Schedule-Target": subjects.command("run", saved.project, saved.principal),
+        "Nats-Schedule-Target": subjects.schedule_target(saved.project, saved.principal),
     }
     if saved.tz:
         headers["Nats-Schedule-Time-Zone"] = saved.tz
@@ -140,7 +144,7 @@ async def _activate(ctx: RunnerContext, saved: ev.ScheduleSaved) -> str | None:
         await ctx.bus.js.publish(
             subjects.schedule_definition(saved.project, saved.job),
             msgspec.json.encode(fire),
-            stream="DBT_COMMANDS",
+            stream=SCHEDULES_STREAM,
             headers=headers,
         )
     except BadRequestError as exc:  # the server checks the expression and the time zone
@@ -157,7 +161,7 @@ async def _park(
     await ctx.bus.js.publish(
         subjects.schedule_definition(project, name),
         msgspec.json.encode({"job": name, "state": state, "command_seq": seq}),
-        stream="DBT_COMMANDS",
+        stream=SCHEDULES_STREAM,
         headers={
             "Nats-Schedule": f"@at {due}",
             "Nats-Schedule-Target": subjects.schedule_parked(project, name),
@@ -168,10 +172,21 @@ async def _park(
     )
 
 
+def is_fire(msg, project: str, body: commands.RunCommand) -> bool:
+    """Whether a run command is the server's fire of its job's schedule: headers only the
+    server sets (a client's publish carrying them is refused) naming the definition a
+    runner stored for this project's job, sourced from DBT_SCHEDULES."""
+    if not isinstance(body.command, commands.JobRun):
+        return False
+    headers = msg.headers or {}
+    return headers.get(SCHEDULER) == subjects.schedule_definition(
+        project, body.command.name
+    ) and headers.get(SOURCED, "").startswith(f"{SCHEDULES_STREAM} ")
+
+
 def fired(msg, project: str, job: str, run_id: str, seq: int) -> ev.ScheduleFired | None:
     """The fire a run command is, when the server published it for `job`'s schedule."""
-    scheduler = (msg.headers or {}).get(SCHEDULER)
-    if scheduler != subjects.schedule_definition(project, job):
+    if not is_fire(msg, project, commands.RunCommand(command=commands.JobRun(name=job))):
         return None
     next_at = None
     with contextlib.suppress(ValueError):  # a server that says no next fire

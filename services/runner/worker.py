@@ -257,7 +257,7 @@ class Runner:
             return
         # From here on the principal is the authenticated one (retry state is keyed by it).
         body = msgspec.structs.replace(
-            body, requested_by=caller.principal, trigger=_trigger(msg, body, caller)
+            body, requested_by=caller.principal, trigger=_trigger(msg, project, body, caller)
         )
         job = ""
         if isinstance(body.command, commands.JobRun):
@@ -349,11 +349,11 @@ class Runner:
         await uploads.forget(bus, body.deploy_id)
 
 
-def _trigger(msg, body: commands.RunCommand, caller: identity.Caller) -> str:
-    """What started the run, from what the server vouches for: a schedule's fire carries a
-    header no client may set; the API and a system's own user are their doors. Only the
+def _trigger(msg, project: str, body: commands.RunCommand, caller: identity.Caller) -> str:
+    """What started the run, from what the server vouches for: a schedule's fire carries
+    headers no client may set; the API and a system's own user are their doors. Only the
     operator's own processes (the CLI, the triggers service) say it themselves."""
-    if (msg.headers or {}).get(jobs.SCHEDULER):
+    if jobs.is_fire(msg, project, body):
         return "schedule"
     if caller.via_api:
         return "api"
