@@ -1,7 +1,9 @@
 """Triggers on a stack as `jetdbt up` runs it (the triggers service as its own NATS user):
 a declared write starts exactly one run of the job that reads the relation, whose end
 starts the job `after` it once; the same event handled again, or a restart of every
-service, starts no second run; a cycle is refused when the job is saved, naming it."""
+service, starts no second run; a cycle is refused when the job is saved, naming it. Another
+project's build wakes a job reading its models once, a scratch build of it none, and a
+cycle across two projects is refused when the job closing it is saved."""
 
 from __future__ import annotations
 
@@ -127,11 +129,11 @@ async def test_a_declared_write_triggers_one_run_and_its_end_one_after_run(tmp_p
         # Another system declares a write of the relation `feed` reads.
         await bus.js.publish(subjects.intake_write("ingest", FEED), _write(FEED, "ingest"))
         fed = await wait_for(lambda: _runs_of(bus.js, "feed"), timeout=120)
-        assert [r.trigger for r in fed] == ["relation"], fed
+        assert [(r.trigger, r.depth) for r in fed] == [("relation", 1)], fed
         done = await wait_for(lambda: _finished(bus.js, fed[0].run_id), timeout=300)
         assert done.result.status == "passed", done.result.error
         chained = await wait_for(lambda: _runs_of(bus.js, "cleanup"), timeout=120)
-        assert [r.trigger for r in chained] == ["after"], chained
+        assert [(r.trigger, r.depth) for r in chained] == [("after", 2)], chained
         await wait_for(lambda: _finished(bus.js, chained[0].run_id), timeout=300)
 
         # The same event handled again starts nothing: its run id is the one it started.
