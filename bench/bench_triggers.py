@@ -31,7 +31,6 @@ from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from services import client
 from services.stack import Stack
-from services.triggers.index import Armed
 from services.triggers.manager import run_id_for
 from shared import events as ev
 from shared import logging as jlog
@@ -39,6 +38,7 @@ from shared import subjects
 from shared.bus import EVENTS
 from shared.commands import JobCommand, JobSpec, OperationCommand
 from shared.config import load
+from shared.job_index import Armed
 from shared.reader import last_matching
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "jaffle_shop"

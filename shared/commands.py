@@ -41,6 +41,7 @@ __all__ = [
     "RunCommand",
     "JobRun",
     "TRIGGERS",
+    "MAX_TRIGGER_DEPTH",
     "DeployCommand",
     "CommandRejected",
     "decode_run",
@@ -264,6 +265,10 @@ class JobRun(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag="job",
 # it from what the server vouches for; only the operator's own processes may claim one.
 TRIGGERS = ("manual", "schedule", "relation", "after", "api", "nats")
 Trigger = Literal["", "manual", "schedule", "relation", "after", "api", "nats"]
+# How many triggered runs deep a chain of causes may go (a run of a `relation` or `after`
+# trigger is one deeper than the run that caused it): a cycle that a deploy closes after its
+# jobs were saved stops at this depth, refused and recorded, instead of running forever.
+MAX_TRIGGER_DEPTH = 8
 
 
 class RunCommand(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -275,6 +280,10 @@ class RunCommand(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
     requested_by: Principal = ""
     hidden: bool = False
     trigger: Trigger = ""
+    # A triggered run's place in its chain of causes (the triggers service's: 1 when no
+    # trigger started its cause, one more than its cause's otherwise; 0 for any other run):
+    # a runner refuses one past MAX_TRIGGER_DEPTH.
+    depth: Annotated[int, msgspec.Meta(ge=0, le=1000)] = 0
 
     def __post_init__(self):
         if self.run_id is not None:

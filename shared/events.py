@@ -249,6 +249,7 @@ class RunRequested(_RunEvent, frozen=True, kw_only=True, tag="run.requested.v1")
     door: str = ""
     job: str = ""  # the saved job the run is of ("": none)
     trigger: str = ""  # what started it (shared.commands.TRIGGERS; "": before triggers)
+    depth: int = 0  # a triggered run's place in its chain of causes (RunCommand.depth)
     _kind = "requested"
 
     def event_id(self) -> str:

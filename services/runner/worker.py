@@ -256,13 +256,16 @@ class Runner:
             await bus.publish(ev.RunRefused(project=project, run_id=f"c{seq}", reason=claimed))
             return
         # From here on the principal is the authenticated one (retry state is keyed by it).
+        trigger = _trigger(msg, project, body, caller)
+        depth = body.depth if trigger in _CAUSED else 0
         body = msgspec.structs.replace(
-            body, requested_by=caller.principal, trigger=_trigger(msg, project, body, caller)
+            body, requested_by=caller.principal, trigger=trigger, depth=depth
         )
         job = ""
         if isinstance(body.command, commands.JobRun):
             job = body.command.name
             body, problem = await _job_run(bus, project, body, problem)
+        problem = problem or _depth_problem(body)
         run_id = body.run_id or f"c{seq}"
         owner = await self._owner(run_id)
         if owner is not None and owner != project:
@@ -285,6 +288,7 @@ class Runner:
                 door=caller.door,
                 job=job,
                 trigger=body.trigger,
+                depth=body.depth,
             )
         )
         fire = jobs.fired(msg, project, job, run_id, seq) if job else None
@@ -360,6 +364,22 @@ def _trigger(msg, project: str, body: commands.RunCommand, caller: identity.Call
     if caller.own_user:
         return "nats"
     return body.trigger or "manual"
+
+
+# The triggers a run's own cause started it by: only such a run has a depth in a chain.
+_CAUSED = ("relation", "after")
+
+
+def _depth_problem(body: commands.RunCommand) -> str | None:
+    """Why a triggered run is too deep in its chain of causes to start (see MAX_TRIGGER_DEPTH)."""
+    if body.depth <= commands.MAX_TRIGGER_DEPTH:
+        return None
+    return (
+        f"trigger chain too deep: this {body.trigger} run would make {body.depth} triggered"
+        f" runs in one chain of causes, past the limit of {commands.MAX_TRIGGER_DEPTH}: jobs"
+        " wake each other in a cycle (a deploy made a project write a relation one of them"
+        " reads); change or delete one of them (jetdbt job list)"
+    )
 
 
 async def _job_run(

@@ -2,18 +2,30 @@
 
 A durable consumer of the event log (streams.yaml `triggers`) reads, in order, the job
 facts (which jobs have triggers), the declared writes a runner recorded
-(`relation.materialized`) and the ends of runs (`run.finished`). A declared write of a
-relation a job lists in `on_relation` starts that job with trigger `relation`; the end of a
-run of job B starts every job `after` B with that outcome, with trigger `after`. A dbt run's
-own models start nothing (the reference design's "no cascade from dbt"): chaining runs is
-what `after` is for.
+(`relation.materialized`) and the ends of runs (`run.finished`). A relation a job lists in
+`on_relation` starts that job with trigger `relation` when it is written: by a declared
+write, or by a run of another project whose result says a model, seed or snapshot passed
+that keyed to it (shared.run_writes: only a command that builds, never into a scratch
+schema; nodes kept in a blob are read back). A project's own runs wake none of its jobs
+(dbt orders its own DAG, the reference design's "no cascade from dbt"; chaining runs is
+what `after` is for), and one run wakes a job once however many of its relations it wrote.
+The end of a run of job B starts every job `after` B with that outcome, with trigger
+`after`.
 
 A trigger fires once per causing event: the run id is made from the cause's stream sequence
-and the job (`t<seq>-<job>-<project digest>`), it is the command's message id too, and a
-run id the log already holds is not asked for again. So a redelivery, a replay of the same
-event or a restart of this service starts no second run. The service publishes only
-`dbt.cmd.run.<project>.triggers` (services/access/nats_users.py); the runner records the
-run as asked for by principal `triggers`, an operator's process, whose trigger it believes.
+and the job (`t<seq>-<job>-<project digest>`, `a<seq>-…` for `after`), it is the command's
+message id too, and a run id the log already holds is not asked for again. So a
+redelivery, a replay of the same event or a restart of this service starts no second run.
+The service publishes only `dbt.cmd.run.<project>.triggers` (services/access/nats_users.py);
+the runner records the run as asked for by principal `triggers`, an operator's process,
+whose trigger it believes.
+
+A cycle is refused when the job closing it is saved (services/runner/trigger_checks.py),
+but one can close later: a deploy that makes a project write a relation a job of the other
+side reads. So each triggered run carries its depth in its chain of causes (1 when its cause
+is a declared write or a run no trigger started, its cause's depth plus one otherwise), and
+a runner records a run deeper than shared.commands.MAX_TRIGGER_DEPTH as requested and
+refuses it, naming why: the loop stops there, and the refusal is on the log.
 """
 
 from __future__ import annotations
@@ -23,11 +35,12 @@ import hashlib
 
 import msgspec
 
-from services.triggers.index import Armed, JobIndex
 from shared import commands, subjects, supervise
 from shared import events as ev
 from shared import logging as jlog
 from shared.bus import EVENTS, Bus
+from shared.job_index import Armed, JobIndex
+from shared.run_writes import run_writes, written
 
 __all__ = ["Triggers", "CONSUMER", "PRINCIPAL", "run_id_for"]
 
@@ -72,28 +85,42 @@ class Triggers:
             index.fold(seq, event)
         elif isinstance(event, ev.RelationMaterialized) and event.status == "success":
             for armed in index.on_relation(event.relation, seq):
-                await self._start(armed, run_id_for("t", seq, armed), "relation")
+                await self._start(armed, run_id_for("t", seq, armed), "relation", 1)
         elif isinstance(event, ev.RunFinished):
-            await self._after(index, event, seq)
+            await self._finished(index, event, seq)
 
-    async def _after(self, index: JobIndex, event: ev.RunFinished, seq: int) -> None:
-        if not index.chains(event.project):
+    async def _finished(self, index: JobIndex, event: ev.RunFinished, seq: int) -> None:
+        chains, reads = index.chains(event.project), index.reads_beyond(event.project)
+        if not (chains or reads):
             return
         requested = await self.bus.last_event(
             subjects.run_event(event.project, event.run_id, "requested")
         )
-        job = getattr(requested, "job", "")
-        if not job:
+        if not isinstance(requested, ev.RunRequested):
             return
-        for armed in index.after(event.project, job, event.result.status, seq):
-            await self._start(armed, run_id_for("a", seq, armed), "after")
+        depth = requested.depth + 1
+        if chains and requested.job:
+            for armed in index.after(event.project, requested.job, event.result.status, seq):
+                await self._start(armed, run_id_for("a", seq, armed), "after", depth)
+        if reads and await run_writes(self.bus, requested):
+            for armed in index.on_relations(await self._wrote(event), seq, event.project):
+                await self._start(armed, run_id_for("t", seq, armed), "relation", depth)
 
-    async def _start(self, armed: Armed, run_id: str, trigger: str) -> None:
+    async def _wrote(self, event: ev.RunFinished) -> set[str]:
+        try:
+            return await written(self.bus, event)
+        except ValueError as exc:
+            self.log.warning("trigger_writes_unreadable", run_id=event.run_id, error=str(exc))
+            return set()
+
+    async def _start(self, armed: Armed, run_id: str, trigger: str, depth: int) -> None:
         asked = await self.bus.last_event(subjects.run_event_of_any_project(run_id, "requested"))
         if asked is not None:
             return  # this cause started it already
         command = commands.RunCommand(
-            command=commands.JobRun(name=armed.name), run_id=run_id, trigger=trigger
+            command=commands.JobRun(name=armed.name), run_id=run_id, trigger=trigger, depth=depth
         )
         await self.bus.publish_command("run", armed.project, command, run_id, principal=PRINCIPAL)
-        self.log.info("trigger_fired", project=armed.project, job=armed.name, run_id=run_id)
+        self.log.info(
+            "trigger_fired", project=armed.project, job=armed.name, run_id=run_id, depth=depth
+        )

@@ -1,4 +1,5 @@
-"""The saved jobs that have triggers, folded from job facts in the order the log holds them.
+"""The saved jobs that have triggers, folded from job facts in the order the log holds them:
+what the triggers service fires, and what a runner searches for a cycle when a job is saved.
 
 Each entry keeps the stream sequence of the job's `job.saved`: a cause older than the job's
 saved version never fires it, so a consumer created on a long log (or one that re-reads
@@ -60,6 +61,19 @@ class JobIndex:
     def on_relation(self, relation: str, seq: int) -> list[Armed]:
         key = normalise(relation)
         return [a for a in self.jobs.values() if key in a.spec.on_relation and a.saved_seq < seq]
+
+    def on_relations(self, relations: set[str], seq: int, written_by: str) -> list[Armed]:
+        """Jobs of projects other than `written_by` that read one of `relations`: each once,
+        however many of them it lists (a project's own writes wake none of its jobs)."""
+        return [
+            a
+            for a in self.jobs.values()
+            if a.project != written_by and a.saved_seq < seq and relations & set(a.spec.on_relation)
+        ]
+
+    def reads_beyond(self, project: str) -> bool:
+        """Whether a job of another project reads a relation (else `project`'s runs wake none)."""
+        return any(a.project != project and a.spec.on_relation for a in self.jobs.values())
 
     def chains(self, project: str) -> bool:
         """Whether a job of `project` runs after another (else a run's end starts nothing)."""
