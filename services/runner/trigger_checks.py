@@ -13,7 +13,8 @@ cycle a narrow selection would not close, never miss one. A subscription is held
 every producer is (shared.relations' spelling, under a configured warehouse); a relation
 nothing produces yet is accepted, since a subscriber may be deployed before its producer.
 A cycle a later deploy closes (a project that starts writing a relation) is not refused
-here: the triggers service's depth bound stops it (services/triggers/manager.py).
+here: the triggers service's depth bound stops it (services/triggers/manager.py). A cycle
+through another team's project is refused without naming that team's jobs or projects.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import msgspec
 
 from services.runner.context import RunnerContext
+from services.runner.ownership import project_team
 from services.runner.warehouses import UnknownWarehouse, pick
 from shared import commands
 from shared.job_index import JobIndex
@@ -65,10 +67,15 @@ async def _problem(ctx: RunnerContext, project: str, name: str, spec: commands.J
 
 
 class _Writes:
-    """Each project's writes, read from its deployed graph once per check."""
+    """Each project's writes, read from its deployed graph once per check, and its team."""
 
     def __init__(self, bus):
-        self.bus, self.held = bus, {}
+        self.bus, self.held, self.teams = bus, {}, {}
+
+    async def team(self, project: str) -> str:
+        if project not in self.teams:
+            self.teams[project] = await project_team(self.bus, project)
+        return self.teams[project]
 
     async def of(self, project: str) -> dict[str, str]:
         if project not in self.held:
@@ -97,15 +104,22 @@ async def _woken_by(jobs: dict[Job, commands.JobSpec], writes: _Writes, job: Job
 async def _cycle(jobs: dict[Job, commands.JobSpec], writes: _Writes, start: Job) -> str | None:
     """The cycle through `start`, named link by link, if the saved jobs close one (those
     saved before close none: each was checked when it was saved)."""
-    seen, stack = {start}, [(start, "", False)]
+    team = await writes.team(start[0])
+    seen, stack = {start}, [(start, "", False, False)]
     while stack:
-        job, path, crossed = stack.pop()
+        job, path, crossed, foreign = stack.pop()
         async for waker, how, crosses in _woken_by(jobs, writes, job):
+            beyond = foreign or await writes.team(waker[0]) != team
             if waker == start:
+                if beyond:
+                    return (
+                        f"cycle: job {start[1]} of project {start[0]!r} would wake itself"
+                        " through the jobs of another team's project"
+                    )
                 if crossed or crosses:
                     return f"cycle: job {start[1]} of project {start[0]!r}{path}{how}"
                 return f"cycle: job {start[1]}{path}{how} in project {start[0]!r}"
             if waker not in seen:
                 seen.add(waker)
-                stack.append((waker, path + how, crossed or crosses))
+                stack.append((waker, path + how, crossed or crosses, beyond))
     return None
