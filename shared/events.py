@@ -432,6 +432,8 @@ class RelationMaterialized(Event, frozen=True, kw_only=True, tag="relation.mater
     status: str = "success"
     row_count: int | None = None
     publisher: str = ""  # the NATS principal whose write a runner checked ("": the operator)
+    # The publisher's team as the runner found it: only its own team's jobs wake on it.
+    team: str = ""
 
     def subject(self) -> str:
         return subjects.relation_event(self.relation, "materialized")

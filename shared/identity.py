@@ -47,6 +47,7 @@ __all__ = [
     "revoke_token",
     "role_allows",
     "team_of",
+    "project_team",
 ]
 
 BUCKET = "DBT_IDENTITY"
@@ -164,6 +165,12 @@ async def load_principal(bus, name: str) -> Principal | None:
     if not name:
         return None
     return await _get(await _bucket(bus), principal_key(name), Principal)
+
+
+async def project_team(bus, project: str) -> str:
+    """The team a project belongs to: the one its deploys recorded ("" before the first)."""
+    owner = await bus.last_event(subjects.deploy_event(project, "requested"))
+    return getattr(owner, "team", "")
 
 
 async def team_of(bus, principal: str) -> str:

@@ -1,5 +1,4 @@
-"""What a project owns: in the graph, what its descriptor's selection resolves to; on
-the bus, the team its deploys recorded.
+"""What a project owns in the graph: what its descriptor's selection resolves to.
 
 Without this a narrowly selected project would register as the producer of every
 model it parses, and two projects splitting one dbt project would each claim all
@@ -12,15 +11,8 @@ from __future__ import annotations
 
 from services.runner import selection
 from services.runner.job_setup import Prepared
-from shared import subjects
 
-__all__ = ["owned_nodes", "project_team"]
-
-
-async def project_team(bus, project: str) -> str:
-    """The team a project's deploys recorded ("" before its first deploy)."""
-    owner = await bus.last_event(subjects.deploy_event(project, "requested"))
-    return getattr(owner, "team", "")
+__all__ = ["owned_nodes"]
 
 
 async def owned_nodes(prepared: Prepared, timeout: float | None = 600) -> set[str] | None:

@@ -68,7 +68,8 @@ class RelationWatch:
             return ev.RelationRefused(**refused, reason=str(exc))
         except (InvalidRelation, UnknownWarehouse) as exc:
             return ev.RelationRefused(**refused, reason=str(exc))
-        return msgspec.structs.replace(event, publisher=publisher)
+        team = await identity.team_of(self.ctx.bus, publisher)
+        return msgspec.structs.replace(event, publisher=publisher, team=team)
 
     async def _checked(
         self, data: bytes, subject: str, publisher: str, relation_token: str
@@ -102,8 +103,7 @@ class RelationWatch:
         if producer == publisher:
             return
         principal = await identity.load_principal(self.ctx.bus, publisher)
-        deployed = await self.ctx.bus.last_event(subjects.deploy_event(producer, "requested"))
-        team = getattr(deployed, "team", "")
+        team = await identity.project_team(self.ctx.bus, producer)
         covered = principal is not None and any(
             identity.project_matches(g.project, producer) for g in principal.grants
         )

@@ -22,9 +22,9 @@ from __future__ import annotations
 import msgspec
 
 from services.runner.context import RunnerContext
-from services.runner.ownership import project_team
 from services.runner.warehouses import UnknownWarehouse, pick
 from shared import commands
+from shared.identity import project_team
 from shared.job_index import JobIndex
 from shared.relations import parse
 from shared.run_writes import command_writes, deployed_graph, project_writes

@@ -18,7 +18,7 @@ import functools
 
 import msgspec
 
-from services.runner import admission, jobs, ownership, spawn
+from services.runner import admission, jobs, spawn
 from services.runner.attempt import Cancel, settled
 from services.runner.build import build
 from services.runner.containment import SandboxMissing
@@ -218,7 +218,7 @@ class Runner:
         )
 
     async def _owner_team(self, project: str) -> str:
-        return await ownership.project_team(self.ctx.bus, project)
+        return await identity.project_team(self.ctx.bus, project)
 
     async def _caller_problem(self, caller: identity.Caller, verb: str, project: str) -> str | None:
         """Why `caller` may not send a `verb` command for `project`, whose team is its

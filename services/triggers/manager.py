@@ -9,6 +9,9 @@ that keyed to it (shared.run_writes: only a command that builds, never into a sc
 schema; nodes kept in a blob are read back). A project's own runs wake none of its jobs
 (dbt orders its own DAG, the reference design's "no cascade from dbt"; chaining runs is
 what `after` is for), and one run wakes a job once however many of its relations it wrote.
+A write wakes only the jobs of its writer's team (a declared write's publisher's, a run's
+project's; the operator's declared writes any team's): no team starts runs in another
+team's project, whatever relation it writes.
 The end of a run of job B starts every job `after` B with that outcome, with trigger
 `after`.
 
@@ -35,7 +38,7 @@ import hashlib
 
 import msgspec
 
-from shared import commands, subjects, supervise
+from shared import commands, identity, subjects, supervise
 from shared import events as ev
 from shared import logging as jlog
 from shared.bus import EVENTS, Bus
@@ -84,7 +87,8 @@ class Triggers:
         if isinstance(event, ev.JobSaved | ev.JobDeleted):
             index.fold(seq, event)
         elif isinstance(event, ev.RelationMaterialized) and event.status == "success":
-            for armed in index.on_relation(event.relation, seq):
+            team = event.team if event.publisher else None  # the operator's: any team's
+            for armed in await self._of_team(index.on_relation(event.relation, seq), team):
                 await self._start(armed, run_id_for("t", seq, armed), "relation", 1)
         elif isinstance(event, ev.RunFinished):
             await self._finished(index, event, seq)
@@ -103,8 +107,17 @@ class Triggers:
             for armed in index.after(event.project, requested.job, event.result.status, seq):
                 await self._start(armed, run_id_for("a", seq, armed), "after", depth)
         if reads and await run_writes(self.bus, requested):
-            for armed in index.on_relations(await self._wrote(event), seq, event.project):
+            woken = index.on_relations(await self._wrote(event), seq, event.project)
+            team = await identity.project_team(self.bus, event.project)
+            for armed in await self._of_team(woken, team):
                 await self._start(armed, run_id_for("t", seq, armed), "relation", depth)
+
+    async def _of_team(self, armed: list[Armed], team: str | None) -> list[Armed]:
+        """The jobs a write of `team` may wake: its own team's (None: the operator's, any).
+        No team starts runs in another's project, however it writes what they read."""
+        if team is None:
+            return armed
+        return [a for a in armed if await identity.project_team(self.bus, a.project) == team]
 
     async def _wrote(self, event: ev.RunFinished) -> set[str]:
         try:
