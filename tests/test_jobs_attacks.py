@@ -22,15 +22,18 @@ import msgspec
 import pytest
 import pytest_asyncio
 from aiohttp import web
+from nats import errors as nats_errors
 from nats.js.errors import NotFoundError
 
+from services import client
 from services.stack import Stack
+from shared import commands, subjects
 from shared import events as ev
-from shared import subjects
 from shared.bus import EVENTS
 from shared.config import load
 from tests.helpers import auth_headers, get_json, use_token, wait_for
 from tests.test_access import _cli, _system
+from tests.test_nats_door import _write
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -41,6 +44,7 @@ class Site(msgspec.Struct, kw_only=True):
     stack: object
     home: object
     sys_b: object  # team beta's system's NATS connection
+    violations: list  # the permission violations its server reported
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -61,13 +65,13 @@ async def site(tmp_path_factory, pg_url):
     stack = await Stack(settings).start()
     stack.write_stack_file()
     use_token(stack.api_url, stack.admin_token)
-    found = Site(stack=stack, home=settings.home, sys_b=None)
+    found = Site(stack=stack, home=settings.home, sys_b=None, violations=[])
     code, out, err = await _cli(
         found, "access", "add-system", "sys_b", "--team", "beta", "--project", BETA
     )
     assert code == 0, err
     password = out.split("password (shown once): ")[1].split()[0]
-    found.sys_b, _ = await _system(found, "sys_b", password)
+    found.sys_b, found.violations = await _system(found, "sys_b", password)
     yield found
     await found.sys_b.close()
     await stack.stop()
@@ -256,3 +260,47 @@ async def test_one_teams_hanging_receiver_delays_no_other_teams_hook(site):
 
 async def _true(value):
     return bool(value)
+
+
+@pytest.mark.parametrize(
+    "subject",
+    [subjects.schedule_definition(ALPHA, "nightly"), subjects.hook_control(ALPHA)],
+    ids=["schedule definition", "hook request"],
+)
+async def test_a_system_reaches_neither_schedules_nor_hook_requests(site, subject):
+    """Only a runner stores a schedule's definition (dbt.sched.>), and only the API's account
+    and the operator ask the notifier to add a hook (whose answer holds its secret)."""
+    with pytest.raises((nats_errors.NoRespondersError, nats_errors.TimeoutError)):
+        await site.sys_b.request(subject, b'{"action": "add", "name": "x"}', timeout=2)
+    assert any(subject in v for v in site.violations), site.violations
+    with pytest.raises(NotFoundError):
+        await site.stack.bus.js.get_last_msg("DBT_COMMANDS", subject)
+
+
+FEED = "dbt://main/raw/alpha_feed"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="services/triggers (not this helper's): a declared write by any team's system"
+    " wakes every job subscribed to the relation, in any team's project",
+)
+async def test_another_teams_system_cannot_start_runs_by_declaring_writes(site):
+    """Alpha's job `feed` runs when dbt://main/raw/alpha_feed is written. Beta's system,
+    granted beta_shop alone, declares writes of that relation as itself (the producer rule
+    lets it) and each one starts a run in alpha's project: beta acts in alpha's project as
+    often as its share of the log allows, and learns nothing it needs to."""
+    spec = commands.JobSpec(on_relation=[FEED])
+    saved = await client.job(
+        site.stack.bus, ALPHA, commands.JobCommand(action="save", name="feed", job=spec)
+    )
+    assert isinstance(saved, ev.JobSaved), saved
+    await site.sys_b.publish(subjects.intake_write("sys_b", FEED), _write(FEED, "sys_b"))
+    await site.sys_b.flush()
+
+    async def started():
+        found = await site.stack.bus.last_event(f"dbt.evt.run.{ALPHA}.*.requested")
+        return found if getattr(found, "job", "") == "feed" else None
+
+    with pytest.raises(TimeoutError):
+        await wait_for(started, timeout=10, interval=0.2)
