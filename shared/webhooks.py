@@ -26,6 +26,7 @@ __all__ = [
     "SIGNATURE",
     "TIMESTAMP",
     "DELIVERY",
+    "MAX_HOOKS",
     "MAX_SECRET",
     "MIN_SECRET",
     "BadHook",
@@ -50,6 +51,9 @@ TIMESTAMP = "X-Jetdbt-Timestamp"
 DELIVERY = "X-Jetdbt-Delivery"
 MIN_SECRET, MAX_SECRET = 16, 256
 MAX_URL = 2048
+# Hooks a project may have: each is told of every run, and the notifier reads them all for
+# every run's start and end, so one project's many would slow every other's deliveries.
+MAX_HOOKS = 20
 
 
 class BadHook(ValueError):

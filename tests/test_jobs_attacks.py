@@ -27,7 +27,7 @@ from nats.js.errors import NotFoundError
 
 from services import client
 from services.stack import Stack
-from shared import commands, subjects
+from shared import commands, subjects, webhooks
 from shared import events as ev
 from shared.bus import EVENTS
 from shared.config import load
@@ -304,3 +304,15 @@ async def test_another_teams_system_cannot_start_runs_by_declaring_writes(site):
 
     with pytest.raises(TimeoutError):
         await wait_for(started, timeout=10, interval=0.2)
+
+
+async def test_a_project_has_at_most_max_hooks(site):
+    """Every hook is read for every run's start and end: a team adding hooks without end
+    would slow every team's deliveries. Past MAX_HOOKS an add is refused, naming the limit;
+    saving one of the project's hooks again is not an add."""
+    url = "https://hooks.example.com/crowd"
+    for n in range(webhooks.MAX_HOOKS):
+        assert (await _add(site, "crowd_shop", f"h{n}", url))[0] == 201
+    status, body = await _add(site, "crowd_shop", "one-more", url)
+    assert status == 400 and f"{webhooks.MAX_HOOKS} hooks" in body["error"], body
+    assert (await _add(site, "crowd_shop", "h0", url + "/again"))[0] == 201
