@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import ipaddress
+import re
 import secrets
 import urllib.parse
 from typing import Literal
@@ -25,14 +26,17 @@ __all__ = [
     "SIGNATURE",
     "TIMESTAMP",
     "DELIVERY",
+    "MAX_HOOKS",
     "MAX_SECRET",
     "MIN_SECRET",
     "BadHook",
     "HookReply",
     "HookRequest",
+    "check_address",
     "check_events",
     "check_secret",
     "check_url",
+    "listed",
     "new_secret",
     "sign",
     "wanted",
@@ -47,6 +51,9 @@ TIMESTAMP = "X-Jetdbt-Timestamp"
 DELIVERY = "X-Jetdbt-Delivery"
 MIN_SECRET, MAX_SECRET = 16, 256
 MAX_URL = 2048
+# Hooks a project may have: each is told of every run, and the notifier reads them all for
+# every run's start and end, so one project's many would slow every other's deliveries.
+MAX_HOOKS = 20
 
 
 class BadHook(ValueError):
@@ -88,6 +95,11 @@ def check_secret(secret: str) -> str:
     return secret
 
 
+# An IPv4 address spelled otherwise than as four decimal parts (one number, hex, octal,
+# parts left out): resolvers read it as an address, so it is refused as a name.
+_NUMERIC_LABEL = re.compile(r"0x[0-9a-f]*|[0-9]+")
+
+
 def _private(host: str) -> bool:
     """Loopback, private, link-local or unspecified: an address inside the operator's own
     network, which a hook reaches only when the operator listed it."""
@@ -100,6 +112,27 @@ def _private(host: str) -> bool:
     return not address.is_global
 
 
+def listed(host: str, allowed: tuple[str, ...]) -> bool:
+    """Whether the operator named `host` in JETDBT_WEBHOOK_HOSTS, itself or by `*.domain`
+    (`*` alone names no host: it allows public ones)."""
+    host = host.lower().rstrip(".")
+    return host in allowed or any(
+        a.startswith("*.") and host.endswith(a[1:]) for a in allowed if a != "*"
+    )
+
+
+def check_address(host: str, address: str, allowed: tuple[str, ...]) -> None:
+    """BadHook when `host`, not listed by name, resolved to `address` inside the operator's
+    network: checked on every connection, so a DNS answer that changes after the hook was
+    saved reaches no private address either."""
+    if listed(host, allowed) or ipaddress.ip_address(address.split("%")[0]).is_global:
+        return
+    raise BadHook(
+        f"host {quote(host)} resolves to {address}, not a public address: the operator lists"
+        " the host in JETDBT_WEBHOOK_HOSTS to allow it"
+    )
+
+
 def check_url(url: str, allowed: tuple[str, ...]) -> str:
     """The URL a hook may post to, or BadHook naming why not: http or https, a host, no
     credentials, and a host the operator allows (JETDBT_WEBHOOK_HOSTS: names, addresses,
@@ -109,15 +142,17 @@ def check_url(url: str, allowed: tuple[str, ...]) -> str:
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https"):
         raise BadHook(f"hook URL {quote(url)} must be http or https")
-    host = (parts.hostname or "").lower()
+    host = (parts.hostname or "").lower().rstrip(".")
     if not host:
         raise BadHook(f"hook URL {quote(url)} names no host")
     if parts.username or parts.password:
         raise BadHook("a hook's URL may not carry credentials; the signature authenticates")
-    listed = host in allowed or any(
-        a.startswith("*.") and host.endswith(a[1:]) for a in allowed if a != "*"
-    )
-    if listed or ("*" in allowed and not _private(host)):
+    if all(_NUMERIC_LABEL.fullmatch(p) for p in host.split(".")) and not _dotted_quad(host):
+        raise BadHook(
+            f"host {quote(host)} spells an IPv4 address otherwise than as four decimal parts"
+            " (such as 192.0.2.10): write the address so"
+        )
+    if listed(host, allowed) or ("*" in allowed and not _private(host)):
         return url
     if not allowed:
         raise BadHook("no webhook host is allowed here: the operator sets JETDBT_WEBHOOK_HOSTS")
@@ -125,6 +160,13 @@ def check_url(url: str, allowed: tuple[str, ...]) -> str:
         f"host {quote(host)} is not in JETDBT_WEBHOOK_HOSTS"
         + (" (a loopback or private address must be listed by name)" if _private(host) else "")
     )
+
+
+def _dotted_quad(host: str) -> bool:
+    try:
+        return isinstance(ipaddress.ip_address(host), ipaddress.IPv4Address)
+    except ValueError:
+        return False
 
 
 class HookRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

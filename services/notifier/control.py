@@ -43,6 +43,12 @@ async def _add(bus, settings: Settings, project: str, request) -> webhooks.HookR
     if request.job:
         subjects.check_job_name(request.job)
     secret = webhooks.check_secret(request.secret) if request.secret else webhooks.new_secret()
+    others = [h for h in await hook_store.of_project(bus, project) if h.name != request.name]
+    if len(others) >= webhooks.MAX_HOOKS:
+        raise webhooks.BadHook(
+            f"project {project!r} has {len(others)} hooks, the most a project may have:"
+            f" remove one first (jetdbt hook remove NAME --project {project})"
+        )
     revision = uuid.uuid4().hex
     stored = hook_store.StoredHook(
         project=project, name=request.name, url=url, on=on, job=request.job,

@@ -2,53 +2,99 @@
 
 Attempt n waits `retry_seconds * 2**(n-2)` after attempt n-1 failed (no answer, or any
 answer but 2xx); after `attempts` failures the delivery is `dead`: it gives up, and its
-last fact is the hook's dead letter (GET .../deliveries?state=dead). A receiver's
-redirect is not followed (a 3xx is a failure): a hook posts only where it was allowed to.
+last fact is the hook's dead letter (GET .../deliveries?state=dead). A hook posts only where
+it is allowed to now: its URL is checked against JETDBT_WEBHOOK_HOSTS before each attempt,
+the address its name resolves to on each connection, and a receiver's redirect is not
+followed (a 3xx is a failure). Only the status of an answer is read, never its body.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
+import socket
 import time
 
 import aiohttp
+from aiohttp.resolver import ThreadedResolver
 
 from services.notifier.hook_store import StoredHook
 from shared import events as ev
 from shared import logging as jlog
 from shared import webhooks
 
-__all__ = ["deliver", "TIMEOUT_SECONDS"]
+__all__ = ["Poster", "deliver", "TIMEOUT_SECONDS"]
 
 TIMEOUT_SECONDS = 10
 _log = jlog.get("notifier")
 
 
-async def _attempt(session: aiohttp.ClientSession, hook: StoredHook, body: bytes, delivery: str):
-    """(HTTP status, error): status 0 when the receiver gave no answer."""
-    stamp = str(int(time.time()))
-    headers = {
-        "Content-Type": "application/json",
-        "User-Agent": "jetdbt-notifier",
-        webhooks.SIGNATURE: webhooks.sign(hook.secret, stamp, body),
-        webhooks.TIMESTAMP: stamp,
-        webhooks.DELIVERY: delivery,
-    }
-    try:
-        async with session.post(hook.url, data=body, headers=headers, allow_redirects=False) as r:
-            await r.read()
-            return r.status, "" if 200 <= r.status < 300 else f"answered {r.status}"
-    except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-        return 0, f"{type(exc).__name__}: {exc}"[:300]
+class _Allowed(ThreadedResolver):
+    """Resolves a hook's host, refusing an address the operator did not allow it."""
+
+    def __init__(self, allowed: tuple[str, ...]):
+        super().__init__()
+        self.allowed = allowed
+
+    async def resolve(self, host: str, port: int = 0, family=socket.AF_INET) -> list[dict]:
+        found = await super().resolve(host, port, family)
+        try:
+            for entry in found:
+                webhooks.check_address(host, entry["host"], self.allowed)
+        except webhooks.BadHook as exc:
+            raise OSError(errno.EACCES, str(exc)) from None  # aiohttp shows its strerror
+        return found
+
+
+class Poster:
+    """The notifier's HTTP client: it connects only where JETDBT_WEBHOOK_HOSTS allows (the
+    URL before each attempt, every address a name resolves to), takes no proxy from the
+    environment, and gives each attempt TIMEOUT_SECONDS."""
+
+    def __init__(self, allowed: tuple[str, ...]):
+        self.allowed = allowed
+        self.http = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(resolver=_Allowed(allowed), use_dns_cache=False),
+            timeout=aiohttp.ClientTimeout(total=TIMEOUT_SECONDS),
+        )
+
+    async def __aenter__(self) -> Poster:
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.http.close()
+
+    async def post(self, hook: StoredHook, body: bytes, delivery: str) -> tuple[int, str]:
+        """(HTTP status, error): status 0 when the receiver gave no answer or may not be
+        asked."""
+        try:
+            webhooks.check_url(hook.url, self.allowed)
+        except webhooks.BadHook as exc:
+            return 0, str(exc)
+        stamp = str(int(time.time()))
+        headers = {
+            "Content-Type": "application/json",
+            "User-Agent": "jetdbt-notifier",
+            webhooks.SIGNATURE: webhooks.sign(hook.secret, stamp, body),
+            webhooks.TIMESTAMP: stamp,
+            webhooks.DELIVERY: delivery,
+        }
+        try:
+            async with self.http.post(
+                hook.url, data=body, headers=headers, allow_redirects=False
+            ) as r:
+                return r.status, "" if 200 <= r.status < 300 else f"answered {r.status}"
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            return 0, f"{type(exc).__name__}: {exc}"[:300]
 
 
 async def deliver(
-    bus, session, hook: StoredHook, body: bytes, delivery: str, run_id: str, event: str,
+    bus, poster: Poster, hook: StoredHook, body: bytes, delivery: str, run_id: str, event: str,
     attempts: int, retry_seconds: float, keep_alive=None,
 ) -> str:  # fmt: skip
     """Deliver until a 2xx or `attempts` failures; the final state (delivered or dead)."""
     for attempt in range(1, attempts + 1):
-        status, error = await _attempt(session, hook, body, delivery)
+        status, error = await poster.post(hook, body, delivery)
         state = "delivered" if not error else ("dead" if attempt == attempts else "retrying")
         await bus.publish(
             ev.HookDelivered(

@@ -2,7 +2,11 @@
 each hook of the run's project (and of its job) that listens, then ack. It also answers
 hook requests (services/notifier/control.py). A notifier that dies mid-delivery gets the
 run event again and delivers it again under the same delivery id: a receiver dedupes by
-`X-Jetdbt-Delivery`."""
+`X-Jetdbt-Delivery`.
+
+Each project's events are delivered in their order, in a lane of its own: a project whose
+receiver hangs or fails (each attempt waits out its timeout, then backs off) holds up its
+own hooks alone, never another project's (another team's)."""
 
 from __future__ import annotations
 
@@ -10,12 +14,11 @@ import asyncio
 import contextlib
 import hashlib
 
-import aiohttp
 import msgspec
 
 from services.notifier import control, hook_store
 from services.notifier.body import body
-from services.notifier.deliver import TIMEOUT_SECONDS, deliver
+from services.notifier.deliver import Poster, deliver
 from shared import events as ev
 from shared import logging as jlog
 from shared import subjects, supervise, webhooks
@@ -27,6 +30,9 @@ __all__ = ["Notifier", "CONSUMER", "event_of"]
 
 CONSUMER = "notifier"
 BATCH = 16
+# A held event is told "in progress" this often, well within the consumer's ack wait (60 s),
+# so one waiting in its lane behind a slow delivery is not delivered a second time.
+BEAT_SECONDS = 15.0
 
 
 def event_of(event: ev.Event) -> str | None:
@@ -62,24 +68,51 @@ class Notifier:
             f"{subjects.HOOK_CONTROL}.*", queue=CONSUMER, cb=self._on_request
         )
         sub = await self.bus.js.pull_subscribe_bind(CONSUMER, stream=EVENTS)
-        timeout = aiohttp.ClientTimeout(total=TIMEOUT_SECONDS)
+        lanes: dict[str, asyncio.Task] = {}
         try:
-            async with aiohttp.ClientSession(timeout=timeout) as session:
+            async with Poster(self.settings.webhook_hosts) as poster:
                 while not stop.is_set():
                     try:
                         msgs = await sub.fetch(BATCH, timeout=0.5)
                     except TimeoutError:
                         continue
                     for msg in msgs:
-                        await self._notify(session, msg)
-                        await msg.ack()
+                        project = msg.subject.split(".")[3]
+                        lanes[project] = asyncio.create_task(
+                            self._in_lane(lanes.get(project), poster, msg)
+                        )
+                    for project in [p for p, t in lanes.items() if t.done()]:
+                        del lanes[project]
         finally:
+            for task in lanes.values():
+                task.cancel()
+            await asyncio.gather(*lanes.values(), return_exceptions=True)
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
             with contextlib.suppress(Exception):
                 await requests.unsubscribe()
 
-    async def _notify(self, session, msg) -> None:
+    async def _in_lane(self, before: asyncio.Task | None, poster: Poster, msg) -> None:
+        """Deliver one event after its project's previous one, then ack it; an event that
+        fails here is left unacked, so the consumer gives it again."""
+        beat = asyncio.create_task(self._beat(msg))
+        try:
+            if before is not None:
+                await asyncio.wait([before])
+            await self._notify(poster, msg)
+            await msg.ack()
+        except Exception:
+            self.log.exception("notify_failed", subject=msg.subject)
+        finally:
+            beat.cancel()
+
+    async def _beat(self, msg) -> None:
+        while True:
+            await asyncio.sleep(BEAT_SECONDS)
+            with contextlib.suppress(Exception):
+                await msg.in_progress()
+
+    async def _notify(self, poster: Poster, msg) -> None:
         try:
             event = ev.decode(msg.data)
         except (msgspec.DecodeError, msgspec.ValidationError):
@@ -102,10 +135,10 @@ class Notifier:
         if isinstance(event, ev.RunFinished):
             event = await resolved(self.bus, event)
         await asyncio.gather(
-            *(self._one(session, msg, h, name, event, requested) for h in listening)
+            *(self._one(poster, msg, h, name, event, requested) for h in listening)
         )
 
-    async def _one(self, session, msg, hook, name: str, event, requested) -> None:
+    async def _one(self, poster: Poster, msg, hook, name: str, event, requested) -> None:
         delivery = hashlib.sha256(
             f"{hook.project}:{hook.name}:{hook.revision}:{event.run_id}:{name}".encode()
         ).hexdigest()[:32]
@@ -114,7 +147,7 @@ class Notifier:
             requested=requested, base_url=self.base_url,
         )  # fmt: skip
         await deliver(
-            self.bus, session, hook, sent, delivery, event.run_id, name,
+            self.bus, poster, hook, sent, delivery, event.run_id, name,
             self.settings.webhook_attempts, self.settings.webhook_retry_seconds,
             keep_alive=msg.in_progress,
         )  # fmt: skip
