@@ -84,16 +84,12 @@ async def _fact(stack, subject: str):
         return None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="services/runner/worker.py (not this helper's): a fire of a schedule a client"
-    " stored on its own command subject is taken as a command of the target's principal",
-)
 async def test_a_system_cannot_plant_a_schedule_that_commands_another_teams_project(site):
-    """DBT_COMMANDS allows message schedules, and a schedule's headers are anyone's to set:
-    sys_b stores one on its own run subject whose target is alpha's job subject under a
-    principal nobody has. The server publishes the fire there itself, past every NATS
-    permission, and the runner takes it as the operator's: a job saved in alpha's project."""
+    """A command's headers are anyone's to set: sys_b sends one on its own run subject as a
+    schedule whose target is alpha's job subject under a principal nobody has. Were it
+    stored, the server would publish the fire there itself, past every NATS permission.
+    DBT_COMMANDS holds no schedule (they live in DBT_SCHEDULES, which only runners write):
+    the server refuses it, and alpha's project gains no job."""
     due = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     planted = {"action": "save", "name": "planted", "job": {"command": {"label": "build"}}}
     await site.sys_b.publish(
@@ -280,16 +276,11 @@ async def test_a_system_reaches_neither_schedules_nor_hook_requests(site, subjec
 FEED = "dbt://main/raw/alpha_feed"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="services/triggers (not this helper's): a declared write by any team's system"
-    " wakes every job subscribed to the relation, in any team's project",
-)
 async def test_another_teams_system_cannot_start_runs_by_declaring_writes(site):
     """Alpha's job `feed` runs when dbt://main/raw/alpha_feed is written. Beta's system,
-    granted beta_shop alone, declares writes of that relation as itself (the producer rule
-    lets it) and each one starts a run in alpha's project: beta acts in alpha's project as
-    often as its share of the log allows, and learns nothing it needs to."""
+    granted beta_shop alone, may declare writes of that relation as itself (the producer
+    rule lets it), but a write wakes only its writer's team's jobs: were it otherwise, beta
+    would start runs in alpha's project as often as its share of the log allows."""
     spec = commands.JobSpec(on_relation=[FEED])
     saved = await client.job(
         site.stack.bus, ALPHA, commands.JobCommand(action="save", name="feed", job=spec)
