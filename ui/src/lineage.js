@@ -9,6 +9,7 @@ import { h, link, relationLink, table } from "./dom.js";
 import { drawGraph, pagePosition } from "./draw_graph.js";
 import { focusForm, focusedIds, noSuchNode } from "./focus.js";
 import { graphSections } from "./node_panel.js";
+import { chip } from "./freshness.js";
 import { provenance } from "./provenance.js";
 
 // The section's elements, drawn into once they are on the page (`draw()`).
@@ -60,9 +61,12 @@ export function lineageSection(project, params) {
             + "&depth=2", "+2 around it")],
         ]), ...graphSections(g));
     };
-    const cy = await drawGraph(graphBox, folded, ids,
-      (id) => ({ label: folded.drawn.get(id).name, status: "pending", fill: COLOURS.pending }),
-      select);
+    const looks = (id) => {
+      const n = folded.drawn.get(id), c = chip(n.freshness);
+      return { label: n.name, status: "pending", fill: COLOURS.pending,
+        ...(c ? { chip: c.image, chipWidth: c.width } : {}) };
+    };
+    const cy = await drawGraph(graphBox, folded, ids, looks, select);
     return { cy, select, position: (id) => pagePosition(cy, graphBox, id) };
   }
   return { elements, draw };
