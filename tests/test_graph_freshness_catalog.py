@@ -16,21 +16,8 @@ from shared import events as ev
 from shared.commands import RunCommand, dbt_command
 from tests.helpers import get_json, jetdbt
 from tests.recorded_log import settled
+from tests.stale_source import SOURCE, add_stale_source
 
-# raw_orders' newest order is from 2018: stale by a day's threshold, not by a century's.
-SOURCES = """
-version: 2
-sources:
-  - name: shop
-    schema: main
-    loaded_at_field: "cast(order_date as timestamp)"
-    freshness:
-      warn_after: {count: 1, period: day}
-      error_after: {count: 36500, period: day}
-    tables:
-      - name: raw_orders
-"""
-SOURCE = "source.jaffle_shop.shop.raw_orders"
 ORDERS = "model.jaffle_shop.orders"
 YEAR = 365 * 24 * 3600
 
@@ -51,7 +38,7 @@ async def _nodes(stack) -> dict[str, dict]:
 async def test_a_stale_source_warns_on_the_graph_and_columns_carry_warehouse_types(
     stack, project_copy
 ):
-    (project_copy / "models" / "staging" / "sources.yml").write_text(SOURCES)
+    add_stale_source(project_copy)
     _, deployed = await client.deploy(stack.bus, project_copy, "shop")
     assert isinstance(deployed, ev.Deployed), deployed
     built = await _run(stack, "build")
