@@ -8,8 +8,8 @@ import { fold, graphAt } from "./dag.js";
 import { h, link, relationLink, table } from "./dom.js";
 import { drawGraph, pagePosition } from "./draw_graph.js";
 import { focusForm, focusedIds, noSuchNode } from "./focus.js";
-import { graphSections } from "./node_panel.js";
 import { chip } from "./freshness.js";
+import { graphSections } from "./node_panel.js";
 import { provenance } from "./provenance.js";
 
 // The section's elements, drawn into once they are on the page (`draw()`).
