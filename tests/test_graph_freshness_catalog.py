@@ -1,6 +1,7 @@
 """What the warehouse says of a project's graph, served on it: a source's last freshness check
 (`source freshness`) and each node's columns with the warehouse's types (`docs generate`),
-on a real stack with real dbt on DuckDB; and hostile catalogs and sources files, which
+on a real stack with real dbt on DuckDB, read from the API and seen in the viewer (Debian's
+headless Chromium, as tests/test_viewer.py); and hostile catalogs and sources files, which
 never break a run or a fold."""
 
 from __future__ import annotations
@@ -13,10 +14,12 @@ import pytest
 from services import client
 from services.runner import catalog, results
 from shared import events as ev
+from shared import identity
 from shared.commands import RunCommand, dbt_command
 from tests.helpers import get_json, jetdbt
 from tests.recorded_log import settled
 from tests.stale_source import SOURCE, add_stale_source
+from tests.test_viewer import ARTIFACTS, browser, sign_in
 
 ORDERS = "model.jaffle_shop.orders"
 YEAR = 365 * 24 * 3600
@@ -83,6 +86,43 @@ async def test_a_stale_source_warns_on_the_graph_and_columns_carry_warehouse_typ
     assert status == 200
     by_id = {n["unique_id"]: n for n in run_graph["nodes"]}
     assert by_id[ORDERS]["catalog"] == cat
+
+    await _seen_in_the_viewer(stack)
+
+
+async def _seen_in_the_viewer(stack) -> None:
+    """The lineage page draws the source with its chip; its panel lists the check, and the
+    orders panel the warehouse's types."""
+    from playwright.async_api import async_playwright
+
+    _, bearer = await identity.create_token(stack.bus, principal="look", team="ops", role="admin")
+    async with async_playwright() as pw:
+        chromium = await browser(pw)
+        page = await chromium.new_page(viewport={"width": 1600, "height": 1000}, bypass_csp=True)
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        await sign_in(page, stack.api_url, bearer)
+        await page.evaluate("location.hash = '#/projects/shop'")
+        # The projects page signed in to is ready too: wait for the lineage's own graph.
+        await page.wait_for_function(
+            f"window.viewer?.cy?.getElementById({SOURCE!r}).nonempty()", timeout=30_000
+        )
+        chip = await page.evaluate(f"viewer.cy.getElementById({SOURCE!r}).data('chip')")
+        assert chip.startswith("data:image/svg+xml") and "warn%20" in chip, chip
+        await page.evaluate("document.getElementById('graph').scrollIntoView()")
+        panel = page.locator("#panel")
+        for node, shown in ((SOURCE, "#node-freshness"), (ORDERS, "#node-columns")):
+            at = await page.evaluate(f"viewer.position({node!r})")
+            await page.mouse.click(at["x"], at["y"])
+            await panel.locator(shown).wait_for(timeout=10_000)
+        ARTIFACTS.mkdir(exist_ok=True)
+        await page.screenshot(path=ARTIFACTS / "lineage-freshness.png")
+        columns = await panel.locator("#node-columns").inner_text()
+        assert "INTEGER" in columns and "VARCHAR" in columns, columns
+        await page.evaluate(f"viewer.select({SOURCE!r})")
+        assert "warn" in await panel.locator("#node-freshness").inner_text()
+        await chromium.close()
+    assert errors == []
 
 
 def _write(tmp_path, body) -> object:

@@ -61,9 +61,11 @@ export function lineageSection(project, params) {
             + "&depth=2", "+2 around it")],
         ]), ...graphSections(g));
     };
+    // A source is named with its source's name (`shop.raw_orders`): a seed may share its table's.
     const looks = (id) => {
       const n = folded.drawn.get(id), c = chip(n.freshness);
-      return { label: n.name, status: "pending", fill: COLOURS.pending,
+      const label = n.resource_type === "source" ? id.split(".").slice(2).join(".") : n.name;
+      return { label, status: "pending", fill: COLOURS.pending,
         ...(c ? { chip: c.image, chipWidth: c.width } : {}) };
     };
     const cy = await drawGraph(graphBox, folded, ids, looks, select);
