@@ -87,12 +87,12 @@ async def test_a_stale_source_warns_on_the_graph_and_columns_carry_warehouse_typ
     by_id = {n["unique_id"]: n for n in run_graph["nodes"]}
     assert by_id[ORDERS]["catalog"] == cat
 
-    await _seen_in_the_viewer(stack)
+    await _seen_in_the_viewer(stack, checked)
 
 
-async def _seen_in_the_viewer(stack) -> None:
+async def _seen_in_the_viewer(stack, checked: str) -> None:
     """The lineage page draws the source with its chip; its panel lists the check, and the
-    orders panel the warehouse's types."""
+    orders panel the warehouse's types. The freshness run's page draws the source warned."""
     from playwright.async_api import async_playwright
 
     _, bearer = await identity.create_token(stack.bus, principal="look", team="ops", role="admin")
@@ -121,6 +121,11 @@ async def _seen_in_the_viewer(stack) -> None:
         assert "INTEGER" in columns and "VARCHAR" in columns, columns
         await page.evaluate(f"viewer.select({SOURCE!r})")
         assert "warn" in await panel.locator("#node-freshness").inner_text()
+
+        await page.evaluate(f"location.hash = '#/runs/{checked}'")
+        await page.wait_for_function(f"window.viewer?.status?.({SOURCE!r}) === 'warned'")
+        drawn = await page.evaluate(f"viewer.cy.getElementById({SOURCE!r}).data()")
+        assert drawn["label"] == "shop.raw_orders" and drawn["chip"] == chip
         await chromium.close()
     assert errors == []
 

@@ -37,6 +37,11 @@ export async function graphWhenKnown(runId, signal) {
   }
 }
 
+// A drawn node's name; a source's with its source's (`shop.raw_orders`): a seed may share
+// its table's.
+export const drawnName = (n) => (n.resource_type === "source"
+  ? n.unique_id.split(".").slice(2).join(".") : n.name);
+
 export function fold(graph) {
   const byId = new Map(graph.nodes.map((n) => [n.unique_id, n]));
   const drawn = new Map(), testsOf = new Map(), testedBy = new Map();

@@ -16,9 +16,10 @@ export function age(seconds) {
 
 export const chipText = (f) => [f.status, age(f.age_seconds)].filter(Boolean).join(" ");
 
-// The chip as an SVG image cytoscape draws over a node's corner (null: no check yet).
-export function chip(f) {
-  if (!f) return null;
+// The chip as an SVG image cytoscape draws over a node's corner, in the node's data that
+// draw_graph.js styles (none: no check yet).
+export function chipData(f) {
+  if (!f) return {};
   const text = chipText(f);
   const width = 8 + 6.5 * text.length;
   const dark = f.status === "warn" ? "#1d232a" : "#fff";
@@ -26,7 +27,7 @@ export function chip(f) {
     + `<rect width="${width}" height="14" rx="7" fill="${colour(f.status)}"/>`
     + `<text x="${width / 2}" y="10.5" font-size="10" font-family="sans-serif" fill="${dark}"`
     + ` text-anchor="middle">${text}</text></svg>`;
-  return { image: `data:image/svg+xml;utf8,${encodeURIComponent(svg)}`, width };
+  return { chip: `data:image/svg+xml;utf8,${encodeURIComponent(svg)}`, chipWidth: width };
 }
 
 const threshold = (t) => (t ? `${t.count} ${t.period}` : "not set");

@@ -4,11 +4,11 @@
 import { me, nodeActions } from "./actions.js";
 import { seg } from "./api.js";
 import { COLOURS } from "./constants.js";
-import { fold, graphAt } from "./dag.js";
+import { drawnName, fold, graphAt } from "./dag.js";
 import { h, link, relationLink, table } from "./dom.js";
 import { drawGraph, pagePosition } from "./draw_graph.js";
 import { focusForm, focusedIds, noSuchNode } from "./focus.js";
-import { chip } from "./freshness.js";
+import { chipData } from "./freshness.js";
 import { graphSections } from "./node_panel.js";
 import { provenance } from "./provenance.js";
 
@@ -61,12 +61,10 @@ export function lineageSection(project, params) {
             + "&depth=2", "+2 around it")],
         ]), ...graphSections(g));
     };
-    // A source is named with its source's name (`shop.raw_orders`): a seed may share its table's.
     const looks = (id) => {
-      const n = folded.drawn.get(id), c = chip(n.freshness);
-      const label = n.resource_type === "source" ? id.split(".").slice(2).join(".") : n.name;
-      return { label, status: "pending", fill: COLOURS.pending,
-        ...(c ? { chip: c.image, chipWidth: c.width } : {}) };
+      const n = folded.drawn.get(id);
+      return { label: drawnName(n), status: "pending", fill: COLOURS.pending,
+        ...chipData(n.freshness) };
     };
     const cy = await drawGraph(graphBox, folded, ids, looks, select);
     return { cy, select, position: (id) => pagePosition(cy, graphBox, id) };
