@@ -10,6 +10,8 @@ import json
 
 import msgspec
 import pytest
+from playwright.async_api import TimeoutError as PlaywrightTimeout
+from playwright.async_api import async_playwright
 
 from services import client
 from services.runner import catalog, results
@@ -90,11 +92,23 @@ async def test_a_stale_source_warns_on_the_graph_and_columns_carry_warehouse_typ
     await _seen_in_the_viewer(stack, checked)
 
 
+async def _click(page, node: str, shown) -> None:
+    """Click `node` as a person does until `shown` is in its panel: a page still settling
+    (the first paint's layout) may move the node from under the first click."""
+    for _ in range(5):
+        at = await page.evaluate(f"viewer.position({node!r})")
+        await page.mouse.click(at["x"], at["y"])
+        try:
+            await shown.wait_for(timeout=3_000)
+            return
+        except PlaywrightTimeout:
+            continue
+    raise AssertionError(f"clicking {node} never showed {shown}")
+
+
 async def _seen_in_the_viewer(stack, checked: str) -> None:
     """The lineage page draws the source with its chip; its panel lists the check, and the
     orders panel the warehouse's types. The freshness run's page draws the source warned."""
-    from playwright.async_api import async_playwright
-
     _, bearer = await identity.create_token(stack.bus, principal="look", team="ops", role="admin")
     async with async_playwright() as pw:
         chromium = await browser(pw)
@@ -103,18 +117,18 @@ async def _seen_in_the_viewer(stack, checked: str) -> None:
         page.on("pageerror", lambda exc: errors.append(str(exc)))
         await sign_in(page, stack.api_url, bearer)
         await page.evaluate("location.hash = '#/projects/shop'")
-        # The projects page signed in to is ready too: wait for the lineage's own graph.
+        # The projects page signed in to was ready too: wait for the lineage's own graph.
         await page.wait_for_function(
-            f"window.viewer?.cy?.getElementById({SOURCE!r}).nonempty()", timeout=30_000
+            "document.body.dataset.ready === '1'"
+            f" && window.viewer?.cy?.getElementById({SOURCE!r}).nonempty()",
+            timeout=30_000,
         )
         chip = await page.evaluate(f"viewer.cy.getElementById({SOURCE!r}).data('chip')")
         assert chip.startswith("data:image/svg+xml") and "warn%20" in chip, chip
         await page.evaluate("document.getElementById('graph').scrollIntoView()")
         panel = page.locator("#panel")
         for node, shown in ((SOURCE, "#node-freshness"), (ORDERS, "#node-columns")):
-            at = await page.evaluate(f"viewer.position({node!r})")
-            await page.mouse.click(at["x"], at["y"])
-            await panel.locator(shown).wait_for(timeout=10_000)
+            await _click(page, node, panel.locator(shown))
         ARTIFACTS.mkdir(exist_ok=True)
         await page.screenshot(path=ARTIFACTS / "lineage-freshness.png")
         columns = await panel.locator("#node-columns").inner_text()
