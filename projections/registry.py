@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from projections.catalog import CatalogFold
 from projections.deploys import DeploysFold
 from projections.environments import EnvironmentsFold
+from projections.freshness import FreshnessFold
 from projections.graph import GraphFold
 from projections.hooks import HooksFold
 from projections.jobs import JobsFold
@@ -26,6 +28,8 @@ FOLDS: dict[str, Callable[[Bus], Fold]] = {
     "environments": lambda bus: EnvironmentsFold(),
     "jobs": lambda bus: JobsFold(),
     "hooks": lambda bus: HooksFold(),
+    "freshness": FreshnessFold,
+    "catalog": CatalogFold,
 }
 
 # The tables each projection writes, for `jetdbt replay --projection NAME`: a
@@ -45,4 +49,6 @@ TABLES = {
     "environments": ("environments",),
     "jobs": ("jobs", "job_schedules"),
     "hooks": ("hooks", "hook_deliveries"),
+    "freshness": ("source_freshness",),
+    "catalog": ("node_catalog",),
 }

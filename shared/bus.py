@@ -327,9 +327,12 @@ class Bus:
         await _until_stored(f"blob {digest}", once, retry_for)
         return digest
 
-    async def get_blob(self, digest: str) -> bytes:
-        """Fetch a blob and prove it is what its name says."""
+    async def get_blob(self, digest: str, limit: int | None = None) -> bytes:
+        """Fetch a blob and prove it is what its name says; ValueError, before reading it,
+        when it is larger than `limit` bytes."""
         store = await self._store()
+        if limit is not None and (size := (await store.get_info(digest)).size) > limit:
+            raise ValueError(f"blob {digest} is {size} bytes, over the {limit}-byte limit")
         result = await store.get(digest)
         data = result.data
         if digest_of(data) != digest:

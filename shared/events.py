@@ -22,8 +22,12 @@ __all__ = [
     "fits",
     "heads_its_subject",
     "Event",
+    "Threshold",
+    "Freshness",
     "NodeResult",
     "RunResult",
+    "CatalogColumn",
+    "CatalogNode",
     "Blob",
     "DeployRequested",
     "DeployRefused",
@@ -39,6 +43,7 @@ __all__ = [
     "RunFinished",
     "RunLogKept",
     "RunPruned",
+    "CatalogGenerated",
     "NodeStarted",
     "NodeFinished",
     "GraphIngested",
@@ -93,6 +98,25 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
+class Threshold(msgspec.Struct, frozen=True, kw_only=True):
+    """A source's freshness threshold as its author wrote it: `count` `period`s."""
+
+    count: int
+    period: str
+
+
+class Freshness(msgspec.Struct, frozen=True, kw_only=True):
+    """How old a source's data was when `dbt source freshness` checked it (its sources.json):
+    the newest loaded_at, when dbt looked, the age in seconds between them, and the
+    source's own thresholds (None: not set)."""
+
+    max_loaded_at: datetime | None = None
+    snapshotted_at: datetime | None = None
+    age_seconds: float | None = None
+    warn_after: Threshold | None = None
+    error_after: Threshold | None = None
+
+
 class NodeResult(msgspec.Struct, frozen=True, kw_only=True):
     """One node's result: dbt's `status` verbatim beside the stable `outcome`."""
 
@@ -113,6 +137,8 @@ class NodeResult(msgspec.Struct, frozen=True, kw_only=True):
     # and the dbt thread that ran it: the viewer's node panel and timeline.
     compiled_code: str | None = None
     thread: str | None = None
+    # A source's freshness, in a `source freshness` run's result (None: any other node).
+    freshness: Freshness | None = None
 
 
 class RunResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -134,6 +160,20 @@ class RunResult(msgspec.Struct, frozen=True, kw_only=True):
     deferred_to: str | None = None
     cancelled_by: str | None = None  # the principal whose cancel ended the run
     preview: list[dict[str, Any]] = []  # a show's rows, as dbt printed them (at most 64 KiB)
+
+
+class CatalogColumn(msgspec.Struct, frozen=True, kw_only=True):
+    """A column as the warehouse's catalog lists it, with the warehouse's own type."""
+
+    name: str
+    data_type: str
+
+
+class CatalogNode(msgspec.Struct, frozen=True, kw_only=True):
+    """A node's relation in the warehouse's catalog: its columns in the warehouse's order."""
+
+    unique_id: str
+    columns: list[CatalogColumn]
 
 
 class Blob(msgspec.Struct, frozen=True, kw_only=True):
@@ -351,6 +391,23 @@ class RunPruned(_RunEvent, frozen=True, kw_only=True, tag="run.pruned.v1"):
     objects: list[str]
     kept: list[str] = []
     _kind = "pruned"
+
+
+class CatalogGenerated(_RunEvent, frozen=True, kw_only=True, tag="run.catalog.v1"):
+    """What `dbt docs generate` found in the warehouse (its catalog.json), each node's columns
+    with their types, published before RunFinished. Many nodes travel in the blob `nodes_blob`
+    names (`nodes` is then empty; shared/event_blobs.py); past the runner's bounds the first
+    nodes and columns are kept and `cut` counts the nodes left out."""
+
+    attempt: int
+    generated_at: datetime | None = None
+    nodes: list[CatalogNode] = []
+    nodes_blob: Blob | None = None
+    cut: int = 0
+    _kind = "catalog"
+
+    def event_id(self) -> str:
+        return f"run:{self.project}:{self.run_id}:{self.attempt}:catalog"
 
 
 class _NodeEvent(Event, frozen=True, kw_only=True):
@@ -654,6 +711,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     RunFinished,
     RunLogKept,
     RunPruned,
+    CatalogGenerated,
     NodeStarted,
     NodeFinished,
     GraphIngested,

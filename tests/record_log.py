@@ -14,7 +14,10 @@ DuckDB; no Postgres, nothing here reads a projection) on examples/jaffle_shop:
 8. a job scheduled yearly and paused, and another saved and deleted (`--jobs` appends
    only this step's facts to a recording made before it);
 9. webhooks: three added, one removed; a run's start told to a receiver answering 500 then
-   200 and to one that never answers 2xx (`--hooks` appends only the hooks' facts).
+   200 and to one that never answers 2xx (`--hooks` appends only the hooks' facts);
+10. what the warehouse says: the example with a stale source (tests/stale_source.py)
+   built, its freshness checked (warn) and its docs generated (`--warehouse` appends the
+   facts of those two runs, named `freshness` and `docs` in the meta line).
 
 It writes every message of DBT_COMMANDS and DBT_EVENTS in stream order (subject,
 headers including Nats-Msg-Id, data) and every object-store blob a message names
@@ -38,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import gzip
+import shutil
 import sys
 import tempfile
 import time
@@ -59,10 +63,12 @@ from shared.commands import (
     ModelsCommand,
     RetryCommand,
     RunCommand,
+    dbt_command,
 )
 from shared.config import load
 from shared.reader import last_matching, last_seq
 from shared.webhooks import HookRequest
+from tests.stale_source import add_stale_source
 
 __all__ = ["PATH", "PROJECT", "record"]
 
@@ -199,38 +205,77 @@ async def _hooks(stack: Stack) -> None:
         await site_runner.cleanup()
 
 
+async def _warehouse(stack: Stack, home: str) -> dict[str, str]:
+    """The example with a stale source, built; its freshness checked and its docs generated.
+    Returns the two runs' ids by role, and their subjects' token is what step 10 keeps."""
+    project = Path(home) / "project"
+    shutil.copytree(EXAMPLE, project)
+    add_stale_source(project)
+    _, deployed = await client.deploy(stack.bus, project, PROJECT, requested_by=PRINCIPAL)
+    assert isinstance(deployed, ev.Deployed), deployed
+    runs = {}
+    for role, name in (("build", "build"), ("freshness", "source freshness"),
+                       ("docs", "docs generate")):  # fmt: skip
+        done = await client.run(
+            stack.bus, PROJECT, RunCommand(command=dbt_command(name), requested_by=PRINCIPAL)
+        )
+        assert isinstance(done, ev.RunFinished) and done.result.status == "passed", done
+        runs[role] = done.run_id
+    await _quiet(stack.bus.js)
+    return {"freshness": runs["freshness"], "docs": runs["docs"]}
+
+
 async def append(step: str, path: Path = PATH) -> None:
-    """Add step 8's (`--jobs`) or 9's (`--hooks`) facts to a recording made before it: the
-    step on a fresh stack, its DBT_EVENTS messages of that family renumbered after the
-    recording's own. Its commands are left out: a schedule's definition would fire again
-    wherever the recording is republished."""
+    """Add step 8's (`--jobs`), 9's (`--hooks`) or 10's (`--warehouse`) facts to a recording
+    made before it: the step on a fresh stack, its DBT_EVENTS messages of that family (step
+    10: of its two runs) renumbered after the recording's own, with the blobs they name.
+    Its commands are left out: a schedule's definition would fire again wherever the
+    recording is republished."""
     lines = gzip.decompress(path.read_bytes()).splitlines()
     docs = [msgspec.json.decode(line) for line in lines if line]
     last = max(d["seq"] for d in docs if d.get("stream") == EVENTS)
-    families = {"jobs": (".job.", ".schedule."), "hooks": (".hook.",)}[step]
     with tempfile.TemporaryDirectory(prefix="jetdbt-record-") as home:
         stack = await Stack(
             load({"JETDBT_HOME": home, **HOOKS}), projectors=False, api=False
         ).start()
         try:
-            await (_jobs(stack.bus) if step == "jobs" else _hooks(stack))
+            roles = {}
+            if step == "jobs":
+                await _jobs(stack.bus)
+                families = (".job.", ".schedule.")
+            elif step == "hooks":
+                await _hooks(stack)
+                families = (".hook.",)
+            else:
+                roles = await _warehouse(stack, home)
+                families = tuple(f".{subjects.token(r)}." for r in roles.values())
             added = [
                 m
                 for m in await _messages(stack.bus.js, EVENTS)
                 if any(f in m["subject"] for f in families)
             ]
+            blobs = await _blobs(stack.bus.js, added)
         finally:
             await stack.stop()
     for i, m in enumerate(added, start=1):
         m["seq"] = last + i
+    meta, *rest = lines
+    if roles:
+        meta_doc = msgspec.json.decode(meta)
+        meta_doc["runs"].update(roles)
+        meta = msgspec.json.encode(meta_doc)
+    known = {d["digest"] for d in docs if d.get("kind") == "blob"}
+    new_blobs = [msgspec.json.encode(b) for b in blobs if b["digest"] not in known]
+    # Blobs go before every message (republish stores them first either way).
     data = gzip.compress(
-        b"\n".join([*lines, *(msgspec.json.encode(m) for m in added)]) + b"\n", mtime=0
+        b"\n".join([meta, *new_blobs, *rest, *(msgspec.json.encode(m) for m in added)]) + b"\n",
+        mtime=0,
     )
     path.write_bytes(data)
     print(f"appended {len(added)} messages to {path}", file=sys.stderr)
 
 
-async def _scenario(stack: Stack) -> dict:
+async def _scenario(stack: Stack, home: str) -> dict:
     bus, js = stack.bus, stack.bus.js
     step = time.perf_counter()
 
@@ -272,6 +317,8 @@ async def _scenario(stack: Stack) -> dict:
     timed("jobs")
     await _hooks(stack)
     timed("hooks")
+    observed = await _warehouse(stack, home)
+    timed("freshness and docs")
 
     return {
         "kind": "meta",
@@ -285,6 +332,7 @@ async def _scenario(stack: Stack) -> dict:
             "retried": retried.run_id,
             "refused": refused.run_id,
             "malformed": malformed,
+            **observed,
         },
         "refused_project": "never_deployed",
     }
@@ -296,7 +344,7 @@ async def record(path: Path = PATH) -> dict:
         settings = load({"JETDBT_HOME": home, **HOOKS})
         stack = await Stack(settings, projectors=False, api=False).start()
         try:
-            meta = await _scenario(stack)
+            meta = await _scenario(stack, home)
             messages = await _messages(stack.bus.js, COMMANDS)
             messages += await _messages(stack.bus.js, EVENTS)
             blobs = await _blobs(stack.bus.js, messages)
@@ -317,6 +365,5 @@ async def record(path: Path = PATH) -> dict:
 
 if __name__ == "__main__":
     flag = sys.argv[1:]
-    asyncio.run(
-        append(flag[0].removeprefix("--")) if flag in (["--jobs"], ["--hooks"]) else record()
-    )
+    appended = flag in (["--jobs"], ["--hooks"], ["--warehouse"])
+    asyncio.run(append(flag[0].removeprefix("--")) if appended else record())

@@ -9,22 +9,10 @@ from services import client
 from shared import events as ev
 from shared import subjects
 from shared.commands import CommandRejected, RunCommand, dbt_command, decode_run
+from tests.stale_source import SOURCE, add_stale_source
 
 pytestmark = pytest.mark.dbt
 
-# raw_orders' newest order is from 2018: stale by a day's threshold, not by a century's.
-SOURCES = """
-version: 2
-sources:
-  - name: shop
-    schema: main
-    loaded_at_field: "cast(order_date as timestamp)"
-    freshness:
-      warn_after: {count: 1, period: day}
-      error_after: {count: 36500, period: day}
-    tables:
-      - name: raw_orders
-"""
 MACRO = """
 {% macro greet(name) %}
   {% do log("hello " ~ name, info=True) %}
@@ -39,7 +27,7 @@ select * from {{ ref('stg_orders') }}
 
 
 def _extend(project):
-    (project / "models" / "staging" / "sources.yml").write_text(SOURCES)
+    add_stale_source(project)
     (project / "macros" / "greet.sql").write_text(MACRO)
     (project / "snapshots").mkdir()
     (project / "snapshots" / "orders_snapshot.sql").write_text(SNAPSHOT)
@@ -84,7 +72,7 @@ async def test_every_dbt_command_gives_its_structured_result(stack, project_copy
     fresh = await _run(stack, "source freshness")
     assert fresh.result.command == "source_freshness"
     (source,) = fresh.result.nodes
-    assert source.unique_id == "source.jaffle_shop.shop.raw_orders"
+    assert source.unique_id == SOURCE
     assert source.status == "warn" and source.outcome == "warned"
     assert "max_loaded_at 2018-" in source.message and "warn after 1 day" in source.message
     assert fresh.result.status == "passed"  # a warning is not a failure, as in dbt

@@ -122,6 +122,23 @@ EXPECTED = {
         lambda e: (e.requested_by, e.command_seq, e.event_id()),
         ("analyst@example.com", 44, f"run:jaffle_shop:{RUN}:cancel_requested:44"),
     ),
+    "run.catalog.v1": (
+        ev.CatalogGenerated,
+        lambda e: (
+            [(n.unique_id, len(n.columns)) for n in e.nodes],
+            (e.nodes[0].columns[3].name, e.nodes[0].columns[3].data_type),
+            e.generated_at.second,
+            e.subject(),
+            e.event_id(),
+        ),
+        (
+            [("model.jaffle_shop.orders", 5), ("source.jaffle_shop.shop.raw_orders", 2)],
+            ("status", "VARCHAR"),
+            11,
+            f"dbt.evt.run.jaffle_shop.{RUN}.catalog",
+            f"run:jaffle_shop:{RUN}:1:catalog",
+        ),
+    ),
     "run.log_kept.v1": (
         ev.RunLogKept,
         lambda e: (e.attempt, e.object, e.lines, e.bytes, e.subject(), e.event_id()),

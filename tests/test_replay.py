@@ -47,13 +47,16 @@ async def test_every_projection_table_has_one_owner(pg_url):
 
 async def test_replay_of_recorded_real_runs_finds_no_differences(recorded_stack):
     """The recorded log: a deploy, a passing and a failing build, a retry of the failing
-    one, a refused and a malformed run, two declared writes (one refused)."""
+    one, a refused and a malformed run, two declared writes (one refused), a freshness
+    check of one source and a catalog of nine nodes."""
     stack, log = recorded_stack, recording()
     report = await replay(stack.bus, stack.database_url, stack.settings.schema, show=100)
 
     rows = {t.table: t.live_rows for t in report.tables}
-    # Two builds of 23 nodes; the retry reran the failed test and the 4 nodes it skipped.
-    assert rows["runs"] == len(log.runs) == 5 and rows["run_nodes"] == 2 * 23 + 5
+    # Two builds of 23 nodes; the retry reran the failed test and the 4 nodes it skipped; the
+    # freshness check's one source, and docs generate's 23 compiled nodes.
+    assert rows["runs"] == len(log.runs) == 7 and rows["run_nodes"] == 2 * 23 + 5 + 1 + 23
+    assert rows["source_freshness"] == 1 and rows["node_catalog"] == 9
     assert rows["deploys"] == 1 and rows["retry_state"] == rows["environments"] == 1
     assert rows["relation_writes"] == 2
     assert {t.table for t in report.tables} == {t for ts in TABLES.values() for t in ts}

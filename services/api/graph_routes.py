@@ -10,10 +10,15 @@ read); a page's edges and column edges are those whose child (to_node) sorts int
 the page's range of ids, so every edge is served once. A relation's lists are capped
 and say which were cut; its `runs` are the latest runs whose nodes built it.
 
-A stored graph never changes; what a page adds to it (declared writes, retention)
-changes only when the graph fold applies an event. So a page's ETag is its graph's
-digest, the page and the graph fold's checkpoint: a client that has it gets a 304,
-and a page is encoded and gzip-compressed once, kept in memory and served as is.
+Each node also carries what the warehouse last said of it in its project, whichever
+version or run the graph is of: a source its last freshness check, a node the columns
+of the last catalog (`docs generate`) that listed it, with the warehouse's types.
+
+A stored graph never changes; what a page adds to it (declared writes, retention,
+freshness, catalog types) changes only when the graph, freshness or catalog fold
+applies an event. So a page's ETag is its graph's digest, the page and those folds'
+checkpoints: a client that has it gets a 304, and a page is encoded and
+gzip-compressed once, kept in memory and served as is.
 """
 
 from __future__ import annotations
@@ -41,7 +46,9 @@ WRITES_SHOWN = 50  # a relation's latest writes, and producers declared per rela
 RELATION_ROWS = 1000  # nodes, and readers, of one relation
 # Compressed graph pages kept in memory, the least recently served dropped first.
 CACHED_BYTES = 64 * 1024 * 1024
-_FOLD = "graph"  # the projector whose checkpoint moves whenever a graph page can change
+# The projectors whose checkpoints move whenever a graph page can change: the graph's own,
+# and those of what the warehouse said of its nodes (freshness, catalog types).
+_FOLDS = ["catalog", "freshness", "graph"]
 
 
 class _Nodes(NamedTuple):
@@ -100,9 +107,9 @@ class _Pages:
             self._size -= len(dropped)
 
 
-def _etag(graph_digest: str, checkpoint: int, want: _Nodes, served_as: tuple) -> str:
+def _etag(graph_digest: str, checkpoints: list[int], want: _Nodes, served_as: tuple) -> str:
     """Weak: the same page may go out compressed or not."""
-    tag = msgspec.json.encode([graph_digest, checkpoint, want.after, want.limit, *served_as])
+    tag = msgspec.json.encode([graph_digest, checkpoints, want.after, want.limit, *served_as])
     return f'W/"{digest_of(tag)[7:]}"'
 
 
@@ -145,8 +152,12 @@ async def _page(
     if head is None:
         return None
     want = _nodes_page(request)
-    checkpoint = await conn.fetchval("SELECT last_seq FROM checkpoints WHERE projector = $1", _FOLD)
-    etag = _etag(head["graph_digest"], checkpoint or 0, want, sorted(extra.items()))
+    checkpoints = await conn.fetchval(
+        "SELECT array_agg(coalesce(c.last_seq, 0) ORDER BY f.name) FROM unnest($1::text[])"
+        " AS f(name) LEFT JOIN checkpoints c ON c.projector = f.name",
+        _FOLDS,
+    )
+    etag = _etag(head["graph_digest"], checkpoints, want, sorted(extra.items()))
     if _not_modified(request, etag):
         return web.Response(status=304, headers={hdrs.ETAG: etag})
     page = pages.get(etag)
@@ -165,11 +176,25 @@ def _rows_json(select: str, order: str) -> str:
     return f"SELECT coalesce(json_agg(x ORDER BY {order}), '[]')::text FROM ({select}) x"
 
 
+# A node's last freshness check (sources only) and catalog types, by project and node.
+_FRESHNESS = (
+    "(SELECT json_build_object('status', f.status, 'outcome', f.outcome, 'message', f.message,"
+    " 'max_loaded_at', f.max_loaded_at, 'snapshotted_at', f.snapshotted_at, 'age_seconds',"
+    " f.age_seconds, 'warn_after', f.warn_after, 'error_after', f.error_after, 'run_id',"
+    " f.run_id) FROM source_freshness f WHERE f.project = $1 AND f.unique_id = n.unique_id"
+    " AND n.resource_type = 'source')"
+)
+_CATALOG = (
+    "(SELECT json_build_object('columns', k.columns, 'generated_at', k.generated_at,"
+    " 'run_id', k.run_id) FROM node_catalog k WHERE k.project = $1"
+    " AND k.unique_id = n.unique_id)"
+)
 # `declared_writes` is filled in for the nodes whose relation has any.
 _NODES = _rows_json(
     "SELECT unique_id, resource_type, name, package, relation, owned, materialized, tags,"
     " description, columns, column_schema, test_severity, test_kind, attached_node,"
-    f" raw_code, '[]'::json AS declared_writes, layer, layer_row AS row FROM graph_nodes {_WHERE}"
+    f" raw_code, '[]'::json AS declared_writes, {_FRESHNESS} AS freshness,"
+    f" {_CATALOG} AS catalog, layer, layer_row AS row FROM graph_nodes n {_WHERE}"
     " AND ($4::text IS NULL OR unique_id > $4) ORDER BY unique_id LIMIT $5",
     "x.unique_id",
 )

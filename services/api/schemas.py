@@ -17,6 +17,7 @@ from typing import Any
 import msgspec
 
 from projections.lag import Lags
+from shared.events import CatalogColumn, Threshold
 from shared.graph import Column, TypedColumn
 
 __all__ = [
@@ -413,6 +414,31 @@ class DeclaredWrite(_Body):
     written_at: datetime
 
 
+class SourceFreshness(_Body):
+    """A source's last freshness check (a `source freshness` run): dbt's status (pass, warn,
+    error, runtime error) and its outcome, its newest loaded_at, when dbt looked, the age in
+    seconds between the two, the source's own thresholds, and the run that checked it."""
+
+    status: str
+    outcome: str
+    message: str | None
+    max_loaded_at: datetime | None
+    snapshotted_at: datetime
+    age_seconds: float | None
+    warn_after: Threshold | None
+    error_after: Threshold | None
+    run_id: str
+
+
+class NodeCatalog(_Body):
+    """A node's relation as the last `docs generate` that listed it found it in the warehouse:
+    its columns in the warehouse's order, when the catalog was generated and by which run."""
+
+    columns: list[CatalogColumn]
+    generated_at: datetime
+    run_id: str
+
+
 class GraphNode(_Body):
     unique_id: str
     resource_type: str
@@ -430,6 +456,10 @@ class GraphNode(_Body):
     attached_node: str | None
     raw_code: str
     declared_writes: list[DeclaredWrite]
+    # What the warehouse said of the node, kept per project and node whatever the version:
+    # a source's last freshness check, and the columns of the last catalog that listed it.
+    freshness: SourceFreshness | None
+    catalog: NodeCatalog | None
     # Where the viewer draws a model, seed or snapshot: the column of its topological
     # generation in the whole graph, and its place in that column (else null).
     layer: int | None

@@ -8,7 +8,8 @@ snapshots, so a project with seeds could not run under after_all at all.
 
 Every other command (run, test, seed, snapshot, source freshness, run-operation, docs
 generate, show) is one invocation of its own dbt command, planned, checked, retried and
-reported the same way; only a build publishes the environment's state.
+reported the same way; only a build publishes the environment's state, and only docs
+generate the catalog's column types.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import asyncio
 
 import msgspec
 
-from services.runner import graph, selection
+from services.runner import catalog, graph, selection
 from services.runner import state as state_mod
 from services.runner.attempt import Attempt, Failed, Source
 from services.runner.context import RunnerContext
@@ -142,6 +143,8 @@ class _Build(Attempt):
         return code
 
     async def before_finished(self, result: ev.RunResult) -> None:
+        if self.label == "docs_generate":
+            await catalog.publish(self)  # the graph's column types, before the run's end
         if self.label != "build":
             return  # the environment's state is what a build left, never a part of it
         await state_mod.publish(

@@ -12,11 +12,12 @@ resumes from.
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime
 
 import msgspec
 
-from shared.events import NodeResult
+from shared.events import Freshness, NodeResult, Threshold
 from shared.outcomes import outcome
 from shared.quote import shorten
 
@@ -136,6 +137,34 @@ def _message(value, limit: int = MESSAGE_LIMIT) -> str | None:
     return None if value is None else shorten(str(value), limit)
 
 
+def _threshold(value) -> Threshold | None:
+    """A freshness criterion ({count, period}); None when unset or not of that shape."""
+    if not isinstance(value, dict) or not isinstance(value.get("period"), str):
+        return None
+    count = _int(value.get("count"))
+    return None if not count else Threshold(count=count, period=shorten(value["period"], 32))
+
+
+def _freshness(r: dict) -> Freshness | None:
+    """A sources.json entry's freshness (None for a run_results.json entry). Each field is
+    read on its own: one dbt wrote in a shape this does not know is left unset."""
+    if "max_loaded_at" not in r and "criteria" not in r:
+        return None
+    criteria = r.get("criteria") if isinstance(r.get("criteria"), dict) else {}
+    age = r.get("max_loaded_at_time_ago_in_s")
+    return Freshness(
+        max_loaded_at=_time(_text(r.get("max_loaded_at"))),
+        snapshotted_at=_time(_text(r.get("snapshotted_at"))),
+        age_seconds=float(age) if isinstance(age, int | float) and math.isfinite(age) else None,
+        warn_after=_threshold(criteria.get("warn_after")),
+        error_after=_threshold(criteria.get("error_after")),
+    )
+
+
+def _text(value) -> str | None:
+    return value if isinstance(value, str) else None
+
+
 def from_artifacts(run_results: dict, manifest: dict | None, round_: int = 0) -> list[NodeResult]:
     """Every node in run_results.json, named and typed from the manifest when it is there."""
     nodes = (manifest or {}).get("nodes", {})
@@ -162,6 +191,7 @@ def from_artifacts(run_results: dict, manifest: dict | None, round_: int = 0) ->
                 round=round_,
                 compiled_code=_message(r.get("compiled_code") or None, COMPILED_LIMIT),
                 thread=r.get("thread_id") or None,
+                freshness=_freshness(r),
             )
         )
     return out
@@ -244,24 +274,30 @@ def show_rows(record: dict) -> list[dict] | None:
     return kept
 
 
-def freshness_as_results(sources: dict) -> dict:
+_NAMED = ("unique_id", "status")  # what a sources.json entry must say, as text
+
+
+def freshness_as_results(sources) -> dict:
     """sources.json (what `dbt source freshness` writes in place of run_results.json) in
     run_results.json's shape, each source's message saying how old its data is against
-    its own thresholds."""
+    its own thresholds. An entry that is not an object, or whose id or status is not text,
+    is left out: what a malformed file says never fails the run's result."""
+    entries = sources.get("results") if isinstance(sources, dict) else None
     out = []
-    for r in sources.get("results", []):
+    for r in entries if isinstance(entries, list) else []:
+        if not (isinstance(r, dict) and all(isinstance(r.get(k), str) for k in _NAMED)):
+            continue
         message = r.get("error")
-        if message is None and r.get("max_loaded_at"):
-            criteria = r.get("criteria") or {}
+        fresh = _freshness(r)
+        if message is None and fresh is not None and _text(r.get("max_loaded_at")):
             limits = [
-                f"{kind} after {c['count']} {c['period']}"
-                for kind in ("warn", "error")
-                if (c := criteria.get(f"{kind}_after") or {}).get("count")
+                f"{kind} after {t.count} {t.period}"
+                for kind, t in (("warn", fresh.warn_after), ("error", fresh.error_after))
+                if t is not None
             ]
-            age = r.get("max_loaded_at_time_ago_in_s")
             message = f"max_loaded_at {r['max_loaded_at']}" + (
-                f", {age:.0f}s ago" if isinstance(age, int | float) else ""
+                f", {fresh.age_seconds:.0f}s ago" if fresh.age_seconds is not None else ""
             )
             message += f" ({'; '.join(limits)})" if limits else ""
         out.append({**r, "message": message})
-    return {**sources, "results": out}
+    return {**sources, "results": out} if isinstance(sources, dict) else {"results": out}

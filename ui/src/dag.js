@@ -1,5 +1,7 @@
 // A graph as the API serves it (pages of nodes and edges), folded into what is drawn:
-// models, seeds and snapshots, each test folded into the node it tests.
+// models, seeds and snapshots, and the sources whose freshness was checked (in a column
+// of their own before the first when the API placed the rest), each test folded into the
+// node it tests.
 import { api, seg } from "./api.js";
 import { SHOWN, TESTS } from "./constants.js";
 import { sleep } from "./dom.js";
@@ -35,10 +37,21 @@ export async function graphWhenKnown(runId, signal) {
   }
 }
 
+// A drawn node's name; a source's with its source's (`shop.raw_orders`): a seed may share
+// its table's.
+export const drawnName = (n) => (n.resource_type === "source"
+  ? n.unique_id.split(".").slice(2).join(".") : n.name);
+
 export function fold(graph) {
   const byId = new Map(graph.nodes.map((n) => [n.unique_id, n]));
   const drawn = new Map(), testsOf = new Map(), testedBy = new Map();
   for (const n of graph.nodes) if (SHOWN.has(n.resource_type)) drawn.set(n.unique_id, n);
+  const placed = [...drawn.values()].some((n) => n.layer != null);
+  let sourceRow = 0;
+  for (const n of graph.nodes) {
+    if (n.resource_type !== "source" || !n.freshness) continue;
+    drawn.set(n.unique_id, placed ? { ...n, layer: -1, row: sourceRow++ } : n);
+  }
   const parents = new Map();
   for (const e of graph.edges) {
     if (!parents.has(e.child)) parents.set(e.child, []);

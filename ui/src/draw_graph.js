@@ -15,6 +15,13 @@ function graphStyle(small) {
       "border-color": "#7a8591", "background-color": "data(fill)",
     } },
     { selector: "node[status = 'not_selected']", style: { "border-style": "dashed" } },
+    // A source's freshness chip (freshness.js), over the node's top right corner.
+    { selector: "node[chip]", style: {
+      "background-image": "data(chip)", "background-width": "data(chipWidth)",
+      "background-height": 14, "background-fit": "none", "background-clip": "none",
+      "background-image-containment": "over", "background-position-x": "100%",
+      "background-position-y": -9, "bounds-expansion": 12,
+    } },
     { selector: "node:selected", style: { "border-width": 3, "border-color": "#1d232a" } },
     { selector: "edge", style: small
       ? { width: 1, "curve-style": "bezier", "target-arrow-shape": "triangle",

@@ -4,10 +4,11 @@
 import { me, nodeActions } from "./actions.js";
 import { seg } from "./api.js";
 import { COLOURS } from "./constants.js";
-import { fold, graphAt } from "./dag.js";
+import { drawnName, fold, graphAt } from "./dag.js";
 import { h, link, relationLink, table } from "./dom.js";
 import { drawGraph, pagePosition } from "./draw_graph.js";
 import { focusForm, focusedIds, noSuchNode } from "./focus.js";
+import { chipData } from "./freshness.js";
 import { graphSections } from "./node_panel.js";
 import { provenance } from "./provenance.js";
 
@@ -60,9 +61,12 @@ export function lineageSection(project, params) {
             + "&depth=2", "+2 around it")],
         ]), ...graphSections(g));
     };
-    const cy = await drawGraph(graphBox, folded, ids,
-      (id) => ({ label: folded.drawn.get(id).name, status: "pending", fill: COLOURS.pending }),
-      select);
+    const looks = (id) => {
+      const n = folded.drawn.get(id);
+      return { label: drawnName(n), status: "pending", fill: COLOURS.pending,
+        ...chipData(n.freshness) };
+    };
+    const cy = await drawGraph(graphBox, folded, ids, looks, select);
     return { cy, select, position: (id) => pagePosition(cy, graphBox, id) };
   }
   return { elements, draw };

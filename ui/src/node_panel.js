@@ -4,16 +4,19 @@
 import { api, seg } from "./api.js";
 import { HISTORY_RUNS } from "./constants.js";
 import { h, link, pill, relationLink, table, when } from "./dom.js";
+import { freshnessRows } from "./freshness.js";
 import { historyChart } from "./history.js";
 
-// A column's type: the engine's (declared, else inferred), else the author's data_type.
+// A column's type: the warehouse's (the last catalog's), else the engine's (declared, else
+// inferred), else the author's data_type; the warehouse's columns first, in its order.
 function columnRows(g) {
+  const warehouse = new Map((g.catalog?.columns || []).map((c) => [c.name, c]));
   const typed = new Map((g.column_schema || []).map((c) => [c.name, c]));
-  const names = [...new Set([...(g.columns || []).map((c) => c.name), ...typed.keys()])];
   const declared = new Map((g.columns || []).map((c) => [c.name, c]));
+  const names = [...new Set([...warehouse.keys(), ...declared.keys(), ...typed.keys()])];
   return names.map((name) => {
-    const t = typed.get(name), d = declared.get(name);
-    return [name, t?.declared_type || t?.inferred_type || d?.data_type || "",
+    const w = warehouse.get(name), t = typed.get(name), d = declared.get(name);
+    return [name, w?.data_type || t?.declared_type || t?.inferred_type || d?.data_type || "",
       d?.description || t?.description || ""];
   });
 }
@@ -25,8 +28,12 @@ export function graphSections(g) {
       : [],
     g.tags?.length ? [h("h4", {}, "Tags"),
       h("p", { id: "node-tags" }, g.tags.map((t) => h("code", { class: "tag" }, t)))] : [],
+    g.freshness ? [h("h4", {}, "Freshness"),
+      table(["", ""], freshnessRows(g.freshness), { id: "node-freshness" })] : [],
     columns.length ? [h("h4", {}, `Columns (${columns.length})`),
-      table(["column", "type", "description"], columns, { id: "node-columns" })] : [],
+      g.catalog ? h("p", { class: "muted" },
+        `types as the warehouse listed them on ${when(g.catalog.generated_at)}`) : [],
+      table(["column", "type", "description"], columns, { id: "node-columns" })].flat() : [],
     h("h4", {}, "Raw SQL"), h("pre", {}, g.raw_code || "(not in the graph)"),
   ].flat();
 }

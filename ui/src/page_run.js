@@ -4,11 +4,12 @@
 import { Unauthorized, api, follow, seg } from "./api.js";
 import { me, nodeActions, runActions } from "./actions.js";
 import { COLOURS, DAGRE_UP_TO, FOCUS_ABOVE, LARGE_REDRAW_MS } from "./constants.js";
-import { fold, graphOf, graphWhenKnown } from "./dag.js";
+import { drawnName, fold, graphOf, graphWhenKnown } from "./dag.js";
 import { h, link, pill, show, sleep, view } from "./dom.js";
 import { drawGraph as drawDag, library, pagePosition } from "./draw_graph.js";
 import { failurePanel } from "./failures.js";
 import { focusForm, focusedIds, noSuchNode } from "./focus.js";
+import { chipData } from "./freshness.js";
 import { nodeDetail, nodePanel } from "./node_panel.js";
 import { badge, drawnOutcome } from "./outcomes.js";
 import { provenance } from "./provenance.js";
@@ -67,11 +68,12 @@ export async function runPage(runId, params, signal) {
   const testOutcomes = (id) => (folded.testsOf.get(id) || []).map(outcome);
   const label = (id) => {
     const marks = badge(testOutcomes(id));
-    return `${folded.drawn.get(id).name}${marks ? ` ${marks}` : ""}`;
+    return `${drawnName(folded.drawn.get(id))}${marks ? ` ${marks}` : ""}`;
   };
   const looks = (id) => {
     const status = outcome(id);
-    return { status, fill: COLOURS[status] || COLOURS.unknown };
+    return { status, fill: COLOURS[status] || COLOURS.unknown,
+      ...chipData(folded.drawn.get(id)?.freshness) };
   };
 
   let cy = null;
