@@ -181,13 +181,15 @@ async def _deliveries(site, project: str, hook: str) -> list[dict]:
 
 LOOPBACK_SPELLINGS = [
     "2130706433", "0x7f000001", "127.1", "0177.0.0.1", "0", "localhost.", "[::ffff:7f00:1]",
+    "[::7f00:1]", "[64:ff9b::a9fe:a9fe]", "[2002:7f00:1::1]", "224.0.0.1", "[ff02::1]",
 ]  # fmt: skip
 
 
 @pytest.mark.parametrize("host", LOOPBACK_SPELLINGS)
 async def test_a_hook_url_spelling_a_loopback_address_otherwise_is_refused(site, host):
     """`*` allows public hosts only; an address spelled as one number, in hex or octal, with
-    parts left out, or as a mapped IPv6 is still loopback to the resolver that posts."""
+    parts left out, or carried in IPv6 (mapped, compatible, NAT64, 6to4) is still loopback
+    or metadata to what posts; multicast is no receiver."""
     status, body = await _add(site, ALPHA, f"sp{abs(hash(host)) % 10**6}", f"http://{host}/hook")
     assert status == 400, body
     assert "JETDBT_WEBHOOK_HOSTS" in body["error"] or "address" in body["error"], body
