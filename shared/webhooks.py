@@ -100,16 +100,32 @@ def check_secret(secret: str) -> str:
 _NUMERIC_LABEL = re.compile(r"0x[0-9a-f]*|[0-9]+")
 
 
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+
+
+def _public(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    """A unicast address on the internet, an IPv4 one carried inside IPv6 (mapped, 6to4,
+    NAT64) judged as itself: Python's is_global alone passes ::7f00:1, 64:ff9b::7f00:1 and
+    multicast."""
+    if isinstance(address, ipaddress.IPv6Address):
+        inner = address.ipv4_mapped or address.sixtofour
+        if inner is None and address in _NAT64:
+            inner = ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+        if inner is not None:
+            return _public(inner)
+    return address.is_global and not (address.is_multicast or address.is_reserved)
+
+
 def _private(host: str) -> bool:
-    """Loopback, private, link-local or unspecified: an address inside the operator's own
-    network, which a hook reaches only when the operator listed it."""
+    """Loopback, private, link-local, unspecified or any other address no public receiver
+    has: inside the operator's own network, which a hook reaches only when listed."""
     if host in ("localhost", "localhost.localdomain") or host.endswith(".localhost"):
         return True
     try:
         address = ipaddress.ip_address(host)
     except ValueError:
         return False
-    return not address.is_global
+    return not _public(address)
 
 
 def listed(host: str, allowed: tuple[str, ...]) -> bool:
@@ -125,7 +141,7 @@ def check_address(host: str, address: str, allowed: tuple[str, ...]) -> None:
     """BadHook when `host`, not listed by name, resolved to `address` inside the operator's
     network: checked on every connection, so a DNS answer that changes after the hook was
     saved reaches no private address either."""
-    if listed(host, allowed) or ipaddress.ip_address(address.split("%")[0]).is_global:
+    if listed(host, allowed) or _public(ipaddress.ip_address(address.split("%")[0])):
         return
     raise BadHook(
         f"host {quote(host)} resolves to {address}, not a public address: the operator lists"

@@ -68,7 +68,8 @@ class Notifier:
             f"{subjects.HOOK_CONTROL}.*", queue=CONSUMER, cb=self._on_request
         )
         sub = await self.bus.js.pull_subscribe_bind(CONSUMER, stream=EVENTS)
-        lanes: dict[str, asyncio.Task] = {}
+        lanes: dict[str, asyncio.Task] = {}  # each project's last event's task
+        held: set[asyncio.Task] = set()  # every event's task not done yet
         try:
             async with Poster(self.settings.webhook_hosts) as poster:
                 while not stop.is_set():
@@ -78,15 +79,16 @@ class Notifier:
                         continue
                     for msg in msgs:
                         project = msg.subject.split(".")[3]
-                        lanes[project] = asyncio.create_task(
-                            self._in_lane(lanes.get(project), poster, msg)
-                        )
+                        task = asyncio.create_task(self._in_lane(lanes.get(project), poster, msg))
+                        lanes[project] = task
+                        held.add(task)
+                        task.add_done_callback(held.discard)
                     for project in [p for p, t in lanes.items() if t.done()]:
                         del lanes[project]
         finally:
-            for task in lanes.values():
+            for task in held:
                 task.cancel()
-            await asyncio.gather(*lanes.values(), return_exceptions=True)
+            await asyncio.gather(*held, return_exceptions=True)
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
             with contextlib.suppress(Exception):
