@@ -23,7 +23,7 @@ from shared import events as ev
 from shared import logging as jlog
 from shared import webhooks
 
-__all__ = ["Poster", "deliver", "TIMEOUT_SECONDS"]
+__all__ = ["Poster", "deliver", "give_up", "TIMEOUT_SECONDS"]
 
 TIMEOUT_SECONDS = 10
 _log = jlog.get("notifier")
@@ -88,6 +88,27 @@ class Poster:
             return 0, f"{type(exc).__name__}: {exc}"[:300]
 
 
+async def _record(
+    bus, hook: StoredHook, delivery: str, run_id: str, event: str, attempt: int, status: int,
+    state: str, error: str,
+) -> None:  # fmt: skip
+    await bus.publish(
+        ev.HookDelivered(
+            project=hook.project,
+            hook=hook.name,
+            delivery_id=delivery,
+            run_id=run_id,
+            event=event,
+            attempt=attempt,
+            status=status,
+            state=state,
+            error=error,
+        )  # fmt: skip
+    )
+    _log.info("hook_attempt", hook=hook.name, project=hook.project, attempt=attempt,
+              status=status, state=state)  # fmt: skip
+
+
 async def deliver(
     bus, poster: Poster, hook: StoredHook, body: bytes, delivery: str, run_id: str, event: str,
     attempts: int, retry_seconds: float, keep_alive=None,
@@ -96,24 +117,15 @@ async def deliver(
     for attempt in range(1, attempts + 1):
         status, error = await poster.post(hook, body, delivery)
         state = "delivered" if not error else ("dead" if attempt == attempts else "retrying")
-        await bus.publish(
-            ev.HookDelivered(
-                project=hook.project,
-                hook=hook.name,
-                delivery_id=delivery,
-                run_id=run_id,
-                event=event,
-                attempt=attempt,
-                status=status,
-                state=state,
-                error=error,
-            )  # fmt: skip
-        )
-        _log.info("hook_attempt", hook=hook.name, project=hook.project, attempt=attempt,
-                  status=status, state=state)  # fmt: skip
+        await _record(bus, hook, delivery, run_id, event, attempt, status, state, error)
         if state != "retrying":
             return state
         if keep_alive is not None:
             await keep_alive()
         await asyncio.sleep(retry_seconds * 2 ** (attempt - 1))
     return "dead"
+
+
+async def give_up(bus, hook: StoredHook, delivery: str, run_id: str, event: str, why: str):
+    """Record a delivery dead without trying it (its hook's backlog is full)."""
+    await _record(bus, hook, delivery, run_id, event, 1, 0, "dead", why)
