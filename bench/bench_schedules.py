@@ -1,12 +1,15 @@
 """How soon a schedule's fire becomes a started run: the delay from the fire (the time the
-NATS server stored the fire's run command) to the run's RunStarted, over N fires.
+NATS server stored the fire in DBT_SCHEDULES) to the run's RunStarted, over N fires, and of
+it the hop until DBT_COMMANDS sourced the fire as a run command.
 
 A stack this benchmark starts (its own nats-server, Postgres and DuckDB in a temporary
 home) with the example deployed and one job, a `run-operation` of a macro that only
 renders SQL (the cheapest dbt invocation it has), scheduled `@every JETDBT_BENCH_EVERY`
 seconds (default 4) until JETDBT_BENCH_FIRES (default 50) fires have started. Each fire
-is read from the log: `schedule.fired`'s `fired_at` (the fire message's own stream
-timestamp) and its run's `run.started` `at`. The delay holds the runner taking the
+is read from the log (`schedule.fired`, its run's `run.started` `at`) and from the streams:
+the run command it became (`command_seq`, whose `Nats-Stream-Source` names the fire's own
+sequence in DBT_SCHEDULES) and the fire itself, each with the time its stream stored it.
+The delay holds the runner taking the
 command, reading the job, its plan, and admission; a fire that comes while the previous
 run still holds the DuckDB file waits for it, so EVERY should exceed a run's length.
 
@@ -19,6 +22,7 @@ import asyncio
 import os
 import statistics
 import tempfile
+from datetime import datetime
 from pathlib import Path
 
 from services import client
@@ -26,6 +30,7 @@ from services.stack import Stack
 from shared import events as ev
 from shared import logging as jlog
 from shared import subjects
+from shared.bus import COMMANDS, SCHEDULES_STREAM
 from shared.commands import JobCommand, JobSpec, OperationCommand
 from shared.config import load
 
@@ -58,20 +63,30 @@ async def bench() -> None:
             ):
                 done = await client.job(stack.bus, PROJECT, command)
                 assert not isinstance(done, ev.JobRefused), done
-            delays = await _delays(stack.bus)
+            delays, hops = await _delays(stack.bus)
             await client.job(stack.bus, PROJECT, JobCommand(action="pause", name="bench"))
         finally:
             await stack.stop()
-    print(
-        f"fire to run started over {len(delays)} fires (@every {EVERY}s):"
-        f" p50 {statistics.median(delays) * 1000:.0f} ms,"
-        f" p99 {_pct(delays, 0.99) * 1000:.0f} ms, max {max(delays) * 1000:.0f} ms"
-    )
+    for what, values in (("fire to run started", delays), ("of it, fire to sourced", hops)):
+        print(
+            f"{what} over {len(values)} fires (@every {EVERY}s):"
+            f" p50 {statistics.median(values) * 1000:.0f} ms,"
+            f" p99 {_pct(values, 0.99) * 1000:.0f} ms, max {max(values) * 1000:.0f} ms"
+        )
 
 
-async def _delays(bus) -> list[float]:
-    """Seconds from each fire to its run's start, for the first FIRES fires."""
+async def _fire_times(bus, fire: ev.ScheduleFired) -> tuple[datetime, datetime]:
+    """When DBT_SCHEDULES stored the fire, and when DBT_COMMANDS stored it as a command."""
+    command = await bus.js.get_msg(COMMANDS, fire.command_seq)
+    source_seq = int((command.headers or {})["Nats-Stream-Source"].split()[1])
+    original = await bus.js.get_msg(SCHEDULES_STREAM, source_seq)
+    return original.time, command.time
+
+
+async def _delays(bus) -> tuple[list[float], list[float]]:
+    """Seconds from each fire to its run's start, and to its sourcing, for FIRES fires."""
     delays: dict[str, float] = {}
+    hops: dict[str, float] = {}
     fired: dict[str, ev.ScheduleFired] = {}
     queue: asyncio.Queue = asyncio.Queue()
 
@@ -91,11 +106,13 @@ async def _delays(bus) -> list[float]:
             elif isinstance(event, ev.RunStarted):
                 started[event.run_id] = event
             for run_id in set(fired) & set(started) - set(delays):
-                delays[run_id] = (started[run_id].at - fired[run_id].fired_at).total_seconds()
+                at, sourced = await _fire_times(bus, fired[run_id])
+                delays[run_id] = (started[run_id].at - at).total_seconds()
+                hops[run_id] = (sourced - at).total_seconds()
     finally:
         for sub in subs:
             await sub.unsubscribe()
-    return list(delays.values())
+    return list(delays.values()), list(hops.values())
 
 
 def main() -> None:

@@ -40,7 +40,7 @@ BATCH = 16
 # so one waiting in its lane behind a slow delivery is not delivered a second time.
 BEAT_SECONDS = 15.0
 # Deliveries of one hook that may wait behind the one it tries; past it one is given up.
-HOOK_BACKLOG = 4
+HOOK_BACKLOG = 16
 
 
 def event_of(event: ev.Event) -> str | None:
