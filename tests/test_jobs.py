@@ -1,7 +1,8 @@
 """Saved jobs and their schedules on one real stack: a job's runs carry its name and
 trigger everywhere a run is shown; a JetStream message schedule fires the job's run with
 no jetdbt process keeping time, across a restart of every jetdbt service, none lost or
-doubled, and stops when paused."""
+doubled, and stops when paused; the due times missed while the NATS server is down fire
+once when it returns."""
 
 from __future__ import annotations
 
