@@ -1,22 +1,23 @@
 """Saved jobs and their schedules on one real stack: a job's runs carry its name and
 trigger everywhere a run is shown; a JetStream message schedule fires the job's run with
 no jetdbt process keeping time, across a restart of every jetdbt service, none lost or
-doubled, and stops when paused."""
+doubled, and stops when paused; the due times missed while the NATS server is down fire
+once when it returns."""
 
 from __future__ import annotations
 
 import asyncio
 import re
+import time
 
 import aiohttp
 import msgspec
 import pytest
-from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from projections.replay import replay
 from services import client
 from services.runner import jobs
-from services.runner.jobs import SCHEDULER, check_schedules_supported
+from services.runner.jobs import check_schedules_supported
 from services.stack import Stack
 from shared import events as ev
 from shared.commands import (
@@ -24,55 +25,18 @@ from shared.commands import (
     JobCommand,
     JobRun,
     JobSpec,
-    OperationCommand,
     RunCommand,
     decode_job,
 )
 from tests.conftest import EXAMPLE
 from tests.helpers import auth_headers, get_json, jetdbt, wait_for
 from tests.recorded_log import settled
+from tests.schedule_fires import SPEC, at, events, fires, one_run_per_fire, paused, scheduled
 
 pytestmark = pytest.mark.dbt
 
 PROJECT = "jaffle_shop"
-# The cheapest dbt invocation the example has: a macro that only renders SQL.
-SPEC = JobSpec(
-    command=OperationCommand(macro="cents_to_dollars", macro_args={"column_name": "amount"})
-)
 EVERY = 2  # seconds between fires
-
-
-async def _all(js, stream: str, subject: str) -> list:
-    """Every message on `subject` in `stream`, in order."""
-    info = await js.stream_info(stream)
-    if not info.state.messages:
-        return []
-    sub = await js.pull_subscribe(
-        subject, stream=stream, config=ConsumerConfig(deliver_policy=DeliverPolicy.ALL)
-    )
-    found = []
-    try:
-        while True:
-            try:
-                found += await sub.fetch(200, timeout=1)
-            except TimeoutError:
-                return found
-    finally:
-        await sub.unsubscribe()
-
-
-async def _fires(js) -> list:
-    """The run commands the server published for a schedule (the header no client may set)."""
-    msgs = await _all(js, "DBT_COMMANDS", f"dbt.cmd.run.{PROJECT}.>")
-    return [m for m in msgs if (m.headers or {}).get(SCHEDULER)]
-
-
-async def _events(js, kind: type) -> list:
-    return [
-        e
-        for m in await _all(js, "DBT_EVENTS", "dbt.evt.>")
-        if isinstance(e := ev.decode(m.data), kind)
-    ]
 
 
 @pytest.mark.timeout(900)
@@ -133,38 +97,22 @@ async def test_a_job_runs_labelled_and_its_schedule_fires_across_a_restart(stack
     restarted = await Stack(settings).start()
     try:
         await wait_for(lambda: _at_least(restarted.bus.js, down_from + 4), timeout=90)
-        paused = await client.job(restarted.bus, PROJECT, JobCommand(action="pause", name="ops"))
-        assert isinstance(paused, ev.ScheduleSaved) and paused.state == "paused"
-        await asyncio.sleep(EVERY + 1)  # a fire already on its way may still land
-        fires = await _fires(restarted.bus.js)
+        found = await paused(restarted.bus, PROJECT, "ops", EVERY)
         await asyncio.sleep(2 * EVERY)
-        assert len(await _fires(restarted.bus.js)) == len(fires), "fired while paused"
+        assert len(await fires(restarted.bus.js, PROJECT)) == len(found), "fired while paused"
 
-        async def all_recorded():
-            requested = [
-                e
-                for e in await _events(restarted.bus.js, ev.RunRequested)
-                if e.trigger == "schedule"
-            ]
-            return requested if len(requested) >= len(fires) else None
-
-        requested = await wait_for(all_recorded, timeout=300)
         # One run per fire, none lost, none doubled, each labelled with the job.
-        assert sorted(e.command_seq for e in requested) == sorted(
-            m.metadata.sequence.stream for m in fires
-        )
-        assert {e.job for e in requested} == {"ops"}
-        assert len({e.run_id for e in requested}) == len(fires)
-        fired = await _events(restarted.bus.js, ev.ScheduleFired)
-        assert len(fired) == len(fires) and all(f.next_at for f in fired)
+        await one_run_per_fire(restarted.bus.js, "ops", found)
+        fired = await events(restarted.bus.js, ev.ScheduleFired)
+        assert len(fired) == len(found) and all(f.next_at for f in fired)
         # Fires came while no jetdbt service ran, and were run after the restart.
-        assert len(fires) > down_from + 1
+        assert len(found) > down_from + 1
 
         async def listed():
             status, body = await get_json(f"{restarted.api_url}/v1/projects/{PROJECT}/jobs")
             job = body["jobs"][0] if status == 200 and body["jobs"] else None
             schedule = job and job["schedule"]
-            return schedule if schedule and schedule["fires"] == len(fires) else None
+            return schedule if schedule and schedule["fires"] == len(found) else None
 
         schedule = await wait_for(listed, timeout=60)
         assert (schedule["state"], schedule["cron"]) == ("paused", f"@every {EVERY}s")
@@ -187,7 +135,7 @@ async def test_a_job_runs_labelled_and_its_schedule_fires_across_a_restart(stack
 
 
 async def _at_least(js, count: int) -> bool:
-    return len(await _fires(js)) >= count
+    return len(await fires(js, PROJECT)) >= count
 
 
 async def _fires_of(settings) -> list:
@@ -195,9 +143,42 @@ async def _fires_of(settings) -> list:
 
     bus = await connect(settings.nats_url, "test")
     try:
-        return await _fires(bus.js)
+        return await fires(bus.js, PROJECT)
     finally:
         await bus.close()
+
+
+NATS_DOWN = 4 * EVERY + 1  # seconds the server is away: four due times pass meanwhile
+
+
+@pytest.mark.timeout(600)
+async def test_fires_due_while_the_nats_server_is_down_become_one_fire_when_it_returns(
+    stack, nats_server
+):
+    """The server holds both the schedule and the stream, so nothing can fire while it is
+    down. Stopped as `jetdbt down` or an orchestrator stops it and started again, it fires
+    once for every due time it missed, at once, then keeps the schedule's cadence; that
+    fire is one run like any other."""
+    await scheduled(stack.bus, PROJECT, "ops", EVERY)
+    await wait_for(lambda: _at_least(stack.bus.js, 2), timeout=60)
+    await asyncio.to_thread(nats_server.stop)
+    down_at = time.time()
+    await asyncio.sleep(NATS_DOWN)
+    up_at = time.time()
+    await asyncio.to_thread(nats_server.start)
+
+    async def fired_since_return():
+        return len([f for f in await fires(stack.bus.js, PROJECT) if at(f) > up_at]) >= 3
+
+    await wait_for(fired_since_return, timeout=60)
+    found = await paused(stack.bus, PROJECT, "ops", EVERY)
+    since = [at(f) - up_at for f in found if at(f) > down_at]
+    assert since[0] >= 0, "a fire while the server was down"
+    assert since[0] < 1.5, f"the missed due times fired {since[0]:.2f}s after the restart"
+    # One fire for the four due times missed, not four: the next comes on the cadence,
+    # rounded to the second (1.5 to 2.5 s after that fire, as measured).
+    assert since[1] - since[0] > 1, since
+    await one_run_per_fire(stack.bus.js, "ops", found)
 
 
 def test_a_server_before_2_14_is_refused_naming_its_version():

@@ -41,7 +41,7 @@ pytestmark = [pytest.mark.dbt, pytest.mark.asyncio(loop_scope="module")]
 
 SHOP, BILLING = "jaffle_shop", "billing_shop"
 FAILING_TEST = "test.jaffle_shop.assert_positive_order_total"
-CHANGING = {"start_run", "retry_run", "cancel_run"}
+CHANGING = {"start_run", "retry_run", "cancel_run", "run_job", "change_job"}
 
 
 class Site(msgspec.Struct, kw_only=True):
@@ -389,3 +389,34 @@ async def test_resources_are_the_readmes_sections_and_the_descriptors_keys(site)
     assert agents.contents[0].text.startswith("## AI agents (MCP)")
     assert '"mcpServers"' in agents.contents[0].text
     assert "`retry_failed_nodes.delay_seconds`" in keys.contents[0].text
+
+
+async def test_a_runner_saves_lists_and_runs_a_job_and_a_viewer_is_refused_running_it(site):
+    """Last in the module: the job's run becomes alice's latest run of the project."""
+    job = {"command": {"label": "run_operation", "macro": "cents_to_dollars",
+                       "macro_args": {"column_name": "amount"}}}  # fmt: skip
+    async with _http(site, "alice") as mcp:
+        saved = await mcp.call_tool(
+            "change_job", {"project": SHOP, "action": "save", "name": "preview", "job": job}
+        )
+        assert not saved.is_error, saved
+
+        async def listed():
+            page = (await mcp.call_tool("list_jobs", {"project": SHOP})).structured_content
+            return next((j for j in page["jobs"] if j["name"] == "preview"), None)
+
+        found = await wait_for(listed, timeout=60, interval=0.5)
+        accepted = await mcp.call_tool("run_job", {"project": SHOP, "job": "preview"})
+        assert not accepted.is_error, accepted
+        run = await _follow(mcp, accepted.structured_content["run_id"])
+    assert found["spec"]["command"]["label"] == "run_operation" and found["schedule"] is None
+    assert (run["status"], run["job"], run["trigger"]) == ("passed", "preview", "api")
+    async with _http(site, "vera") as mcp:
+        names = {t.name for t in (await mcp.list_tools()).tools}
+        page = (await mcp.call_tool("list_jobs", {"project": SHOP})).structured_content
+        refused = _refusal(await mcp.call_tool("run_job", {"project": SHOP, "job": "preview"}))
+    assert "list_jobs" in names and not {"run_job", "change_job"} & names
+    assert [j["name"] for j in page["jobs"]] == ["preview"]
+    status, body = await _rest(site, "POST", f"/v1/projects/{SHOP}/jobs/preview/runs", "vera")
+    assert status == 403 and refused == {"status": 403, **body}
+    assert "needs role 'runner'" in body["error"]

@@ -200,6 +200,22 @@ TOOLS: tuple[Tool, ...] = (
     _route_tool("cancel_run", "Cancel a run", "POST", "/v1/runs/{run_id}/cancel",
                 "Cancel a run: a queued one never starts, a running one's dbt is killed.",
                 changes=True, idempotent=True),
+    _route_tool("list_jobs", "List a project's jobs", "GET", "/v1/projects/{project}/jobs",
+                "A project's saved jobs: each one's dbt command with its selection and vars,"
+                " its triggers, and its schedule (state, cron, time zone, fires so far, last"
+                " and next fire time)."),
+    _route_tool("run_job", "Run a saved job now", "POST", "/v1/projects/{project}/jobs/{job}/runs",
+                "Run a saved job now, as the log holds it; returns the run id at once, and the"
+                " run carries the job's name (follow it with get_run). The job's command may"
+                " write the warehouse.",
+                changes=True, idempotent=False),
+    _route_tool("change_job", "Save, schedule, pause or delete a job", "POST",
+                "/v1/projects/{project}/jobs",
+                "Publish a job command: `action` save (with `job`: {command, ...} as start_run"
+                " takes it), delete, schedule (`cron` with seconds first, `0 0 6 * * *`, or"
+                " `@every 30s`; `tz`), pause, resume or unschedule. Accepted at once; a runner"
+                " checks it, and list_jobs shows the job as it then is.",
+                changes=True, idempotent=False),
 )  # fmt: skip
 
 BY_NAME = {tool.name: tool for tool in TOOLS}
