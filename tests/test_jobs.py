@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
+from datetime import UTC, datetime
 
 import aiohttp
 import msgspec
@@ -210,3 +211,31 @@ def test_a_server_before_2_14_is_refused_naming_its_version():
 def test_a_malformed_job_command_is_refused_naming_why(body, reason):
     with pytest.raises(CommandRejected, match=re.escape(reason)):
         decode_job(body)
+
+
+class _Fire:
+    """A fire as the runner reads it: only its headers matter here."""
+
+    def __init__(self, next_due: str):
+        self.headers = {jobs.NEXT: next_due}
+
+
+async def test_a_due_time_fired_again_is_not_run_again(stack):
+    """A server restored from an older schedule state fires a due time again, as a new
+    message: the runner knows it by the due time it names, the one the job's last fire
+    named, and starts no second run; a redelivery of the fire itself goes on."""
+    recorded = ev.ScheduleFired(
+        project="repeat_shop",
+        job="ops",
+        run_id="c40",
+        fired_at=datetime(2026, 12, 1, 10, 0, 0, tzinfo=UTC),
+        next_at=datetime(2026, 12, 1, 10, 0, 2, tzinfo=UTC),
+        command_seq=40,
+    )
+    await stack.bus.publish(recorded)
+    run = RunCommand(command=JobRun(name="ops"))
+    same, later = _Fire("2026-12-01T10:00:02Z"), _Fire("2026-12-01T10:00:04Z")
+    assert await jobs.repeated_fire(stack.bus, "repeat_shop", run, same, 41)
+    assert not await jobs.repeated_fire(stack.bus, "repeat_shop", run, same, 40)
+    assert not await jobs.repeated_fire(stack.bus, "repeat_shop", run, later, 42)
+    assert not await jobs.repeated_fire(stack.bus, "other_shop", run, same, 41)

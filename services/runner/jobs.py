@@ -26,7 +26,15 @@ from shared import events as ev
 from shared.bus import SCHEDULES_STREAM
 from shared.quote import quote
 
-__all__ = ["SCHEDULER", "handle", "job_of", "fired", "is_fire", "check_schedules_supported"]
+__all__ = [
+    "SCHEDULER",
+    "handle",
+    "job_of",
+    "fired",
+    "is_fire",
+    "repeated_fire",
+    "check_schedules_supported",
+]
 
 # What the server sets on a message a schedule published and on one a stream sourced (a
 # client's publish that sets either is refused by the server).
@@ -184,18 +192,37 @@ def is_fire(msg, project: str, body: commands.RunCommand) -> bool:
     ) and headers.get(SOURCED, "").startswith(f"{SCHEDULES_STREAM} ")
 
 
+def _next_due(msg) -> datetime | None:
+    with contextlib.suppress(ValueError):  # a server that says no next fire
+        return datetime.fromisoformat((msg.headers or {}).get(NEXT, "").replace("Z", "+00:00"))
+    return None
+
+
+async def repeated_fire(bus, project: str, body: commands.RunCommand, msg, seq: int) -> bool:
+    """Whether a fire is one the job's schedule already made: a server that crashed
+    restores its schedules from a state it saved a while before, and may fire a due time
+    again, as a new message (so a new run id). Each fire names the due time after it, so
+    a fire naming the same one as the job's last recorded fire, under another command, is
+    that fire again. A redelivery of the same command is not (it goes on as itself)."""
+    last = await bus.last_event(subjects.schedule_event(project, body.command.name, "fired"))
+    due = _next_due(msg)
+    return (
+        isinstance(last, ev.ScheduleFired)
+        and due is not None
+        and last.next_at == due
+        and last.command_seq != seq
+    )
+
+
 def fired(msg, project: str, job: str, run_id: str, seq: int) -> ev.ScheduleFired | None:
     """The fire a run command is, when the server published it for `job`'s schedule."""
     if not is_fire(msg, project, commands.RunCommand(command=commands.JobRun(name=job))):
         return None
-    next_at = None
-    with contextlib.suppress(ValueError):  # a server that says no next fire
-        next_at = datetime.fromisoformat((msg.headers or {}).get(NEXT, "").replace("Z", "+00:00"))
     return ev.ScheduleFired(
         project=project,
         job=job,
         run_id=run_id,
         fired_at=msg.metadata.timestamp,
-        next_at=next_at,
+        next_at=_next_due(msg),
         command_seq=seq,
     )

@@ -255,6 +255,10 @@ class Runner:
             return
         # From here on the principal is the authenticated one (retry state is keyed by it).
         trigger = _trigger(msg, project, body, caller)
+        if trigger == "schedule" and await jobs.repeated_fire(bus, project, body, msg, seq):
+            # The server fired a due time again (restarted from an older schedule state).
+            self.log.info("schedule_fire_repeated", project=project, command_seq=seq)
+            return
         depth = body.depth if trigger in _CAUSED else 0
         body = msgspec.structs.replace(
             body, requested_by=caller.principal, trigger=trigger, depth=depth
