@@ -53,6 +53,9 @@ CLOSED_CHECK_SECONDS = 1.0  # how soon a service notices a connection closed wit
 # How long an event publish is retried: the event stream's duplicate window (from the
 # contract), so a retry of a publish that did land is still dropped as the duplicate it is.
 PUBLISH_RETRY_SECONDS = contract_mod.load().streams[EVENTS].duplicate_window_seconds
+# The server's 503s that are a stream's answer, not its absence: insufficient resources,
+# and a store that failed (a stream at its byte or message limit says so this way).
+STORE_REFUSED = (10023, 10077)
 # Errors that mean "the server is away or busy for now", not "this publish is wrong".
 TRANSIENT = (
     nats_errors.TimeoutError,
@@ -94,6 +97,8 @@ async def _until_stored(what: str, once, retry_for: float):
         try:
             return await once()
         except TRANSIENT as exc:
+            if getattr(exc, "err_code", None) in STORE_REFUSED:
+                raise  # the stream is full: waiting changes nothing
             if loop.time() + delay > deadline:
                 raise PublishFailed(
                     f"{what} was not stored within {retry_for:.0f}s: {exc.__class__.__name__}"
