@@ -1,8 +1,9 @@
 """A schedule's fires counted against its runs, read from the streams themselves.
 
-A fire is a run command the server published for a schedule (it carries the
-`Nats-Scheduler` header, which no client may set); its run is the runner's
-`run.requested` of trigger `schedule` for that command. One home for the counting the
+A fire is a message the server made in DBT_SCHEDULES for a schedule; DBT_COMMANDS sources
+it as a run command (carrying the `Nats-Scheduler` and `Nats-Stream-Source` headers, which
+no client may set); its run is the runner's `run.requested` of trigger `schedule` for that
+command. One home for the counting the
 schedule tests share: across a restart of the stack, of the NATS server, of a cluster node.
 """
 
@@ -18,6 +19,7 @@ from nats.js.api import ConsumerConfig, DeliverPolicy
 from services import client
 from services.runner.jobs import NEXT, SCHEDULER
 from shared import events as ev
+from shared import subjects
 from shared.commands import JobCommand, JobSpec, OperationCommand
 from tests.conftest import EXAMPLE
 from tests.helpers import wait_for
@@ -26,6 +28,8 @@ __all__ = [
     "SPEC",
     "messages",
     "fires",
+    "sourced",
+    "source_seq",
     "events",
     "at",
     "next_due",
@@ -71,9 +75,20 @@ async def _read(js, stream: str, subject: str) -> list:
 
 
 async def fires(js, project: str) -> list:
-    """The run commands the server published for a schedule of `project`."""
+    """The fires the server made for the schedules of `project`, in DBT_SCHEDULES."""
+    prefix = subjects.schedule_target(project, "x").rsplit(".", 1)[0]
+    return await messages(js, "DBT_SCHEDULES", f"{prefix}.*")
+
+
+async def sourced(js, project: str) -> list:
+    """The run commands DBT_COMMANDS holds for those fires (sourced from DBT_SCHEDULES)."""
     msgs = await messages(js, "DBT_COMMANDS", f"dbt.cmd.run.{project}.>")
     return [m for m in msgs if (m.headers or {}).get(SCHEDULER)]
+
+
+def source_seq(command) -> int:
+    """The sequence in DBT_SCHEDULES of the fire a sourced run command is."""
+    return int(command.headers["Nats-Stream-Source"].split()[1])
 
 
 async def events(js, kind: type) -> list:
@@ -85,7 +100,7 @@ async def events(js, kind: type) -> list:
 
 
 def at(fire) -> float:
-    """When the server published a fire (its stream time), in epoch seconds."""
+    """When the server made a fire (its time in DBT_SCHEDULES), in epoch seconds."""
     return fire.metadata.timestamp.timestamp()
 
 
@@ -95,8 +110,19 @@ def next_due(fire) -> datetime:
 
 
 async def one_run_per_fire(js, job: str, found: list, timeout: float = 300) -> list:
-    """Wait until the runners recorded a run for every fire in `found`; assert one run per
-    fire (none lost, none doubled, run ids unique, each of `job`); the runs' requests."""
+    """Wait until every fire in `found` is a run command and the runners recorded a run
+    for each; assert one run per fire (none lost, none doubled, run ids unique, each of
+    `job`); the runs' requests."""
+    project = found[0].subject.split(".")[3]
+
+    async def all_sourced():
+        commands = await sourced(js, project)
+        return commands if len(commands) >= len(found) else None
+
+    commands = await wait_for(all_sourced, timeout=timeout)
+    assert sorted(source_seq(c) for c in commands) == sorted(
+        f.metadata.sequence.stream for f in found
+    ), "a fire was sourced twice, or one not made by the schedule"
 
     async def all_recorded():
         requested = [e for e in await events(js, ev.RunRequested) if e.trigger == "schedule"]
@@ -104,7 +130,7 @@ async def one_run_per_fire(js, job: str, found: list, timeout: float = 300) -> l
 
     requested = await wait_for(all_recorded, timeout=timeout)
     assert sorted(e.command_seq for e in requested) == sorted(
-        m.metadata.sequence.stream for m in found
+        c.metadata.sequence.stream for c in commands
     )
     assert {e.job for e in requested} == {job}
     assert len({e.run_id for e in requested}) == len(found)

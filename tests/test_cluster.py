@@ -18,7 +18,16 @@ from tests.chaos.harness import Tally, World, gate_project, start_cluster
 from tests.chaos.outages import leader_outage
 from tests.conftest import EXAMPLE
 from tests.helpers import jetdbt, wait_for
-from tests.schedule_fires import at, fires, next_due, one_run_per_fire, paused, scheduled
+from tests.schedule_fires import (
+    at,
+    fires,
+    next_due,
+    one_run_per_fire,
+    paused,
+    scheduled,
+    source_seq,
+    sourced,
+)
 
 pytestmark = pytest.mark.dbt
 
@@ -117,10 +126,13 @@ async def test_a_schedule_across_its_streams_leader_stopped(stack, cluster, sig)
     assert dues == sorted(set(dues)), "a due time fired twice"
     gaps = [(at(a), at(b) - at(a)) for a, b in zip(found, found[1:], strict=False)]
     late = [(start, gap) for start, gap in gaps if gap > EVERY + 1]
+    await one_run_per_fire(js, "ops", found)
+    made = {f.metadata.sequence.stream: at(f) for f in found}
+    lag = max(at(c) - made[source_seq(c)] for c in await sourced(js, "jaffle_shop"))
+    print(f"{sig.name}: gaps {[round(g, 2) for _, g in gaps]}, longest sourcing {lag:.1f} s")
     if sig == signal.SIGTERM:
         assert not late, f"a restart lost or delayed fires: {late}"
     # One late fire, the one a new leader makes for the leaderless window; no burst after it.
     assert len(late) <= 1, late
     assert all(start < killed_at and gap < ELECTION + EVERY + 2 for start, gap in late), late
     assert min(gap for _, gap in gaps) > 1, gaps
-    await one_run_per_fire(js, "ops", found)
