@@ -376,6 +376,7 @@ async def test_external_publishes_are_bounded_in_size_and_rate(site):
     refused once and then dropped; /metrics counts them per principal."""
     sys_b, _ = site.systems["sys_b"]
     js = sys_b.jetstream()
+    await js.publish(subjects.command("run", BETA, "sys_b"), b"{}")  # counted in /metrics
     big = f"dbt://main/raw/big_{uuid.uuid4().hex[:6]}"
     await js.publish(subjects.intake_write("sys_b", big), _write(big, "sys_b", pad="x" * 20_000))
     refused = await _relation_event(site, ev.RelationRefused, lambda e: e.relation == big)

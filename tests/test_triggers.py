@@ -35,7 +35,7 @@ from shared.relations import normalise
 from shared.run_writes import deployed_graph, project_writes, written
 from tests.conftest import EXAMPLE
 from tests.helpers import JETDBT, cli_env, up_stack, wait_for
-from tests.test_jobs import SPEC, _all, _events
+from tests.schedule_fires import SPEC, events, messages
 from tests.test_nats_door import _write
 
 pytestmark = pytest.mark.dbt
@@ -64,11 +64,11 @@ async def _refused(bus, seq: int) -> ev.JobRefused | None:
 
 
 async def _runs_of(js, job: str) -> list[ev.RunRequested]:
-    return [r for r in await _events(js, ev.RunRequested) if r.job == job]
+    return [r for r in await events(js, ev.RunRequested) if r.job == job]
 
 
 async def _finished(js, run_id: str) -> ev.RunFinished | None:
-    found = [f for f in await _events(js, ev.RunFinished) if f.run_id == run_id]
+    found = [f for f in await events(js, ev.RunFinished) if f.run_id == run_id]
     return found[0] if found else None
 
 
@@ -138,7 +138,7 @@ async def test_a_declared_write_triggers_one_run_and_its_end_one_after_run(tmp_p
 
         # The same event handled again starts nothing: its run id is the one it started.
         write = next(
-            m for m in await _all(bus.js, "DBT_EVENTS", subjects.relation_event(FEED, "*"))
+            m for m in await messages(bus.js, "DBT_EVENTS", subjects.relation_event(FEED, "*"))
             if isinstance(ev.decode(m.data), ev.RelationMaterialized)
         )  # fmt: skip
         index = JobIndex()
