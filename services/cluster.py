@@ -23,10 +23,11 @@ import urllib.request
 from pathlib import Path
 
 import msgspec
+from nats.js.errors import BadRequestError
 
 from services.embedded import free_port, nats_binary
 from shared import contract
-from shared.bus import EVENTS
+from shared.bus import EVENTS, TRANSIENT
 
 __all__ = ["NatsCluster", "replicate"]
 
@@ -184,6 +185,11 @@ class NatsCluster:
             node.halt(signal.SIGTERM)
 
 
+# The server's "no suitable peers for placement": a replicated stream asked of a cluster
+# whose nodes do not all know each other yet.
+NO_PEERS = 10005
+
+
 async def replicate(js, replicas: int = 3) -> None:
     """Ensure the contract with every stream, key-value and object-store bucket at
     `replicas` (never fewer than streams.yaml declares).
@@ -198,7 +204,7 @@ async def replicate(js, replicas: int = 3) -> None:
         name: msgspec.structs.replace(s, replicas=max(s.replicas, replicas))
         for name, s in spec.streams.items()
     }
-    await contract.ensure(js, msgspec.structs.replace(spec, streams=streams))
+    await _placed(js, msgspec.structs.replace(spec, streams=streams))
     backing = [f"KV_{name}" for name in spec.key_value]
     backing += [f"OBJ_{name}" for name in spec.object_stores]
     for name in backing:
@@ -207,6 +213,21 @@ async def replicate(js, replicas: int = 3) -> None:
             config.num_replicas = replicas
             await js.update_stream(config)
     await _all_current(js, [*streams, *backing], replicas)
+
+
+async def _placed(js, spec: contract.Contract, timeout: float = 60.0) -> None:
+    """Ensure `spec`, again while the cluster's nodes still learn of each other: a node
+    healthy on its own may not yet count its peers (the server answers "no suitable peers
+    for placement"), and a loaded meta leader may not answer in time (ensure is idempotent)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return await contract.ensure(js, spec)
+        except (BadRequestError, TRANSIENT) as exc:
+            placing = not isinstance(exc, BadRequestError) or exc.err_code == NO_PEERS
+            if not placing or time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.5)
 
 
 async def _all_current(js, names: list[str], replicas: int, timeout: float = 30.0) -> None:

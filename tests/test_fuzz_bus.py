@@ -425,31 +425,31 @@ async def test_hostile_events_are_dead_lettered_and_later_events_project(stack, 
         bad = await js.publish(subject, data)
         event, sql, key = _sentinel(family, next(count), graph_digest)
         good = await stack.bus.publish(event)
-        # Every fold that reads the hostile event's subject and the valid one's.
-        readers = [
-            name
-            for name, patterns in FOLDS.items()
-            if subjects.SubjectFilter(patterns)(subject)
-            or subjects.SubjectFilter(patterns)(event.subject())
-        ]
+        # Each fold that reads the hostile event's subject or the valid one's, and the last
+        # of the two it reads: a fold's checkpoint moves only over what it reads.
+        reached: dict[str, int] = {}
+        for seq, on in ((bad.seq, subject), (good.seq, event.subject())):
+            for name, patterns in FOLDS.items():
+                if subjects.SubjectFilter(patterns)(on):
+                    reached[name] = seq
 
         async def passed():
             async with stack.pool.acquire() as conn:
-                done = await conn.fetchval(
-                    "SELECT count(*) = $3 FROM checkpoints"
-                    " WHERE projector = ANY($1::text[]) AND last_seq >= $2",
-                    readers,
-                    good.seq,
-                    len(readers),
+                at = dict(
+                    await conn.fetch(
+                        "SELECT projector, last_seq FROM checkpoints"
+                        " WHERE projector = ANY($1::text[])",
+                        list(reached),
+                    )
                 )
-                if not done:
+                if any(at.get(name, 0) < seq for name, seq in reached.items()):
                     return None
                 dead = await conn.fetch(
                     "SELECT projector, error FROM dead_letters"
                     " WHERE stream_seq = ANY($1::bigint[])",
                     [bad.seq, good.seq],
                 )
-                return [dict(d) for d in dead], await conn.fetchval(sql, key) == 1, readers
+                return [dict(d) for d in dead], await conn.fetchval(sql, key) == 1
 
         return await wait_for(passed, timeout=20, interval=0.02)
 
@@ -457,7 +457,7 @@ async def test_hostile_events_are_dead_lettered_and_later_events_project(stack, 
     @given(hostile_events())
     def each_is_dead_lettered_or_applied(hostile):
         family, subject, data = hostile
-        dead, valid_projected, readers = run(projected(family, subject, data))
+        dead, valid_projected = run(projected(family, subject, data))
         assert valid_projected, "the valid event after a hostile one did not project"
         problem = _decodes(data)
         on_subject = sorted(
