@@ -249,7 +249,7 @@ async def test_a_500_node_timeline_a_viewers_disabled_actions_and_a_cancelled_no
     async with async_playwright() as pw:
         chromium = await browser(pw)
         page, errors = await _run_page(chromium, stack, bearer, "wide")
-        await page.wait_for_selector("#timeline-svg", timeout=30_000)
+        await page.wait_for_selector("#timeline-svg", timeout=90_000)
         assert await page.locator("#timeline-svg rect.bar").count() == 500
         lanes = await page.evaluate(
             "[...document.querySelectorAll('#timeline-svg > text')].map(t => t.textContent)"
