@@ -184,12 +184,14 @@ def is_fire(msg, project: str, body: commands.RunCommand) -> bool:
     """Whether a run command is the server's fire of its job's schedule: headers only the
     server sets (a client's publish carrying them is refused) naming the definition a
     runner stored for this project's job, sourced from DBT_SCHEDULES."""
-    if not isinstance(body.command, commands.JobRun):
-        return False
+    return isinstance(body.command, commands.JobRun) and _fired_by(msg, project, body.command.name)
+
+
+def _fired_by(msg, project: str, job: str) -> bool:
     headers = msg.headers or {}
-    return headers.get(SCHEDULER) == subjects.schedule_definition(
-        project, body.command.name
-    ) and headers.get(SOURCED, "").startswith(f"{SCHEDULES_STREAM} ")
+    return headers.get(SCHEDULER) == subjects.schedule_definition(project, job) and headers.get(
+        SOURCED, ""
+    ).startswith(f"{SCHEDULES_STREAM} ")
 
 
 def _next_due(msg) -> datetime | None:
@@ -216,7 +218,7 @@ async def repeated_fire(bus, project: str, body: commands.RunCommand, msg, seq: 
 
 def fired(msg, project: str, job: str, run_id: str, seq: int) -> ev.ScheduleFired | None:
     """The fire a run command is, when the server published it for `job`'s schedule."""
-    if not is_fire(msg, project, commands.RunCommand(command=commands.JobRun(name=job))):
+    if not _fired_by(msg, project, job):
         return None
     return ev.ScheduleFired(
         project=project,
