@@ -30,8 +30,8 @@ from pathlib import Path
 import yaml
 from gen_project import generate
 
-from services import client
-from services.stack import Stack
+from services.cli import client
+from services.stack.composition import Stack
 from shared import events as ev
 from shared import identity
 from shared import logging as jlog

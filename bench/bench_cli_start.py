@@ -26,8 +26,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from services.embedded import NatsServer, start_postgres  # noqa: E402
-from services.stack import Stack  # noqa: E402
+from services.stack.composition import Stack  # noqa: E402
+from services.stack.embedded import NatsServer, start_postgres  # noqa: E402
 from shared import logging as jlog  # noqa: E402
 from shared.config import load  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""What an engine environment costs (services/runner/environments.py): its first use, and
+"""What an engine environment costs (services/runner/provision/environments.py): its first use, and
 whether a project built in one keeps the warm dbt's speed over plain dbt.
 
 - first use: dbt-sqlite provisioned into an empty environments folder, once with an empty
@@ -28,7 +28,7 @@ import yaml
 from bench_overhead import THREADS, Jetdbt, Plain, alternate, env_int, start_stack
 from gen_project import generate
 
-from services.runner import environments
+from services.runner.provision import environments
 from shared import logging as jlog
 from shared.config import load
 

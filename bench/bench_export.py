@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 import pyarrow.parquet as pq  # noqa: E402
 
-from services.embedded import NatsServer  # noqa: E402
+from services.stack.embedded import NatsServer  # noqa: E402
 from shared import logging as jlog  # noqa: E402
 from shared.bus import EVENTS, connect  # noqa: E402
 from shared.reader import last_seq  # noqa: E402

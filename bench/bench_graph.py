@@ -26,10 +26,10 @@ import aiohttp
 import msgspec
 from gen_project import generate
 
-from services import client
+from services.cli import client
 from services.runner import graph
 from services.runner.context import RunnerContext
-from services.stack import Stack
+from services.stack.composition import Stack
 from shared import events as ev
 from shared import logging as jlog
 from shared.config import load

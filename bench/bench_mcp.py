@@ -28,7 +28,7 @@ import httpx2  # noqa: E402
 from mcp import Client, StdioServerParameters  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 
-from services.stack import Stack  # noqa: E402
+from services.stack.composition import Stack  # noqa: E402
 from shared import logging as jlog  # noqa: E402
 from shared.config import load  # noqa: E402
 

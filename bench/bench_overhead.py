@@ -43,8 +43,8 @@ import aiohttp
 import msgspec
 from gen_project import generate
 
-from services import client
-from services.stack import Stack
+from services.cli import client
+from services.stack.composition import Stack
 from shared import events as ev
 from shared import logging as jlog
 from shared import subjects

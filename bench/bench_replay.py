@@ -31,7 +31,7 @@ from nats.js import api  # noqa: E402
 from projections.catch_up import catch_up  # noqa: E402
 from projections.migrate import connect_pool, quote_ident  # noqa: E402
 from projections.registry import FOLDS  # noqa: E402
-from services.embedded import NatsServer, start_postgres  # noqa: E402
+from services.stack.embedded import NatsServer, start_postgres  # noqa: E402
 from shared import contract  # noqa: E402
 from shared import events as ev  # noqa: E402
 from shared import logging as jlog  # noqa: E402

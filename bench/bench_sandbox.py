@@ -1,4 +1,4 @@
-"""What the sandbox costs (services/runner/sandbox.py): per invocation, and on whole runs.
+"""What the sandbox costs (services/runner/process/sandbox.py): per invocation, and on whole runs.
 
 In one process, alternating (so a busy machine weighs on both alike):
 
@@ -33,8 +33,8 @@ from pathlib import Path
 from bench_overhead import EXAMPLE, Jetdbt, Plain, alternate, env_int, pct, start_stack
 from gen_project import generate
 
-from services.runner import spawn
-from services.runner.containment import Containment
+from services.runner.process import spawn
+from services.runner.process.containment import Containment
 from shared import logging as jlog
 from shared.config import load
 

@@ -52,14 +52,14 @@ from gen_project import generate
 
 from services.access.local import cli_token
 from services.api.graph_routes import NODES_PER_PAGE
-from services.stack_file import read_stack_file
+from services.stack.stack_file import read_stack_file
 from shared.config import load
 
 BIN = Path(sys.executable).parent
 GOALS = {50: 0.3, 500: 0.8, 5000: 0.85}  # jetdbt run / plain dbt build, at most
 GOAL_GRAPH_FIRST = 0.100
 SAMPLE_SECONDS = 0.2
-FORKSERVER = "services.runner.forkserver"
+FORKSERVER = "services.runner.process.forkserver"
 
 
 def _ints(name: str, default: str) -> list[int]:

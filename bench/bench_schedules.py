@@ -25,8 +25,8 @@ import tempfile
 from datetime import datetime
 from pathlib import Path
 
-from services import client
-from services.stack import Stack
+from services.cli import client
+from services.stack.composition import Stack
 from shared import events as ev
 from shared import logging as jlog
 from shared import subjects

@@ -29,8 +29,8 @@ from pathlib import Path
 from bench_schedules import _pct
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
-from services import client
-from services.stack import Stack
+from services.cli import client
+from services.stack.composition import Stack
 from services.triggers.manager import run_id_for
 from shared import events as ev
 from shared import logging as jlog

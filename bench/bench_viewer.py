@@ -30,10 +30,10 @@ import aiohttp
 from gen_project import generate
 from playwright.async_api import async_playwright
 
-from services import client
 from services.api.event_stream import STREAM
 from services.api.ui_routes import viewer_url
-from services.stack import Stack
+from services.cli import client
+from services.stack.composition import Stack
 from shared import events as ev
 from shared import identity
 from shared import logging as jlog

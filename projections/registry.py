@@ -6,16 +6,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from projections.catalog import CatalogFold
-from projections.deploys import DeploysFold
-from projections.environments import EnvironmentsFold
-from projections.freshness import FreshnessFold
-from projections.graph import GraphFold
-from projections.hooks import HooksFold
-from projections.jobs import JobsFold
+from projections.folds.catalog import CatalogFold
+from projections.folds.deploys import DeploysFold
+from projections.folds.environment_state import EnvironmentsFold
+from projections.folds.freshness import FreshnessFold
+from projections.folds.graph import GraphFold
+from projections.folds.hooks import HooksFold
+from projections.folds.jobs import JobsFold
+from projections.folds.progress import ProgressFold
+from projections.folds.retry_state import RetryFold
 from projections.loop import Fold
-from projections.progress import ProgressFold
-from projections.retry_state import RetryFold
 from shared.bus import Bus
 
 __all__ = ["FOLDS", "TABLES"]

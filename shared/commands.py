@@ -296,7 +296,7 @@ class RunCommand(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
                 )
 
 
-# What a deploy may say of the folder it came from (services/deploy_source.py): a few marks.
+# What a deploy may say of the folder it came from (services/cli/deploy_source.py): a few marks.
 SourceMarks = Annotated[
     list[Annotated[str, msgspec.Meta(max_length=200)]], msgspec.Meta(max_length=8)
 ]

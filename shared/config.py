@@ -61,7 +61,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # Who the CLI's commands speak for (JETDBT_PRINCIPAL; default: the login name). Only
     # an operator's NATS user may name any principal; a system's user only its own.
     principal: str | None = None
-    # The sandbox every dbt invocation runs in (services/runner/containment.py): off only
+    # The sandbox every dbt invocation runs in (services/runner/process/containment.py): off only
     # by an explicit JETDBT_SANDBOX=off; the uid a root runner's children run as; the
     # memory and CPUs each invocation may use; an operator's delegated cgroup v2 folder.
     sandbox: bool = True
@@ -72,7 +72,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # Folders every run may read besides its job (shared reference files); JETDBT_HOME
     # stays hidden even inside one of them.
     sandbox_read: tuple[Path, ...] = ()
-    # Engine environments (services/runner/environments.py): the dbt-core range an
+    # Engine environments (services/runner/provision/environments.py): the dbt-core range an
     # adapter's environment resolves within, the adapters beyond the known ones an operator
     # trusts to install, where environments are kept, and how long an idle one's warm
     # dbt stays up.

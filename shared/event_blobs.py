@@ -25,7 +25,7 @@ __all__ = ["INLINE_BYTES", "CATALOG_BYTES", "split", "result_split", "resolved"]
 # to write or read, and the event stays far below MAX_EVENT_BYTES beside what else it says.
 INLINE_BYTES = 64 * 1024
 # The most a catalog's nodes may weigh in their blob: far over what the runner's bounds
-# (services/runner/catalog.py) let it write.
+# (services/runner/after/catalog.py) let it write.
 CATALOG_BYTES = 32 * 1024 * 1024
 
 _nodes = msgspec.json.Decoder(list[ev.NodeResult])

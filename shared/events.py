@@ -242,7 +242,7 @@ class Deployed(_DeployEvent, frozen=True, kw_only=True, tag="deploy.deployed.v2"
     files_blob: Blob | None = None
     # How many files the deploy left out; `skipped` names the first of them (0: all named).
     skipped_count: int = 0
-    # The folder it came from, as its deploy named it (services/deploy_source.py), and its
+    # The folder it came from, as its deploy named it (services/cli/deploy_source.py), and its
     # command's stream sequence: the current version is the deployed one submitted last.
     source: list[str] = []
     command_seq: int = 0
@@ -250,7 +250,7 @@ class Deployed(_DeployEvent, frozen=True, kw_only=True, tag="deploy.deployed.v2"
     # what a later deploy commits to reuse the resolution (packages.resolution_key).
     package_lock_digest: str | None = None
     # The engine environment's every package at its exact version, when the adapter runs in
-    # one provisioned for it (services/runner/environments.py); {}: jetdbt's own.
+    # one provisioned for it (services/runner/provision/environments.py); {}: jetdbt's own.
     environment_lock: dict[str, str] = {}
     _kind = "deployed"
 

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from services.embedded import NatsServer, start_postgres
-from services.runner import spawn
-from services.stack import Stack
+from services.runner.process import spawn
+from services.stack.composition import Stack
+from services.stack.embedded import NatsServer, start_postgres
 from shared import logging as jlog
 from shared.config import load
 from tests.helpers import use_token
@@ -27,7 +27,7 @@ EXAMPLE = ROOT / "examples" / "jaffle_shop"
 
 jlog.configure("warning")
 # The stacks tests start record themselves here, not among the user's own running stacks
-# (services/stack_file.py): a CLI a person runs meanwhile must not find a test's stack.
+# (services/stack/stack_file.py): a CLI a person runs meanwhile must not find a test's stack.
 os.environ.setdefault("JETDBT_STACKS_DIR", tempfile.mkdtemp(prefix="jetdbt-test-stacks-"))
 
 

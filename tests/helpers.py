@@ -53,7 +53,7 @@ async def up_stack(home: Path, pg_url: str):
     file a CLI in another process finds it by."""
     import uuid
 
-    from services.stack import Stack
+    from services.stack.composition import Stack
     from shared.config import load
 
     settings = load(

@@ -51,8 +51,8 @@ import msgspec
 from aiohttp import web
 from nats.js.errors import ObjectNotFoundError
 
-from services import client
-from services.stack import Stack
+from services.cli import client
+from services.stack.composition import Stack
 from shared import events as ev
 from shared import subjects
 from shared.bus import BLOBS, COMMANDS, EVENTS

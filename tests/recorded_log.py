@@ -20,7 +20,7 @@ import msgspec
 import pytest
 
 from projections import lag
-from services.stack import Stack
+from services.stack.composition import Stack
 from shared import contract
 from shared import events as ev
 from shared.bus import EVENTS, Bus

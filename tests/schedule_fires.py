@@ -16,8 +16,8 @@ from datetime import datetime
 import nats.errors
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
-from services import client
-from services.runner.jobs import NEXT, SCHEDULER
+from services.cli import client
+from services.runner.facts.jobs import NEXT, SCHEDULER
 from shared import events as ev
 from shared import subjects
 from shared.commands import JobCommand, JobSpec, OperationCommand

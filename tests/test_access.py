@@ -24,9 +24,9 @@ from nats.errors import Error as NatsError
 from nats.js.api import StreamConfig
 from nats.js.errors import NotFoundError
 
-from services import client
 from services.access.local import access_dir, nats_logins
-from services.stack import Stack
+from services.cli import client
+from services.stack.composition import Stack
 from shared import contract, identity, subjects
 from shared import events as ev
 from shared.bus import COMMANDS, EVENTS, inbox_prefix

@@ -25,8 +25,8 @@ from services.access.nats_users import (
 )
 from services.cli.access_commands import parse_duration
 from services.cli.common import CliError
-from services.embedded import NatsServer, nats_binary
-from services.stack import Stack
+from services.stack.composition import Stack
+from services.stack.embedded import NatsServer, nats_binary
 from shared import contract, identity, subjects
 from shared import events as ev
 from shared.bus import EVENTS, connect

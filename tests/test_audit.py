@@ -14,7 +14,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from services import audit
+from services.audit import run_history as audit
 from shared import events as ev
 from shared import subjects
 from shared.bus import COMMANDS, connect

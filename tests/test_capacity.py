@@ -19,11 +19,11 @@ import pytest
 import yaml
 from nats.js.errors import KeyNotFoundError
 
-from services import client
-from services.runner import admission
-from services.runner.attempt import Cancel
-from services.runner.lease import Lease
-from services.stack import Stack
+from services.cli import client
+from services.runner.admission import admission
+from services.runner.admission.lease import Lease
+from services.runner.attempts.attempt import Cancel
+from services.stack.composition import Stack
 from shared import commands, identity
 from shared import events as ev
 from shared import logging as jlog

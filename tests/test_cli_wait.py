@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from services.stack import Stack
+from services.stack.composition import Stack
 from tests.helpers import jetdbt
 
 

@@ -10,8 +10,7 @@ import time
 
 import pytest
 
-from services import client
-from services.cluster import NatsCluster
+from services.cli import client
 from shared import events as ev
 from shared.commands import BuildCommand, RunCommand
 from tests.chaos.harness import Tally, World, gate_project, start_cluster
@@ -28,6 +27,7 @@ from tests.schedule_fires import (
     source_seq,
     sourced,
 )
+from tests.support.cluster import NatsCluster
 
 pytestmark = pytest.mark.dbt
 

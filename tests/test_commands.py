@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from services import client
+from services.cli import client
 from shared import events as ev
 from tests.helpers import get_json, wait_for
 

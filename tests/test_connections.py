@@ -7,8 +7,8 @@ import re
 import pytest
 import yaml
 
-from services.runner.secrets import Resolver
-from services.runner.warehouses import load_warehouses, render_output, render_profiles
+from services.runner.setup.secrets import Resolver
+from services.runner.setup.warehouses import load_warehouses, render_output, render_profiles
 
 WAREHOUSES = """
 pg: {type: postgres, host: db, user: ana, password: $env:PW, dbname: shop}

@@ -12,7 +12,7 @@ import pytest
 from nats.js import api
 from nats.js.errors import APIError
 
-from services.embedded import free_port, nats_binary
+from services.stack.embedded import free_port, nats_binary
 from shared import contract, subjects
 from shared.bus import COMMANDS, EVENTS, SCHEDULES_STREAM, ServerRefused, check_server, connect
 from shared.events import RunRequested

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from services import client
+from services.cli import client
 from shared import events as ev
 from shared import subjects
 from shared.commands import CommandRejected, RunCommand, dbt_command, decode_run

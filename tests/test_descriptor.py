@@ -6,7 +6,14 @@ import re
 
 import pytest
 
-from shared.descriptor import Descriptor, DescriptorError, interpolate, is_dynamic, load, parse
+from services.runner.setup.descriptor import (
+    Descriptor,
+    DescriptorError,
+    interpolate,
+    is_dynamic,
+    load,
+    parse,
+)
 
 ERRORS = [
     ("thread: 3", ["'thread'", "did you mean 'threads'?", "allowed:"]),

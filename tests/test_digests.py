@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from services.runner import packages, workspace
+from services.runner.provision import packages
+from services.runner.setup import workspace
 from shared import bundle
 from shared.digests import check_digest, digest_of
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from services import client
+from services.cli import client
 from shared import events as ev
 from shared.commands import BuildCommand, RunCommand
 from tests.conftest import EXAMPLE

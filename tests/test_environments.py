@@ -12,9 +12,10 @@ import threading
 import msgspec
 import pytest
 
-from services import client
-from services.runner import environments, spawn
-from services.stack import Stack
+from services.cli import client
+from services.runner.process import spawn
+from services.runner.provision import environments
+from services.stack.composition import Stack
 from shared import events as ev
 from shared import subjects
 from shared.commands import BuildCommand, RunCommand

@@ -8,8 +8,8 @@ import asyncio
 import msgspec
 import pytest
 
-from services import client
-from services.stack import Stack
+from services.cli import client
+from services.stack.composition import Stack
 from shared import events as ev
 from shared.commands import BuildCommand, RunCommand
 from tests.gate import add_gate, until_gate_runs

@@ -15,8 +15,8 @@ import msgspec
 import pytest
 import yaml
 
-from services import client
-from services.stack import Stack
+from services.cli import client
+from services.stack.composition import Stack
 from shared import events as ev
 from shared import subjects
 from tests.gate import GATE, add_gate, until_gate_runs

@@ -557,7 +557,7 @@ async def door(tmp_path, pg_url):
 
     from services.access import nats_users
     from services.access.local import nats_logins, users_file
-    from services.stack import Stack
+    from services.stack.composition import Stack
     from shared import identity
     from shared.bus import inbox_prefix
     from shared.config import load

@@ -14,11 +14,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from projections.graph import PARSE_GRAPHS_KEPT, VERSIONS_KEPT
-from services import client
+from projections.folds.graph import PARSE_GRAPHS_KEPT, VERSIONS_KEPT
+from services.cli import client
 from services.runner import graph
-from services.runner import job_setup as setup
 from services.runner.context import RunnerContext
+from services.runner.setup import job_setup as setup
 from shared import events as ev
 from shared import identity, subjects
 from shared.commands import BuildCommand
@@ -336,7 +336,7 @@ async def test_run_graph_snapshot_only_when_it_differs(stack, project_copy):
 @pytest.mark.dbt
 async def test_a_placeholder_var_that_enables_a_model_shows_in_that_runs_graph(stack, project_copy):
     """A real run: its graph is stored before its build starts, with the model it enables."""
-    from services import client
+    from services.cli import client
     from shared.commands import RunCommand
     from shared.subjects import graph_event, node_event
 

@@ -13,8 +13,8 @@ import pytest
 from playwright.async_api import TimeoutError as PlaywrightTimeout
 from playwright.async_api import async_playwright
 
-from services import client
-from services.runner import catalog, results
+from services.cli import client
+from services.runner.after import catalog, results
 from shared import events as ev
 from shared import identity
 from shared.commands import RunCommand, dbt_command

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from services.api import app as api_app
-from services.stack import read_stack_file
+from services.stack.composition import read_stack_file
 from tests.helpers import get_json, wait_for
 
 

@@ -16,10 +16,10 @@ import msgspec
 import pytest
 
 from projections.replay import replay
-from services import client
-from services.runner import jobs
-from services.runner.jobs import check_schedules_supported
-from services.stack import Stack
+from services.cli import client
+from services.runner.facts import jobs
+from services.runner.facts.jobs import check_schedules_supported
+from services.stack.composition import Stack
 from shared import events as ev
 from shared.commands import (
     CommandRejected,

@@ -25,9 +25,9 @@ from aiohttp import web
 from nats import errors as nats_errors
 from nats.js.errors import NotFoundError
 
-from services import client
+from services.cli import client
 from services.notifier.service import HOOK_BACKLOG
-from services.stack import Stack
+from services.stack.composition import Stack
 from shared import commands, subjects, webhooks
 from shared import events as ev
 from shared.bus import EVENTS

@@ -1,5 +1,5 @@
 """deploy/k8s: every manifest valid against the Kubernetes schemas (offline), and the runner
-pod given exactly what its sandbox needs (services/runner/sandbox.py), no more, no less."""
+pod given exactly what its sandbox needs (services/runner/process/sandbox.py), no more, no less."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from services.runner.containment import readable_code
+from services.runner.process.containment import readable_code
 from shared.config import load
 
 K8S = Path(__file__).resolve().parent.parent / "deploy" / "k8s"
@@ -163,7 +163,7 @@ def test_the_runner_pod_holds_max_concurrent_runs_of_run_memory_and_run_cpus():
 
 _CHILD = """
 import json, sys
-from services.runner import sandbox
+from services.runner.process import sandbox
 try:
     sandbox.enter(json.loads(sys.argv[1]), [1])
 except Exception as exc:

@@ -19,11 +19,11 @@ import pyarrow.parquet as pq
 import pytest
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
-from projections.deploys import DeploysFold
+from projections.folds.deploys import DeploysFold
 from projections.replay import replay
-from services import client
-from services.embedded import NatsServer
-from services.runner import results
+from services.cli import client
+from services.runner.after import results
+from services.stack.embedded import NatsServer
 from shared import event_blobs, subjects
 from shared import events as ev
 from shared.bus import EVENTS, connect

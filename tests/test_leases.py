@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from services import client
+from services.cli import client
 from shared import events as ev
 from shared.commands import BuildCommand, RunCommand
 

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from services import client
+from services.cli import client
 from shared import events as ev
 from shared.commands import BuildCommand, RunCommand
 from tests.gate import GATE_MODEL, add_gate, gate_running, until_gate_runs  # noqa: F401

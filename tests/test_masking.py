@@ -8,7 +8,7 @@ import urllib.parse
 
 import pytest
 
-from services.runner.secrets import MASK, Masker
+from services.runner.setup.secrets import MASK, Masker
 
 SECRET = "pA55-w0rd/with+odd=chars"
 

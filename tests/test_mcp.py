@@ -24,13 +24,13 @@ from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from services import client
+from services.cli import client
 from services.cli.stack_commands import _announce_up
 from services.mcp import resources
 from services.mcp.api_client import Api
 from services.mcp.http_app import McpHttp, McpPortInUse
 from services.mcp.server import build_server
-from services.stack import Stack
+from services.stack.composition import Stack
 from shared import events as ev
 from shared import identity
 from shared.config import load

@@ -24,11 +24,11 @@ import pytest
 import pytest_asyncio
 from nats.js.errors import NotFoundError
 
-from services import client
 from services.access.local import nats_logins
-from services.export import export
-from services.runner.relations_watch import INTAKE, MAX_DECLARED_WRITE_BYTES
-from services.stack import Stack
+from services.audit.export import export
+from services.cli import client
+from services.runner.facts.declared_writes import INTAKE, MAX_DECLARED_WRITE_BYTES
+from services.stack.composition import Stack
 from shared import events as ev
 from shared import identity, subjects
 from shared.bus import EVENTS

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 
+from projections.folds.progress import ProgressFold
 from projections.migrate import connect_pool
-from projections.progress import ProgressFold
-from services import audit
+from services.audit import run_history as audit
 from shared import events as ev
 from shared.bus import connect
 from shared.outcomes import precedence

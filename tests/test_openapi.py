@@ -19,7 +19,7 @@ import aiohttp
 import msgspec
 from openapi_spec_validator import validate
 
-from services.api import openapi, schemas
+from services.api import openapi, openapi_file, schemas
 from shared import identity
 from tests import synthetic
 
@@ -71,7 +71,7 @@ async def test_the_live_api_keeps_its_contract(stack, tmp_path):
         async with session.get(f"{stack.api_url}/docs") as resp:
             assert resp.status == 200 and "/v1/runs/{run_id}" in await resp.text()
     validate(doc)
-    assert doc == json.loads(openapi.COMMITTED.read_text()), (
+    assert doc == json.loads(openapi_file.COMMITTED.read_text()), (
         "the served document is not the committed one"
     )
     # The generator also tries the runs that exist, not only random ids that are 404s.
@@ -142,8 +142,8 @@ def test_the_committed_document_is_the_served_one():
     """openapi.json in the repository is what /openapi.json serves: an API change is a diff."""
     from services.api.app import create_app
 
-    served = openapi.committed_text(create_app(None, None))
-    assert openapi.COMMITTED.read_text() == served, (
-        "the API's document changed: run `python -m services.api.openapi` and review the diff"
+    served = openapi_file.committed_text(create_app(None, None))
+    assert openapi_file.COMMITTED.read_text() == served, (
+        "the API's document changed: run `python -m services.api.openapi_file` and review the diff"
         " of openapi.json"
     )

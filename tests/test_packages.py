@@ -10,8 +10,8 @@ import tarfile
 
 import pytest
 
-from services import client
-from services.runner import packages
+from services.cli import client
+from services.runner.provision import packages
 from shared import events as ev
 from shared import identity
 from shared.commands import BuildCommand, RunCommand

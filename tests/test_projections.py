@@ -9,9 +9,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from projections.folds.progress import ProgressFold
 from projections.loop import Projector, checkpoint
 from projections.migrate import connect_pool, quote_ident
-from projections.progress import ProgressFold
 from shared import events as ev
 from shared.bus import EVENTS, connect
 from tests.helpers import wait_for

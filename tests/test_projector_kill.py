@@ -21,7 +21,7 @@ from projections import lag
 from projections.loop import checkpoint
 from projections.migrate import connect_pool, quote_ident
 from projections.replay import replay
-from services.export import SCHEMA, export
+from services.audit.export import SCHEMA, export
 from shared import contract
 from shared.bus import EVENTS, connect
 from tests import synthetic

@@ -16,7 +16,7 @@ from projections.dead_letters import retry
 from projections.migrate import connect_pool, quote_ident
 from projections.registry import FOLDS, TABLES
 from projections.replay import BOOKKEEPING, replay
-from services import client
+from services.cli import client
 from shared import contract
 from shared import events as ev
 from shared.commands import BuildCommand, RunCommand

@@ -12,9 +12,9 @@ import msgspec
 import pytest
 from nats.js.errors import NotFoundError
 
-from services import client
-from services.runner import retention
-from services.stack import Stack
+from services.cli import client
+from services.runner.after import retention
+from services.stack.composition import Stack
 from shared import events as ev
 from shared import run_logs, subjects
 from shared.bus import connect

@@ -6,8 +6,8 @@ import msgspec
 import pytest
 import yaml
 
-from services import client
-from services.stack import Stack
+from services.cli import client
+from services.stack.composition import Stack
 from shared import events as ev
 from shared.commands import BuildCommand, RetryCommand, RunCommand
 from tests.helpers import get_json, wait_for

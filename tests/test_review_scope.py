@@ -241,7 +241,7 @@ async def test_a_system_user_cannot_take_a_persons_name(tmp_path, pg_url):
     import uuid
 
     from services.access.local import nats_logins
-    from services.stack import Stack
+    from services.stack.composition import Stack
     from shared.config import load
     from tests.helpers import JETDBT
 

@@ -9,7 +9,7 @@ import aiohttp
 import msgspec
 import pytest
 
-from services import client
+from services.cli import client
 from shared import events as ev
 from shared import run_logs, subjects
 from shared.commands import BuildCommand, RunCommand

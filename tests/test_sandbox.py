@@ -19,9 +19,9 @@ import pytest
 import pytest_asyncio
 import yaml
 
-from services import client
 from services.access.local import nats_logins
-from services.stack import Stack
+from services.cli import client
+from services.stack.composition import Stack
 from shared import events as ev
 from shared.commands import BuildCommand, RunCommand
 from shared.config import load

@@ -6,9 +6,9 @@ from __future__ import annotations
 import duckdb
 import pytest
 
-from services import client
-from services.runner import spawn
-from services.runner.workspace import job_root
+from services.cli import client
+from services.runner.process import spawn
+from services.runner.setup.workspace import job_root
 from shared import events as ev
 from shared.commands import BuildCommand, RunCommand
 

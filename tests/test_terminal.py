@@ -458,7 +458,7 @@ def test_a_queued_run_shows_why_in_the_live_area():
     from rich.console import Console
 
     from services.cli.display import LiveArea
-    from services.watch import Tally
+    from services.cli.watch import Tally
     from shared import events as ev
 
     tally = Tally(total=24)
@@ -481,7 +481,7 @@ def test_a_hostile_node_name_or_message_is_shown_as_written():
     from rich.console import Console
 
     from services.cli.display import node_line, result_renderable
-    from services.watch import result_table
+    from services.cli.watch import result_table
     from shared import events as ev
 
     name, message = "[bold red]evil[/]\x1b[2J", "[/] boom [link=x]\x1b]8;;x\x07"

@@ -4,7 +4,7 @@ that team's jobs or projects."""
 
 from __future__ import annotations
 
-from services.runner import trigger_checks
+from services.runner.facts import trigger_checks
 from shared import commands
 
 ORDERS = "dbt://main/main/orders"

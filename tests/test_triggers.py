@@ -15,8 +15,8 @@ import subprocess
 import msgspec
 import pytest
 
-from services import client
-from services.stack import Stack
+from services.cli import client
+from services.stack.composition import Stack
 from services.triggers.manager import Triggers
 from shared import events as ev
 from shared import graph as graph_mod

@@ -14,8 +14,8 @@ import msgspec
 import pytest
 
 from services.access.local import admin_token_file, nats_logins
-from services.embedded import free_port
-from services.stack import read_stack_file
+from services.stack.composition import read_stack_file
+from services.stack.embedded import free_port
 from shared.bus import connect
 from shared.commands import BuildCommand, RunCommand
 from tests.gate import add_gate, until_gate_runs

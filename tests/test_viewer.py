@@ -14,7 +14,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from services import client
+from services.cli import client
 from shared import events as ev
 from shared import identity
 from shared.commands import BuildCommand, RunCommand

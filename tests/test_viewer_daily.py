@@ -21,7 +21,7 @@ import aiohttp
 import msgspec
 import pytest
 
-from services import client
+from services.cli import client
 from shared import events as ev
 from shared import identity
 from tests import synthetic

@@ -11,8 +11,8 @@ import msgspec
 import pytest
 import yaml
 
-from services import client
-from services.stack import Stack
+from services.cli import client
+from services.stack.composition import Stack
 from shared import events as ev
 from shared import logging as jlog
 from shared.commands import BuildCommand, RunCommand
@@ -251,7 +251,7 @@ async def test_a_project_reads_only_the_environment_names_the_operator_allows(
 
 
 def test_profile_name_is_rendered_against_the_run_environment():
-    from services.runner.plan import PlanRefused, _render_profile_name
+    from services.runner.setup.plan import PlanRefused, _render_profile_name
 
     doc = {"name": "p", "profile": "{{ env_var('SHOP_PROFILE', 'fallback') }}"}
     assert _render_profile_name(doc, {"SHOP_PROFILE": "shop"}) == "shop"
@@ -261,7 +261,7 @@ def test_profile_name_is_rendered_against_the_run_environment():
 
 
 def test_packages_install_path_is_rendered_and_kept_inside_the_project():
-    from services.runner.plan import PlanRefused, _packages_path
+    from services.runner.setup.plan import PlanRefused, _packages_path
 
     assert _packages_path({}, {}) == "dbt_packages"
     setting = {"packages-install-path": "{{ env_var('PKGS', 'vendor') }}/"}
@@ -290,7 +290,7 @@ async def test_a_profile_name_cannot_read_the_runners_environment(stack, project
 
 def test_a_project_reads_no_runner_variable_the_operator_does_not_allow():
     """`$var:` from a project is gated like `$env:`: another team's secret is not its own."""
-    from services.runner.secrets import Resolver, UnresolvedReference
+    from services.runner.setup.secrets import Resolver, UnresolvedReference
 
     variables = {"team_b/warehouse_password": CANARY}
     with pytest.raises(UnresolvedReference, match="projects may not read"):

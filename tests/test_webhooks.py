@@ -16,8 +16,8 @@ import pytest
 from aiohttp import web
 
 from projections.replay import replay
-from services import client
-from services.stack import Stack
+from services.cli import client
+from services.stack.composition import Stack
 from shared import events as ev
 from shared import webhooks
 from shared.commands import ModelsCommand, RunCommand

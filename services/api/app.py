@@ -15,7 +15,7 @@ import asyncpg
 import msgspec
 from aiohttp import web
 
-from projections.progress_tables import (
+from projections.folds.progress_tables import (
     COUNT_COLUMNS,
     NODE_COLUMNS,
     NODE_DETAIL_COLUMNS,

@@ -20,7 +20,7 @@ from nats.js.errors import NotFoundError
 
 from services.api import auth
 from services.api.boundary import error, path
-from services.client import RUN_FINAL
+from services.cli.client import RUN_FINAL
 from shared import events as ev
 from shared import logging as jlog
 from shared import subjects

@@ -32,8 +32,8 @@ import asyncpg
 import msgspec
 from aiohttp import hdrs, web
 
-from projections.graph import DEPLOYED
-from projections.graph_layers import PRODUCING
+from projections.folds.graph import DEPLOYED
+from projections.folds.graph_layers import PRODUCING
 from services.api import auth, schemas
 from services.api.boundary import error, path, query, respond
 from shared.digests import digest_of

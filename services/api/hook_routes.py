@@ -15,7 +15,7 @@ from aiohttp import web
 
 from services.api import auth, schemas
 from services.api.boundary import error, page, path, query, respond
-from services.client import NotifierAway, ask_notifier
+from services.cli.client import NotifierAway, ask_notifier
 from shared import webhooks
 from shared.bus import Bus
 

@@ -9,15 +9,13 @@ app without an entry here is still listed, marked as having no published shape.
 
 The document is also committed (`openapi.json` at the top of the repository), so a change
 of the API shows as a diff to review; a test fails while the two differ, and
-`python -m services.api.openapi` writes the committed copy again.
+`python -m services.api.openapi_file` writes the committed copy again.
 """
 
 from __future__ import annotations
 
 import html
-import json
 import re
-from pathlib import Path
 from typing import Any, NamedTuple, Union
 
 import msgspec
@@ -33,18 +31,15 @@ from shared.webhooks import HookRequest
 
 __all__ = [
     "OPERATIONS",
-    "COMMITTED",
     "UNDESCRIBED",
     "Operation",
     "add_openapi_routes",
-    "committed_text",
     "document",
     "parameter",
     "render_html",
 ]
 
 _REF = "#/components/schemas/{name}"
-COMMITTED = Path(__file__).resolve().parents[2] / "openapi.json"
 UNDESCRIBED = "(no published response shape yet)"
 _ERRORS = {
     400: "a parameter or the body is malformed; the message names it",
@@ -332,15 +327,3 @@ def add_openapi_routes(app: web.Application) -> None:
 
     app.router.add_get("/openapi.json", openapi_json)
     app.router.add_get("/docs", docs)
-
-
-def committed_text(app: web.Application) -> str:
-    """The document of `app` as the repository keeps it: indented, keys sorted (a set of
-    shapes has no order of its own), one trailing newline."""
-    return json.dumps(document(app), indent=2, ensure_ascii=False, sort_keys=True) + "\n"
-
-
-if __name__ == "__main__":
-    from services.api.app import create_app
-
-    COMMITTED.write_text(committed_text(create_app(None, None)))

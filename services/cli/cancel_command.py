@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from services import client
+from services.cli import client
 from services.cli.common import EXIT_FAILED, CliError, open_bus
 from shared import commands, subjects
 from shared import events as ev

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from services.stack_file import read_stack_file, running_homes
+from services.stack.stack_file import read_stack_file, running_homes
 from shared.config import Settings
 
 if TYPE_CHECKING:

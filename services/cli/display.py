@@ -3,8 +3,8 @@
 Finished nodes scroll above as lines; one live area at the bottom (the bar, counts by
 outcome, elapsed time, the nodes running now or why the run waits) is redrawn in place
 and fits the terminal's width. Outcomes are coloured as dbt's console colours them.
-Only a terminal without NO_COLOR gets this (`services.watch.styled`); everything else
-gets the plain lines of services.watch, which scripts read.
+Only a terminal without NO_COLOR gets this (`services.cli.watch.styled`); everything else
+gets the plain lines of services.cli.watch, which scripts read.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from services.watch import (
+from services.cli.watch import (
     MARK,
     Tally,
     error_lines,

@@ -48,7 +48,7 @@ USER_ERRORS = (
     ("services.cli.common", "CliError"),
     ("shared.bus", "ServerRefused"),
     ("shared.bundle", "BundleRefused"),
-    ("services.client", "CommandNotStored"),
+    ("services.cli.client", "CommandNotStored"),
     ("builtins", "ValueError"),  # shared.subjects.InvalidName and bad settings among them
 )
 

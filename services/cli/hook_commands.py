@@ -12,7 +12,7 @@ import sys
 
 import msgspec
 
-from services import client
+from services.cli import client
 from services.cli.common import EXIT_REFUSED, CliError, api_get, open_bus
 from shared import subjects
 from shared.config import Settings

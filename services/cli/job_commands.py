@@ -11,7 +11,7 @@ import sys
 
 import msgspec
 
-from services import client
+from services.cli import client
 from services.cli.common import EXIT_REFUSED, CliError, api_get, open_bus
 from services.cli.run_commands import dbt_command_of, follow, run_args_of
 from shared import events as ev

@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 
 from services.cli.common import EXIT_FAILED, EXIT_REFUSED, CliError, open_bus
-from services.watch import printable
+from services.cli.watch import printable
 from shared import run_logs
 from shared.config import Settings
 

@@ -9,7 +9,8 @@ import msgspec
 from projections import dead_letters, replay
 from projections.migrate import connect_pool
 from projections.replay_report import render as render_replay
-from services import audit, export
+from services.audit import export
+from services.audit import run_history as audit
 from services.cli.common import EXIT_FAILED, database_url, open_bus
 from services.cli.read_commands import show
 from shared.config import Settings

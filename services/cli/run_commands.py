@@ -11,7 +11,7 @@ from pathlib import Path
 import msgspec
 import yaml
 
-from services import client
+from services.cli import client
 from services.cli.common import (
     EXIT_FAILED,
     EXIT_REFUSED,
@@ -21,8 +21,8 @@ from services.cli.common import (
     endpoints,
     open_bus,
 )
-from services.deploy_source import marks
-from services.watch import Progress, Tally, planned_nodes, result_table, styled
+from services.cli.deploy_source import marks
+from services.cli.watch import Progress, Tally, planned_nodes, result_table, styled
 from shared import bundle, subjects
 from shared import events as ev
 from shared.bus import Bus

@@ -11,7 +11,7 @@ import signal
 import sys
 
 from services.cli.common import CliError
-from services.stack import Stack, StackFailed
+from services.stack.composition import Stack, StackFailed
 from shared.bus import shown
 from shared.config import Settings
 
@@ -82,7 +82,7 @@ def _program() -> str:
 
 def _announce_up(stack: Stack) -> None:
     from services.access.local import admin_token_file
-    from services.client import principal
+    from services.cli.client import principal
 
     stack.write_stack_file()
     jetdbt = _program()
@@ -130,6 +130,6 @@ async def cmd_serve(args, settings: Settings) -> int:
 
 
 async def cmd_demo(args, settings: Settings) -> int:
-    from services.demo import demo
+    from services.cli.demo import demo
 
     return await demo(settings)

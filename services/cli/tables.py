@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from services.watch import ORDER, printable
+from services.cli.watch import ORDER, printable
 
 __all__ = ["runs_table", "run_table"]
 

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from services.api import auth, openapi, schemas
+from services.cli.watch import ORDER
 from services.mcp import model_details
 from services.mcp.api_client import Api, route_path
 from services.mcp.tool_schemas import object_schema, operation, route_input_schema
-from services.watch import ORDER
 from shared import identity
 
 __all__ = ["Tool", "TOOLS", "BY_NAME", "allowed", "needed_role"]

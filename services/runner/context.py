@@ -6,9 +6,9 @@ import os
 import socket
 from dataclasses import dataclass, field
 
-from services.runner.containment import Containment
-from services.runner.secrets import Masker, Resolver, load_variables
-from services.runner.warehouses import Warehouse, load_warehouses
+from services.runner.process.containment import Containment
+from services.runner.setup.secrets import Masker, Resolver, load_variables
+from services.runner.setup.warehouses import Warehouse, load_warehouses
 from shared import logging as jlog
 from shared.bus import Bus
 from shared.config import Settings

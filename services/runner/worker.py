@@ -1,7 +1,7 @@
 """The runner's command loop: a pull consumer shared by every runner replica.
 
 A message is acked only once its run or deploy has published its final event. How
-many runs build at once is admission's (services/runner/admission.py): a run waits
+many runs build at once is admission's (services/runner/admission/admission.py): a run waits
 for its slots in its handler, holding its command with in_progress(), so the
 consumer's max_ack_pending caps only the commands held, not the runs.
 Long runs heartbeat with in_progress(); a runner that dies is noticed by
@@ -18,17 +18,19 @@ import functools
 
 import msgspec
 
-from services.runner import admission, jobs, spawn
-from services.runner.attempt import Cancel, settled
-from services.runner.build import build
-from services.runner.containment import SandboxMissing
+from services.runner.admission import admission
+from services.runner.admission.lease import LeaseLost
+from services.runner.admission.principal_rate import PrincipalRate
+from services.runner.attempts.attempt import Cancel, settled
+from services.runner.attempts.build import build
+from services.runner.attempts.dbt_retry import retry
+from services.runner.attempts.deploy import deploy
+from services.runner.attempts.parse import parse
 from services.runner.context import RunnerContext
-from services.runner.dbt_retry import retry
-from services.runner.deploy import deploy
-from services.runner.lease import LeaseLost
-from services.runner.parse import parse
-from services.runner.principal_rate import PrincipalRate
-from services.runner.spawn import ForkServerLost
+from services.runner.facts import jobs
+from services.runner.process import spawn
+from services.runner.process.containment import SandboxMissing
+from services.runner.process.spawn import ForkServerLost
 from shared import commands, identity, subjects, supervise, uploads
 from shared import events as ev
 from shared import logging as jlog

@@ -23,7 +23,7 @@ The service publishes only `dbt.cmd.run.<project>.triggers` (services/access/nat
 the runner records the run as asked for by principal `triggers`, an operator's process,
 whose trigger it believes.
 
-A cycle is refused when the job closing it is saved (services/runner/trigger_checks.py),
+A cycle is refused when the job closing it is saved (services/runner/facts/trigger_checks.py),
 but one can close later: a deploy that makes a project write a relation a job of the other
 side reads. So each triggered run carries its depth in its chain of causes (1 when its cause
 is a declared write or a run no trigger started, its cause's depth plus one otherwise), and

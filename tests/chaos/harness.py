@@ -29,10 +29,10 @@ from pathlib import Path
 
 import yaml
 
-from services import audit, client
-from services.cluster import NatsCluster, replicate
-from services.embedded import NatsServer
-from services.stack import Stack
+from services.audit import run_history as audit
+from services.cli import client
+from services.stack.composition import Stack
+from services.stack.embedded import NatsServer
 from shared import events as ev
 from shared import subjects
 from shared.bus import connect
@@ -40,6 +40,7 @@ from shared.commands import BuildCommand, RunCommand
 from shared.config import Settings, load
 from tests.conftest import EXAMPLE
 from tests.helpers import get_json, jetdbt, use_token, wait_for
+from tests.support.cluster import NatsCluster, replicate
 from tests.test_live_progress import GATE_MODEL
 
 __all__ = [

@@ -7,7 +7,7 @@ import functools
 import math
 from pathlib import Path
 
-from services.embedded import start_postgres
+from services.stack.embedded import start_postgres
 from tests.chaos.concurrency import concurrent_runs
 from tests.chaos.harness import ORPHAN_RESOLUTION, Tally, timed
 from tests.chaos.outages import leader_kills, nats_restarts, postgres_restarts

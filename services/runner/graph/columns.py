@@ -14,8 +14,8 @@ import msgspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from services.runner import engine
-from services.runner.job_setup import Prepared
+from services.runner.provision import engine
+from services.runner.setup.job_setup import Prepared
 from shared.graph import ColumnEdge, TypedColumn
 
 __all__ = [

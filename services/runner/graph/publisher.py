@@ -11,11 +11,11 @@ from collections.abc import Awaitable, Callable
 
 import msgspec
 
-from services.runner import ownership, selection
 from services.runner.context import RunnerContext
 from services.runner.graph.builder import build_graph, target_database
 from services.runner.graph.columns import ColumnIndex, column_index
-from services.runner.job_setup import Prepared
+from services.runner.setup import ownership, selection
+from services.runner.setup.job_setup import Prepared
 from shared import events as ev
 from shared import logging as jlog
 from shared import subjects

@@ -1,0 +1,2 @@
+"""Reading the log itself, never a projection: a run's whole history for an auditor, and the log
+exported as Parquet."""

@@ -1,0 +1,234 @@
+"""Talking to a running stack over NATS: what the CLI, the demo and the tests share.
+
+A command is published on `dbt.cmd.<verb>.<project>.<principal>` exactly as any
+other system would; the answer is read from the event subjects, subscribed before
+the command goes out so no event can be missed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import msgspec
+import yaml
+from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeout
+
+from shared import bundle, commands, config, event_blobs, subjects, uploads, webhooks
+from shared import events as ev
+from shared.bus import Bus
+
+__all__ = [
+    "CommandNotStored",
+    "deploy",
+    "run",
+    "project_name",
+    "principal",
+    "DEPLOY_FINAL",
+    "RUN_FINAL",
+    "ask_notifier",
+    "NotifierAway",
+]
+
+DEPLOY_FINAL = (ev.Deployed, ev.DeployUnchanged, ev.DeployFailed, ev.DeployRefused)
+RUN_FINAL = (ev.RunFinished, ev.RunRefused)
+
+
+class CommandNotStored(RuntimeError):
+    """The server refused to store a command (its size, a permission): no runner will ever
+    answer it, so waiting would be forever."""
+
+
+def principal() -> str:
+    """Who this process's commands speak for: JETDBT_PRINCIPAL, else the login name."""
+    chosen = config.load().principal
+    if chosen:
+        return chosen
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "unknown"
+
+
+def project_name(path: Path, given: str | None) -> str:
+    """--project, else dbt_project.yml's name when it is a valid project name."""
+    if given:
+        return subjects.check_project(given)
+    doc = yaml.safe_load(bundle.project_file(path).read_text()) or {}
+    name = str(doc.get("name", ""))
+    try:
+        return subjects.check_project(name)
+    except subjects.InvalidName as exc:
+        raise subjects.InvalidName(f"{exc}; name the project with --project") from None
+
+
+async def _await_final(
+    bus: Bus,
+    pattern: str,
+    publish: Callable[[], Awaitable[object]],
+    wanted: Callable[[ev.Event, object], bool],
+    final: tuple,
+    on_event: Callable[[ev.Event], Awaitable[None]] | None,
+    timeout: float | None,
+) -> ev.Event:
+    queue: asyncio.Queue = asyncio.Queue()
+
+    async def collect(msg) -> None:
+        queue.put_nowait(msg.data)
+
+    from nats.js.errors import APIError
+
+    sub = await bus.follow(pattern, collect)
+    try:
+        try:
+            ack = await publish()
+        except APIError as exc:
+            raise CommandNotStored(
+                f"the NATS server refused the command: {exc.description or exc}"
+            ) from None
+        async with asyncio.timeout(timeout):
+            while True:
+                event = ev.decode(await queue.get())
+                if not wanted(event, ack):
+                    continue
+                if on_event is not None:
+                    await on_event(event)
+                if isinstance(event, final):
+                    return event
+    finally:
+        await sub.unsubscribe()
+
+
+async def deploy(
+    bus: Bus,
+    path: Path,
+    project: str,
+    *,
+    requested_by: str = "",
+    timeout: float | None = 900,
+    packed: bundle.Packed | None = None,
+    say: Callable[[str], None] | None = None,
+    source: list[str] | None = None,
+    replace_source: bool = False,
+) -> tuple[bundle.Packed, ev.Event]:
+    """Pack (unless given `packed`), store the bundle, publish the deploy command, wait for
+    its final event (a version's every file read, wherever they travelled). `say` hears
+    each step as it starts: a deploy waits on a runner and on dbt, and should say so.
+    `source` names the folder it comes from (services/cli/deploy_source.py), `replace_source`
+    lets it replace the project's."""
+    say = say or (lambda _: None)
+    packed = packed or bundle.pack(path)
+    say(f"uploading the bundle ({len(packed.files)} files, {packed.size:,} bytes)")
+    digest = await bus.put_blob(packed.data)
+    deploy_id = uuid.uuid4().hex
+    await uploads.record(bus, deploy_id, digest)
+    cmd = commands.DeployCommand(
+        bundle_digest=digest,
+        bundle_size=packed.size,
+        skipped=packed.skipped[: commands.MAX_SKIPPED_LISTED],
+        skipped_count=len(packed.skipped),
+        deploy_id=deploy_id,
+        requested_by=requested_by or principal(),
+        source=source or [],
+        replace_source=replace_source,
+    )
+    say(f"deploying {project} {digest[:19]}: a runner runs dbt deps and dbt parse")
+    final = await _await_final(
+        bus,
+        subjects.deploy_pattern(project),
+        lambda: bus.publish_command("deploy", project, cmd, deploy_id, principal=cmd.requested_by),
+        # A deploy refused before it started is filed under its command's own id.
+        lambda e, ack: getattr(e, "deploy_id", None) in (deploy_id, f"c{ack.seq}"),
+        DEPLOY_FINAL,
+        None,
+        timeout,
+    )
+    return packed, await event_blobs.resolved(bus, final)
+
+
+async def run(
+    bus: Bus,
+    project: str,
+    command: commands.RunCommand,
+    *,
+    on_event: Callable[[ev.Event], Awaitable[None]] | None = None,
+    timeout: float | None = None,
+) -> ev.Event:
+    """Publish a run command and follow its events to RunFinished (its every node read,
+    wherever they travelled) or RunRefused."""
+    run_id = command.run_id or uuid.uuid4().hex
+    command = msgspec.structs.replace(
+        command, run_id=run_id, requested_by=command.requested_by or principal()
+    )
+    final = await _await_final(
+        bus,
+        subjects.run_pattern(project, run_id),
+        lambda: bus.publish_command(
+            "run", project, command, run_id, principal=command.requested_by
+        ),
+        lambda e, ack: getattr(e, "run_id", None) == run_id,
+        RUN_FINAL,
+        on_event,
+        timeout,
+    )
+    return await event_blobs.resolved(bus, final)
+
+
+# A job command's fact, by action: what says it was done (or a JobRefused, why not).
+_JOB_DONE = {
+    "save": ev.JobSaved,
+    "delete": ev.JobDeleted,
+    "schedule": ev.ScheduleSaved,
+    "pause": ev.ScheduleSaved,
+    "resume": ev.ScheduleSaved,
+    "unschedule": ev.ScheduleSaved,
+}
+
+
+async def job(
+    bus: Bus, project: str, command: commands.JobCommand, *, timeout: float | None = 60
+) -> ev.Event:
+    """Publish a job command and wait for the fact it makes, or its JobRefused."""
+    command = msgspec.structs.replace(command, requested_by=command.requested_by or principal())
+    done = (_JOB_DONE[command.action], ev.JobRefused)
+    return await _await_final(
+        bus,
+        f"dbt.evt.*.{subjects.token(project)}.>",
+        lambda: bus.publish_command(
+            "job", project, command, uuid.uuid4().hex, principal=command.requested_by
+        ),
+        lambda e, ack: isinstance(e, done) and getattr(e, "command_seq", None) == ack.seq,
+        done,
+        None,
+        timeout,
+    )
+
+
+# How long a hook request waits for the notifier's answer.
+HOOK_REQUEST_SECONDS = 10
+
+
+class NotifierAway(RuntimeError):
+    """No notifier answered a hook request."""
+
+
+async def ask_notifier(bus: Bus, project: str, request: webhooks.HookRequest) -> webhooks.HookReply:
+    """The notifier's answer to one hook request (add or remove); NotifierAway when none
+    answers (no notifier running, or a NATS user that may not ask: only the API's and the
+    operator's may)."""
+    try:
+        msg = await bus.nc.request(
+            subjects.hook_control(project),
+            msgspec.json.encode(request),
+            timeout=HOOK_REQUEST_SECONDS,
+        )
+    except (NoRespondersError, NatsTimeout):
+        raise NotifierAway(
+            f"no notifier answered within {HOOK_REQUEST_SECONDS} s: is `jetdbt serve notifier`"
+            " running, and is this the API's or the operator's NATS user?"
+        ) from None
+    return msgspec.json.decode(msg.data, type=webhooks.HookReply)

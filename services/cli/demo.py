@@ -1,0 +1,106 @@
+"""`make demo`: the embedded stack, the example project deployed and built live, the API shown."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from pathlib import Path
+
+import aiohttp
+import msgspec
+
+from services.access.local import admin_token_file
+from services.api.ui_routes import viewer_url
+from services.cli import client
+from services.cli.watch import Progress, Tally, planned_nodes, result_table
+from services.stack.composition import Stack
+from shared import events as ev
+from shared.commands import BuildCommand, RunCommand
+from shared.config import Settings
+
+__all__ = ["demo", "EXAMPLE"]
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "jaffle_shop"
+
+
+def _step(text: str) -> None:
+    print(f"\n== {text}")
+
+
+def _trim(body, limit: int = 12) -> str:
+    lines = json.dumps(body, indent=2, default=str).splitlines()
+    more = len(lines) - limit
+    return "\n".join(lines[:limit] + ([f"  ... ({more} more lines)"] if more > 0 else []))
+
+
+async def _show(session: aiohttp.ClientSession, api: str, path: str) -> None:
+    async with session.get(api + path) as resp:
+        body = await resp.json()
+    auth = "" if path == "/healthz" else '-H "Authorization: Bearer $JETDBT_TOKEN" '
+    print(f"$ curl {auth}{api}{path}\n{_trim(body)}")
+
+
+async def demo(settings: Settings) -> int:
+    up_api = f"http://{settings.api_host}:{settings.api_port}"  # where `jetdbt up` serves
+    settings = msgspec.structs.replace(settings, api_port=0)
+    where = "the configured servers" if settings.nats_url else f"{settings.home} (embedded)"
+    _step(f"starting the stack on {where}")
+    stack = await Stack(settings).start()
+    try:
+        print(f"NATS {stack.nats_url}  API {stack.api_url}")
+        _step(f"deploying {EXAMPLE.name}")
+        packed, deployed = await client.deploy(stack.bus, EXAMPLE, "jaffle_shop")
+        if isinstance(deployed, ev.DeployUnchanged):
+            print(f"unchanged: version {deployed.version[:19]} is already deployed (a no-op)")
+        elif isinstance(deployed, ev.Deployed):
+            print(
+                f"deployed version {deployed.version[:19]}: {len(deployed.files)} files,"
+                f" {deployed.engine} {deployed.engine_version} on {deployed.adapter}"
+            )
+        else:
+            print(f"deploy did not succeed: {deployed}")
+            return 1
+        latest = await stack.bus.last_event(deployed.subject().rsplit(".", 1)[0] + ".deployed")
+        manifest = msgspec.json.decode(await stack.bus.get_blob(latest.manifest_digest))
+        _step("building with live per-model progress (one dbt build, events as they happen)")
+        progress = Progress(Tally(planned_nodes(manifest)))
+        final = await client.run(
+            stack.bus, "jaffle_shop", RunCommand(command=BuildCommand()), on_event=progress.on_event
+        )
+        progress.stop()
+        if not isinstance(final, ev.RunFinished):
+            print(f"run refused: {final.reason}")
+            return 1
+        _step("result (the warn-severity test fails by design and does not fail the run)")
+        print(result_table(final.result))
+        _step("the query API, as projected from the event log")
+        await _wait_projected(stack, final.run_id)
+        auth = {"Authorization": f"Bearer {stack.admin_token}"} if stack.admin_token else {}
+        print(f"(JETDBT_TOKEN: the admin token in {admin_token_file(settings.home)})")
+        async with aiohttp.ClientSession(headers=auth) as session:
+            await _show(session, stack.api_url, "/healthz")
+            await _show(session, stack.api_url, "/v1/projects/jaffle_shop/runs?limit=2")
+            await _show(session, stack.api_url, f"/v1/runs/{final.run_id}")
+        _step("done")
+        print(
+            "keep the stack running with `.venv/bin/jetdbt up`; then, in another terminal:\n"
+            f"  .venv/bin/jetdbt deploy {os.path.relpath(EXAMPLE)}\n"
+            "  .venv/bin/jetdbt run jaffle_shop --watch\n"
+            "  .venv/bin/jetdbt status --project jaffle_shop"
+        )
+        # The home keeps the run, so the viewer shows it once `jetdbt up` serves this home.
+        print(f"run viewer (with `jetdbt up`): {viewer_url(up_api, final.run_id)}")
+        return 0 if final.result.status == "passed" else 1
+    finally:
+        await stack.stop()
+
+
+async def _wait_projected(stack: Stack, run_id: str) -> None:
+    """The API reads projections, which trail the log by a moment."""
+    for _ in range(100):
+        async with stack.pool.acquire() as conn:
+            status = await conn.fetchval("SELECT status FROM runs WHERE run_id = $1", run_id)
+        if status in ("passed", "failed"):
+            return
+        await asyncio.sleep(0.1)

@@ -1,0 +1,362 @@
+"""Admission: a build or a retry starts only holding its environment, a team slot and a run slot.
+
+Everything is a key of DBT_LEASES, taken with `create` (only one taker wins), renewed on
+the lease's beat and lost with its runner (the bucket's TTL):
+
+    env-<hash>              the environment (lease.lease_key): one build at a time
+    team-<hash>.<i>         one of MAX_RUNS_PER_TEAM slots of a team
+    slot.<i>                one of MAX_CONCURRENT_RUNS run slots, across every runner
+    wait.env-<hash>.<seq>   a run waiting for that environment (seq: its command's)
+    wait.team-<hash>.<seq>  a run waiting in that team's queue
+    wait.prep.<seq>         a run being prepared: its environment is not known yet
+
+A waiting run holds no slot: it keeps its wait entries alive and may try to take only
+when no run submitted before it waits for its environment or in its team, so waiting
+runs start in the order they were submitted, per environment and per team, whichever
+runner holds them. A run announces itself (`announce`) before it is prepared, so one
+submitted after it cannot take the environment first while it still reads its descriptor;
+the announcement goes once its wait entries are written. Deploys and parses come in the
+same way, each with a scope of its own, so they take a team slot and a run slot too.
+Each runner follows the bucket with one watcher (`Mirror`); waiting
+runs read it and wake when a key changes, instead of each asking the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import weakref
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from typing import NamedTuple
+
+import msgspec
+import nats.errors
+
+from services.runner.admission.lease import Lease, LeaseBusy, lease_key
+from shared import logging as jlog
+from shared import supervise
+from shared.bus import LEASES, TRANSIENT, Bus
+
+__all__ = ["Admission", "Blocked", "Mirror", "mirrored", "team_key"]
+
+RETRY_EVERY = 0.75  # seconds between a waiting run's looks at the queue, with no change seen
+RESYNC = 30.0  # seconds after which a runner's copy of the bucket is read afresh
+SEQ_DIGITS = 16  # wait entries sort by their zero-padded command sequence
+# A new place in the queue alone is told at most this often (a new reason at once): every
+# start moves every waiter behind it, and n waiters would otherwise say so n times each.
+PLACE_EVERY = 2.0
+
+
+def team_key(team: str) -> str:
+    """A KV key for a team's slots (any text becomes a valid key)."""
+    return "team-" + hashlib.sha256(team.encode()).hexdigest()[:40]
+
+
+class Blocked(NamedTuple):
+    """Why a run waits, as the run's record says it, and its place in its queues (1: next)."""
+
+    reason: str
+    position: int
+
+
+class Mirror:
+    """This runner's copy of DBT_LEASES, fed by one watcher. An entry counts until the
+    bucket's TTL after it was written: an expiry is not announced to watchers."""
+
+    def __init__(self, bus: Bus):
+        self.bus = bus
+        self.ttl = 0.0
+        self.ready = asyncio.Event()
+        self._entries: dict[str, tuple[dict, datetime]] = {}
+        self._changed = asyncio.Event()
+
+    async def follow(self, stop: asyncio.Event) -> None:
+        """Keep the copy until `stop`. A fresh watcher every RESYNC seconds starts over, so
+        a watcher that went quiet (NATS away) never leaves the copy stale for long."""
+        kv = await self.bus.js.key_value(LEASES)
+        self.ttl = (await kv.status()).ttl or 0.0
+        watcher = await kv.watchall()
+        loop = asyncio.get_running_loop()
+        until = loop.time() + RESYNC
+        fresh: dict[str, tuple[dict, datetime]] | None = {}
+        try:
+            while not stop.is_set() and loop.time() < until:
+                try:
+                    entry = await watcher.updates(timeout=1.0)
+                except nats.errors.TimeoutError:
+                    continue
+                if entry is None:  # the snapshot is complete: it replaces the old copy
+                    self._entries, fresh = fresh, None
+                    self.ready.set()
+                    self._wake()
+                    continue
+                into = fresh if fresh is not None else self._entries
+                if entry.operation in ("DEL", "PURGE") or not entry.value:
+                    into.pop(entry.key, None)
+                else:
+                    try:
+                        value = msgspec.json.decode(entry.value)
+                    except msgspec.DecodeError:
+                        value = {}
+                    into[entry.key] = (value if isinstance(value, dict) else {}, entry.created)
+                if fresh is None:
+                    self._wake()
+        finally:
+            with contextlib.suppress(Exception):
+                await watcher.stop()
+
+    def _wake(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def changed(self, timeout: float) -> None:
+        """Return when a key changes, or after `timeout`."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._changed.wait(), timeout)
+
+    def live(self, prefix: str) -> dict[str, dict]:
+        """Keys starting with `prefix` that have not expired, with their values."""
+        oldest = datetime.now(UTC) - timedelta(seconds=self.ttl or 1e9)
+        return {
+            k: v for k, (v, at) in self._entries.items() if k.startswith(prefix) and at > oldest
+        }
+
+
+_MIRRORS: weakref.WeakKeyDictionary[Bus, Mirror] = weakref.WeakKeyDictionary()
+
+
+@contextlib.asynccontextmanager
+async def mirrored(bus: Bus, log):
+    """Follow DBT_LEASES for the attempts of the runner on `bus` while the block runs."""
+    mirror = Mirror(bus)
+    stop = asyncio.Event()
+    task = asyncio.create_task(supervise.forever(mirror.follow, stop, log, "lease_mirror_failed"))
+    _MIRRORS[bus] = mirror
+    try:
+        yield mirror
+    finally:
+        stop.set()
+        _MIRRORS.pop(bus, None)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+def _waiting_seq(key: str) -> int:
+    return int(key.rsplit(".", 1)[1])
+
+
+def _preparing_key(seq: int) -> str:
+    return f"wait.prep.{seq:0{SEQ_DIGITS}d}"
+
+
+async def announce(bus: Bus, seq: int, holder: dict) -> None:
+    """Say that the command `seq` is being prepared, before its environment is known."""
+    kv = await bus.js.key_value(LEASES)
+    await kv.put(_preparing_key(seq), msgspec.json.encode(holder))
+
+
+async def withdraw(bus: Bus, seq: int) -> None:
+    """The announcement of `seq` is gone (its wait entries say it now, or it never waits)."""
+    with contextlib.suppress(Exception):
+        kv = await bus.js.key_value(LEASES)
+        await kv.delete(_preparing_key(seq))
+
+
+class Admission:
+    """One attempt's way in: wait in order, then take every key or none."""
+
+    def __init__(
+        self,
+        bus: Bus,
+        *,
+        environment: str,
+        team: str,
+        seq: int,
+        holder: dict,
+        runs: int,
+        per_team: int,
+    ):
+        mirror = _MIRRORS.get(bus)
+        if mirror is None:
+            raise RuntimeError("no runner follows DBT_LEASES on this connection")
+        self.bus, self.mirror = bus, mirror
+        self.environment, self.team, self.seq = environment, team, seq
+        self.holder = {**holder, "team": team, "seq": seq}
+        self.runs, self.per_team = runs, per_team
+        self.env_key = lease_key(environment)
+        self.team_key = team_key(team)
+        self._wait_keys = [
+            f"wait.{self.env_key}.{seq:0{SEQ_DIGITS}d}",
+            f"wait.{self.team_key}.{seq:0{SEQ_DIGITS}d}",
+        ]
+        self.log = jlog.get("admission", environment=environment, team=team, **holder)
+
+    async def enter(
+        self,
+        cancelled: asyncio.Event,
+        on_blocked: Callable[[Blocked], Awaitable[None]],
+    ) -> list[Lease] | None:
+        """The leases this attempt holds from now on, or None when it was cancelled while
+        it waited. `on_blocked` hears each new reason or place while it waits."""
+        ready = asyncio.create_task(self.mirror.ready.wait())
+        stop = asyncio.create_task(cancelled.wait())
+        await asyncio.wait({ready, stop}, return_when=asyncio.FIRST_COMPLETED)
+        ready.cancel()
+        stop.cancel()
+        loop = asyncio.get_running_loop()
+        said: Blocked | None = None
+        said_at = 0.0
+        renew_at = None  # when the wait entries are written again; None: not written yet
+        try:
+            while not cancelled.is_set():
+                blocked = self.blocked()
+                try:
+                    if blocked is None and (taken := await self._take()) is not None:
+                        await withdraw(self.bus, self.seq)
+                        return taken
+                    if renew_at is None or loop.time() >= renew_at:
+                        await self._write_waiting()
+                        if renew_at is None:
+                            await withdraw(self.bus, self.seq)
+                        renew_at = loop.time() + (self.mirror.ttl or 60) / 4
+                except TRANSIENT as exc:  # NATS away a moment: the run goes on waiting
+                    self.log.warning("admission_retried", error=repr(exc))
+                if blocked is not None and self._news(blocked, said, loop.time() - said_at):
+                    self.log.info("run_queued", reason=blocked.reason, position=blocked.position)
+                    await on_blocked(blocked)
+                    said, said_at = blocked, loop.time()
+                waking = asyncio.create_task(self.mirror.changed(RETRY_EVERY))
+                stop = asyncio.create_task(cancelled.wait())
+                try:
+                    await asyncio.wait({waking, stop}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    waking.cancel()
+                    stop.cancel()
+            return None
+        finally:
+            if renew_at is not None:
+                await self._forget_waiting()
+
+    @staticmethod
+    def _news(blocked: Blocked, said: Blocked | None, since: float) -> bool:
+        """Whether `blocked` is worth telling: a new reason, or a new place not told lately."""
+        if said is None or blocked.reason != said.reason:
+            return True
+        return blocked.position != said.position and since >= PLACE_EVERY
+
+    def blocked(self) -> Blocked | None:
+        """Why this run may not try to take its keys now, from the mirror; None: it may."""
+        m = self.mirror
+        env_ahead = {
+            s: v
+            for k, v in m.live(f"wait.{self.env_key}.").items()
+            if (s := _waiting_seq(k)) < self.seq
+        }
+        team_ahead = {
+            s: v
+            for k, v in m.live(f"wait.{self.team_key}.").items()
+            if (s := _waiting_seq(k)) < self.seq
+        }
+        preparing = {
+            s: v for k, v in m.live("wait.prep.").items() if (s := _waiting_seq(k)) < self.seq
+        }
+        position = len(env_ahead.keys() | team_ahead.keys() | preparing.keys()) + 1
+        on = f"on environment {self.environment}"
+        if preparing:
+            first = preparing[min(preparing)].get("run_id")
+            return Blocked(f"waiting for run {first!r}, submitted before it, to start", position)
+        holder = m.live(self.env_key).get(self.env_key)
+        if holder is not None:
+            return Blocked(f"waiting for run {holder.get('run_id')!r} {on}", position)
+        if env_ahead:
+            first = env_ahead[min(env_ahead)].get("run_id")
+            return Blocked(f"waiting for run {first!r}, queued before it {on}", position)
+        held = len(m.live(f"{self.team_key}."))
+        if held >= self.per_team:
+            return Blocked(f"team {self.team} has {held} of {self.per_team} runs", position)
+        if team_ahead:
+            first = team_ahead[min(team_ahead)].get("run_id")
+            return Blocked(
+                f"waiting for run {first!r}, queued before it in team {self.team}", position
+            )
+        if len(m.live("slot.")) >= self.runs:
+            return Blocked(f"all {self.runs} run slots are taken", position)
+        return None
+
+    async def _take(self) -> list[Lease] | None:
+        """Every key or none: the environment, then a team slot, then a run slot."""
+        taken: list[Lease] = []
+        try:
+            env = Lease(self.bus, self.env_key, f"environment {self.environment}", self.holder)
+            await env.take()
+            taken.append(env)
+            for keys, what in (
+                ([f"{self.team_key}.{i}" for i in range(self.per_team)], f"team {self.team}"),
+                ([f"slot.{i}" for i in range(self.runs)], "a run slot"),
+            ):
+                taken.append(await self._one_of(keys, what))
+        except LeaseBusy as exc:
+            self.log.info("admission_raced", reason=str(exc))
+            for lease in taken:
+                await lease.release()
+            return None
+        except BaseException:
+            for lease in taken:
+                await lease.release()
+            raise
+        return taken
+
+    async def _one_of(self, keys: list[str], what: str) -> Lease:
+        """The first of `keys` this attempt can create, trying those the mirror shows free
+        first; LeaseBusy when every one is held."""
+        held = self.mirror.live(keys[0].rsplit(".", 1)[0] + ".")
+        for key in sorted(keys, key=lambda k: k in held):
+            lease = Lease(self.bus, key, what, self.holder)
+            with contextlib.suppress(LeaseBusy):
+                await lease.take()
+                return lease
+        raise LeaseBusy({}, what)
+
+    async def _write_waiting(self) -> None:
+        kv = await self.bus.js.key_value(LEASES)
+        value = msgspec.json.encode(self.holder)
+        for key in self._wait_keys:
+            await kv.put(key, value)
+
+    async def _forget_waiting(self) -> None:
+        with contextlib.suppress(Exception):
+            kv = await self.bus.js.key_value(LEASES)
+            for key in self._wait_keys:
+                await kv.delete(key)
+
+
+@contextlib.asynccontextmanager
+async def admitted(ctx, *, scope: str, team: str, seq: int, holder: dict):
+    """Hold `scope`, a team slot and a run slot while the block runs (a deploy's dbt): its
+    place is only logged while it waits, and a lease lost meanwhile ends nothing."""
+    settings = ctx.settings
+    entry = Admission(
+        ctx.bus,
+        environment=scope,
+        team=team,
+        seq=seq,
+        holder=holder,
+        runs=settings.max_concurrent_runs,
+        per_team=settings.max_runs_per_team,
+    )
+
+    async def said(blocked: Blocked) -> None:
+        """`enter` logs each new reason and place already: a deploy publishes none."""
+
+    leases = await entry.enter(asyncio.Event(), said)
+    lost = asyncio.Event()
+    keepers = [asyncio.create_task(lease.keep(lost)) for lease in leases]
+    try:
+        yield
+    finally:
+        for keeper in keepers:
+            keeper.cancel()
+        for lease in leases:
+            await lease.release()

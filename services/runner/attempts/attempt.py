@@ -1,0 +1,545 @@
+"""One run attempt's life, owned in one place: prepare, start, invoke, finish, clean up.
+
+Build, parse and retry are each an `Attempt` that keeps only its own steps: what
+it checks before starting, its dbt invocations, and what it adds to the result.
+Everything else is done here once: the job is prepared and always cleaned up, a
+check that fails refuses the run, RunStarted says which runner and version, node
+events and log lines are published as dbt reports them, a cancel or a timeout
+ends the run with that error, and the result is published last.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from services.runner.admission import admission
+from services.runner.admission.admission import Admission, Blocked
+from services.runner.admission.lease import Lease, LeaseLost
+from services.runner.after import artifacts, kept_log, results, retention
+from services.runner.context import RunnerContext
+from services.runner.process.containment import MemoryExceeded
+from services.runner.process.dbt_process import DbtInvocation, RunTimedOut
+from services.runner.process.spawn import ForkServerLost
+from services.runner.setup.job_setup import Prepared, Refused, prepare
+from shared import event_blobs, subjects
+from shared import events as ev
+from shared import logging as jlog
+from shared.commands import DbtCommand, RunCommand
+from shared.identity import team_of
+from shared.outcomes import totals
+from shared.quote import quote
+
+__all__ = ["Attempt", "Cancel", "Failed", "Source", "refuse"]
+
+# Seconds between a waiting run's reads of the log for a cancel recorded there.
+CANCEL_RECORD_EVERY = 2.0
+
+
+class Cancel(asyncio.Event):
+    """Set when the run is cancelled; `by` is the principal who asked."""
+
+    by = ""
+
+    def request(self, by: str) -> None:
+        self.by = self.by or by
+        self.set()
+
+
+class Failed(Exception):
+    """A step ended the attempt before dbt could say how it went; the message is the error."""
+
+
+@dataclass(frozen=True)
+class Source:
+    """What an attempt runs: a version (bundle digest) with its pinned packages, the
+    command and run arguments its plan is made from, and for a dbt retry the retry
+    state it resumes."""
+
+    version: str
+    packages_digest: str | None
+    cmd: DbtCommand
+    args: dict[str, Any] | None
+    resumes: ev.RetryStateSaved | None = None
+    # The engine environment the version was deployed with (Deployed.environment_lock).
+    environment_lock: dict[str, str] | None = None
+
+
+async def settled(bus, project: str, run_id: str) -> ev.Event | None:
+    """The run's final event (finished or refused), read from the log; None while open."""
+    for kind in ("finished", "refused"):
+        final = await bus.last_event(subjects.run_event(project, run_id, kind))
+        if final is not None:
+            return final
+    return None
+
+
+async def refuse(ctx: RunnerContext, project: str, run_id: str, reason: str) -> ev.RunRefused:
+    refused = ev.RunRefused(project=project, run_id=run_id, reason=reason)
+    await ctx.bus.publish(refused)
+    return refused
+
+
+class Attempt:
+    """Attempt `number` of run `run_id`. A subclass gives `mode`, `submitted` and `steps`;
+    `check`, `deferred_to` and `before_finished` do nothing unless it says otherwise."""
+
+    writes = True  # builds into its environment, so it holds the environment's lease
+    resumable = True  # its result is what the principal's next `jetdbt retry` resumes
+    # What dbt writes as the invocation's results: `dbt source freshness` writes sources.json.
+    results_artifact = "run_results.json"
+
+    def __init__(
+        self,
+        ctx: RunnerContext,
+        project: str,
+        body: RunCommand,
+        run_id: str,
+        number: int,
+        cancelled: Cancel,
+        source: Source,
+    ):
+        self.ctx, self.project, self.body = ctx, project, body
+        self.run_id, self.number, self.cancelled = run_id, number, cancelled
+        self.source = source
+        self.prepared: Prepared | None = None
+        self.results = results.Overlay()
+        self.artifacts: dict[str, bytes] = {}  # by name, kept with the log when the run ends
+        self.round = 0  # the node retry round of the latest invocation
+        self._last: DbtInvocation | None = None
+        self._deadline = float("inf")
+        self._fenced = asyncio.Event()  # set when the environment lease could not be kept
+        self._log_subject = subjects.run_log(run_id)
+        self.preview: list[dict] = []  # the rows a show's dbt printed
+
+    def mode(self) -> str:
+        """What the result's `command` field records: a build's test behaviour (build,
+        after_all, none), parse or retry."""
+        raise NotImplementedError
+
+    def submitted(self) -> dict:
+        """The invocation arguments as submitted, for the result and the retry state."""
+        raise NotImplementedError
+
+    async def steps(self) -> int:
+        """The kind's own invocations; returns the exit code that decides the result."""
+        raise NotImplementedError
+
+    async def check(self) -> str | None:
+        """Why the prepared run must not start (it is refused), or None."""
+        return None
+
+    def deferred_to(self) -> str | None:
+        return None
+
+    def _other_engine(self) -> str | None:
+        """Why this runner must not run the version: its environment for the adapter holds
+        another dbt-core or adapter than the one the version was deployed with (a runner
+        never runs what the deploy did not resolve); None when they agree."""
+        deployed, here = self.source.environment_lock or {}, self.prepared.environment_lock
+        names = ("dbt-core", f"dbt-{self.prepared.plan.adapter}")
+        differ = [n for n in names if deployed and deployed.get(n) != here.get(n)]
+        if not differ:
+            return None
+        said = ", ".join(f"{n} {deployed.get(n)} (here {here.get(n, 'none')})" for n in differ)
+        return (
+            f"this runner's engine environment differs from the one the version was deployed"
+            f" with: {said}; deploy a changed version to pin one again (an unchanged deploy"
+            " is a no-op)"
+        )
+
+    async def before_finished(self, result: ev.RunResult) -> None:
+        """What the kind publishes before RunFinished, so whoever sees the run finish sees it."""
+
+    async def run(self) -> ev.Event:
+        """Run to the end and publish RunFinished, or RunRefused when the run cannot start."""
+        log = jlog.get("runner", project=self.project, run_id=self.run_id, attempt=self.number)
+        s = self.source
+        seq, team = await self._requested()
+        # Announced before it is prepared: a run submitted later cannot start first.
+        await admission.announce(self.ctx.bus, seq, self._holder())
+        try:
+            self.prepared = await prepare(
+                self.ctx,
+                s.version,
+                f"{self.run_id}.{self.number}",
+                packages_digest=s.packages_digest,
+                cmd=s.cmd,
+                args=s.args,
+            )
+        except Refused as exc:
+            await admission.withdraw(self.ctx.bus, seq)
+            return await refuse(self.ctx, self.project, self.run_id, str(exc))
+        leases: list[Lease] = []
+        keepers: list[asyncio.Task] = []
+        try:
+            reason = self._other_engine() or await self.check()
+            if reason:
+                return await refuse(self.ctx, self.project, self.run_id, reason)
+            leases = await self._admit(seq, team)
+            if leases is None:  # cancelled before it started: dbt never runs for it
+                self.number -= 1  # the last attempt that started, 0 when none did
+                return await self._finish(-1, "cancelled")
+            keepers = [asyncio.create_task(x.keep(self._fenced)) for x in leases]
+            # While it waited, the run may have ended (a duplicate command) or
+            # another attempt of it started: the log says, after the lease.
+            final = await settled(self.ctx.bus, self.project, self.run_id)
+            if final is not None:
+                return final
+            await self._renumber()
+            if self.number > 1:  # only now: a live earlier attempt would still hold the lease
+                await self.ctx.bus.publish(
+                    ev.RunAttemptLost(
+                        project=self.project, run_id=self.run_id, attempt=self.number - 1
+                    )
+                )
+            await self.ctx.bus.publish(
+                ev.RunStarted(
+                    project=self.project,
+                    run_id=self.run_id,
+                    attempt=self.number,
+                    version=s.version,
+                    runner=self.ctx.name,
+                )
+            )
+            self._deadline = (
+                asyncio.get_running_loop().time() + self.ctx.settings.run_timeout_seconds
+            )
+            code, error = await self._steps()
+            finished = await self._finish(code, error)
+            log.info("run_finished", status=finished.result.status, exit_code=code)
+            return finished
+        finally:
+            await admission.withdraw(self.ctx.bus, seq)
+            for keeper in keepers:
+                keeper.cancel()
+            for lease in leases or ():
+                await lease.release()
+            self.prepared.cleanup()
+
+    async def _requested(self) -> tuple[int, str]:
+        """The run's command sequence (its place in every queue) and its team."""
+        bus = self.ctx.bus
+        requested = await bus.last_event(subjects.run_event(self.project, self.run_id, "requested"))
+        seq = requested.command_seq if isinstance(requested, ev.RunRequested) else 0
+        team = (requested.team if isinstance(requested, ev.RunRequested) else "") or (
+            await team_of(bus, self.body.requested_by)
+        )
+        return seq, team
+
+    def scope(self) -> str:
+        """What the run holds while dbt runs: a build its environment (one at a time); a
+        run that builds nothing a scope of its own, so it takes only its slots."""
+        return self.prepared.plan.lease_scope if self.writes else f"run {self.run_id}"
+
+    async def _admit(self, seq: int, team: str) -> list[Lease] | None:
+        """Wait, holding no slot, until the run holds its scope, a team slot and a run
+        slot (services/runner/admission/admission.py); None when it was cancelled before that, here
+        or by a cancel recorded in the log (one sent before the run was delivered)."""
+        bus, settings = self.ctx.bus, self.ctx.settings
+        entry = Admission(
+            bus,
+            environment=self.scope(),
+            team=team,
+            seq=seq,
+            holder=self._holder(),
+            runs=settings.max_concurrent_runs,
+            per_team=settings.max_runs_per_team,
+        )
+        said = 0
+
+        async def queued(blocked: Blocked) -> None:
+            nonlocal said
+            await bus.publish(
+                ev.RunQueued(
+                    project=self.project,
+                    run_id=self.run_id,
+                    attempt=self.number,
+                    reason=blocked.reason,
+                    position=blocked.position,
+                    team=team,
+                    n=said,
+                )
+            )
+            said += 1
+
+        watch = asyncio.create_task(self._watch_cancel_record())
+        try:
+            leases = await entry.enter(self.cancelled, queued)
+        finally:
+            watch.cancel()
+        if leases is not None and await self._cancel_recorded():
+            for lease in leases:
+                await lease.release()
+            return None
+        return leases
+
+    async def _cancel_recorded(self) -> bool:
+        """Whether the log holds a cancel of this run; if so the run is cancelled by it."""
+        if not self.cancelled.is_set():
+            found = await self.ctx.bus.last_event(
+                subjects.run_event(self.project, self.run_id, "cancel_requested")
+            )
+            if isinstance(found, ev.RunCancelRequested):
+                self.cancelled.request(found.requested_by)
+        return self.cancelled.is_set()
+
+    async def _watch_cancel_record(self) -> None:
+        while not await self._cancel_recorded():
+            await asyncio.sleep(CANCEL_RECORD_EVERY)
+
+    async def _renumber(self) -> None:
+        """One past the last attempt that started: another may have started meanwhile."""
+        started = await self.ctx.bus.last_event(
+            subjects.run_event(self.project, self.run_id, "started")
+        )
+        if isinstance(started, ev.RunStarted) and started.attempt >= self.number:
+            self.number = started.attempt + 1
+
+    def _holder(self) -> dict:
+        return {
+            "project": self.project,
+            "run_id": self.run_id,
+            "attempt": self.number,
+            "runner": self.ctx.name,
+        }
+
+    async def _steps(self) -> tuple[int, str | None]:
+        """The exit code and the error: a cancel, a timeout or a failed step end the run."""
+        try:
+            return await self.steps(), None
+        except Failed as exc:
+            return -1, str(exc)
+        except asyncio.CancelledError:
+            if asyncio.current_task().cancelling():
+                raise  # the runner is shutting down: the command is redelivered, not settled
+            return -1, "cancelled"
+        except (LeaseLost, ForkServerLost):
+            raise  # this attempt says nothing more: the command comes back as the next one
+        except RunTimedOut:
+            return -1, f"timed out after {self.ctx.settings.run_timeout_seconds}s"
+        except MemoryExceeded as exc:
+            return -1, str(exc)
+        except Exception as exc:  # noqa: BLE001 - the run ends saying so, never hangs
+            jlog.get("runner", project=self.project, run_id=self.run_id).exception("run_broke")
+            return -1, f"the runner failed: {exc.__class__.__name__}: {quote(str(exc), 300)}"
+
+    async def log(self, line: str) -> None:
+        """A line in the run's human-readable log (masked: a secret may be in any line)."""
+        await self.ctx.bus.publish_line(self._log_subject, line)
+
+    async def invoke(self, inv: DbtInvocation, round_: int = 0) -> int:
+        """Run one of this attempt's invocations, its nodes published as node retry round
+        `round_`; raises CancelledError when the run is cancelled meanwhile."""
+        self.round, self._last = round_, inv
+        self.results.begin()
+        run = asyncio.create_task(inv.run(self.log, self._on_event, self._time_left()))
+        stop = asyncio.create_task(self.cancelled.wait())
+        fenced = asyncio.create_task(self._fenced.wait())
+        try:
+            await asyncio.wait({run, stop, fenced}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            fenced.cancel()
+        if not run.done():
+            run.cancel()
+            await asyncio.gather(run, return_exceptions=True)
+            if self._fenced.is_set():
+                raise LeaseLost(f"lost the lease on {self.prepared.plan.lease_scope}")
+            raise asyncio.CancelledError("cancelled")
+        code = run.result()
+        run_results = inv.artifact(self.results_artifact)
+        if run_results is not None:
+            if self.results_artifact == "sources.json":
+                run_results = results.freshness_as_results(run_results)
+            self.results.add(run_results, inv.artifact("manifest.json"), round_)
+            self.artifacts = artifacts.read(inv)  # the last invocation's, as dbt wrote them
+            # Gone, so a later invocation that writes none is not read as this one again.
+            inv.artifact_path(self.results_artifact).unlink()
+        return code
+
+    def _time_left(self) -> float:
+        """RUN_TIMEOUT_SECONDS bounds the whole run: every invocation and retry round."""
+        left = self._deadline - asyncio.get_running_loop().time()
+        if left <= 0:
+            raise RunTimedOut(self.ctx.settings.run_timeout_seconds)
+        return left
+
+    async def pause(self, seconds: float) -> None:
+        """Wait `seconds`; raises CancelledError when the run is cancelled meanwhile."""
+        try:
+            await asyncio.wait_for(self.cancelled.wait(), seconds)
+        except TimeoutError:
+            return
+        raise asyncio.CancelledError("cancelled")
+
+    def artifact(self, name: str) -> dict | None:
+        """The latest invocation's artifact `name`, as JSON; None when there is none."""
+        return self._last.artifact(name) if self._last else None
+
+    def artifact_path(self, name: str) -> Path | None:
+        """Where the latest invocation wrote artifact `name`; None before any invocation."""
+        return self._last.artifact_path(name) if self._last else None
+
+    async def _on_event(self, record: dict) -> None:
+        # A node event happened when dbt logged it: its `at` is dbt's time, not the publish's.
+        at = results.logged_at(record)
+        rows = results.show_rows(record)
+        if rows is not None:
+            self.preview += rows
+            return
+        start = results.node_start(record)
+        if start is not None:
+            self.results.started(start, self.round)
+            await self.ctx.bus.publish(
+                ev.NodeStarted(
+                    project=self.project,
+                    run_id=self.run_id,
+                    attempt=self.number,
+                    at=at,
+                    unique_id=start.unique_id,
+                    resource_type=start.resource_type,
+                    name=start.name,
+                    relation=start.relation,
+                    started_at=start.started_at,
+                    round=self.round,
+                )
+            )
+            return
+        node = results.node_finished(record, self.round)
+        if node is not None:
+            self.results.finished(node)
+            await self.ctx.bus.publish(
+                ev.NodeFinished(
+                    project=self.project, run_id=self.run_id, attempt=self.number, at=at, node=node
+                )
+            )
+
+    def _error_tail(self) -> str:
+        """What a failed run without a failed node reports: the last lines dbt printed."""
+        return self._last.error_tail() if self._last else ""
+
+    def _result(self, code: int, error: str | None) -> ev.RunResult:
+        """The structured result of how the attempt went, every node in it."""
+        prepared, plan = self.prepared, self.prepared.plan
+        if error == "cancelled":
+            self.results.close("cancelled", f"cancelled by {self.cancelled.by or 'a cancel'}")
+        elif error is not None:
+            self.results.close("error", error)
+        nodes = self.results.in_order()
+        failed = any(n.outcome == "failed" for n in nodes)
+        if error == "cancelled":
+            status = "cancelled"
+        else:
+            status = "passed" if code == 0 and not failed else "failed"
+        if status == "failed" and error is None and not failed:
+            error = self._error_tail() or f"dbt exited with code {code} and printed nothing"
+        return ev.RunResult(
+            status=status,
+            engine=plan.engine,
+            engine_version=prepared.engine_version,
+            command=self.mode(),
+            totals=totals(n.outcome for n in nodes),
+            nodes=nodes,
+            exit_code=code,
+            invocation_args=self.submitted(),
+            warehouse=plan.warehouse,
+            target=plan.target,
+            error=error,
+            deferred_to=self.deferred_to(),
+            cancelled_by=(self.cancelled.by or None) if status == "cancelled" else None,
+            preview=self.preview,
+        )
+
+    async def _finish(self, code: int, error: str | None) -> ev.RunFinished:
+        """Publish the run's end, always: its result, or, when that cannot be published, a
+        small RunFinished that says the run failed and why. Either way the command is
+        settled by it, so a failed publish never makes the build run again."""
+        result = self._result(code, error)
+        try:
+            return await self._publish_end(result)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the run must end, saying why
+            jlog.get("runner", project=self.project, run_id=self.run_id).exception(
+                "result_not_published"
+            )
+            return await self._publish_unpublished(result, exc)
+
+    async def _publish_end(self, result: ev.RunResult) -> ev.RunFinished:
+        """Save retry state (unless hidden), what the kind adds, the kept log, then
+        RunFinished last, its nodes in a blob when they are too many to travel inline."""
+        bus, submitted = self.ctx.bus, result.invocation_args
+        merged = self.results.merged
+        if merged is not None and not self.body.hidden and self.resumable:
+            await bus.publish(
+                ev.RetryStateSaved(
+                    project=self.project,
+                    principal=self.body.requested_by,
+                    run_id=self.run_id,
+                    attempt=self.number,
+                    run_results_digest=await bus.put_blob(msgspec.json.encode(merged)),
+                    version=self.source.version,
+                    packages_digest=self.source.packages_digest,
+                    profile_digest=self.prepared.profile_digest,
+                    command={k: v for k, v in submitted.items() if k != "args"},
+                    args=submitted.get("args", {}),
+                )
+            )
+        await self.before_finished(result)
+        plan = self.prepared.plan
+        ended = kept_log.EndedRun(
+            project=self.project,
+            run_id=self.run_id,
+            attempt=self.number,
+            principal=self.body.requested_by,
+            status=result.status,
+            scope=plan.environment.key() if plan.environment else plan.lease_scope,
+            environment=plan.environment,
+        )
+        # The log kept and retention applied, before the end.
+        kept = await kept_log.keep(bus, ended, self.artifacts)
+        if kept is not None:
+            await retention.after_run(bus, self.ctx.settings.run_retention, ended, kept)
+        carried, blob = await event_blobs.result_split(bus, result)
+        finished = ev.RunFinished(
+            project=self.project,
+            run_id=self.run_id,
+            attempt=self.number,
+            result=carried,
+            nodes_blob=blob,
+        )
+        await bus.publish(finished)
+        return msgspec.structs.replace(finished, result=result)
+
+    async def _publish_unpublished(self, result: ev.RunResult, exc: Exception) -> ev.RunFinished:
+        """The run's end when its result could not be published: failed, naming why, with
+        its totals but no node (each node's outcome is in its own event). It has the
+        result's id, so a result that did land wins as the duplicate; it is tried until
+        the stream stores it, since no run may stay running."""
+        stored = None
+        with contextlib.suppress(Exception):  # NATS away: the publish below waits for it
+            stored = await self.ctx.bus.last_event(
+                subjects.run_event(self.project, self.run_id, "finished")
+            )
+        if isinstance(stored, ev.RunFinished) and stored.attempt == self.number:
+            return stored
+        reason = (
+            f"the run's result could not be published ({exc.__class__.__name__}:"
+            f" {quote(str(exc), 300)}); dbt's own outcome was {result.status!r}, and each"
+            " node's outcome is in its node events"
+        )
+        finished = ev.RunFinished(
+            project=self.project,
+            run_id=self.run_id,
+            attempt=self.number,
+            result=msgspec.structs.replace(result, status="failed", nodes=[], error=reason),
+        )
+        await self.ctx.bus.publish(finished, retry_for=math.inf)
+        return finished

@@ -1,0 +1,246 @@
+"""The runner's side of the sandbox: what each dbt invocation may see, reach and use.
+
+One `Containment` per runner. It checks once, with a real sandboxed child, that this
+machine gives what services/runner/process/sandbox.py needs (namespaces, a writable cgroup);
+where something is missing it says exactly what, and the runner refuses every project
+until the operator provides it or sets JETDBT_SANDBOX=off (reported by the runner's start
+line and /healthz). For each invocation it names the folders the child sees and the one
+warehouse endpoint it may reach, and makes the invocation's cgroup with RUN_MEMORY and
+RUN_CPUS.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import services
+import shared
+from services.runner.process import cgroup, sandbox
+from shared import logging as jlog
+from shared.config import Settings
+
+__all__ = ["Containment", "JobSandbox", "SandboxMissing", "MemoryExceeded", "readable_code"]
+
+_log = jlog.get("sandbox")
+
+
+class SandboxMissing(RuntimeError):
+    """This runner cannot contain a run, and JETDBT_SANDBOX is not off."""
+
+
+class MemoryExceeded(RuntimeError):
+    """The kernel killed an invocation for its RUN_MEMORY cap."""
+
+
+def readable_code() -> list[str]:
+    """What a child must read beside the system: Python and jetdbt's own packages (never
+    the folder above them, which may hold JETDBT_HOME)."""
+    places = {sys.prefix, sys.base_prefix, sys.exec_prefix}
+    places |= {str(Path(p.__file__).resolve().parent) for p in (services, shared)}
+    return sorted(places)
+
+
+def format_bytes(n: int) -> str:
+    for unit, size in (("g", 1 << 30), ("m", 1 << 20), ("k", 1 << 10)):
+        if n % size == 0:
+            return f"{n // size}{unit}"
+    return str(n)
+
+
+class Containment:
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self.enabled = settings.sandbox
+        self.caps = cgroup.Caps(settings.run_memory, settings.run_cpus)
+        self.hierarchy: cgroup.Hierarchy | None = None
+        self.missing: str | None = None  # why runs are refused; None: contained, or off
+        self._checked: asyncio.Future | None = None
+
+    def describe(self) -> str:
+        """The runner's start line and /healthz say this."""
+        if not self.enabled:
+            return "off (JETDBT_SANDBOX=off): project code runs with the runner's authority"
+        if self.missing:
+            return f"missing: {self.missing}"
+        if self.hierarchy is None:
+            return "on: not checked yet (the runner checks it when it starts)"
+        limits = f"RUN_MEMORY={format_bytes(self.caps.memory)}, RUN_CPUS={self.caps.cpus:g}"
+        return (
+            f"on: mount, pid, network, ipc and uts namespaces, uid {self._uid()}, {limits},"
+            f" {self.hierarchy.describe()}"
+        )
+
+    def state(self) -> tuple[str, bool]:
+        """For /healthz: the description, and whether this runner refuses every project."""
+        return self.describe(), bool(self.enabled and self.missing)
+
+    def _uid(self) -> int | str:
+        return self.settings.sandbox_uid if os.geteuid() == 0 else "mapped (user namespace)"
+
+    async def check(self) -> None:
+        """Raise SandboxMissing when runs must be refused; checked once per runner."""
+        if not self.enabled:
+            return
+        if self._checked is None:
+            self._checked = asyncio.ensure_future(self._probe())
+        await asyncio.shield(self._checked)
+        if self.missing:
+            raise SandboxMissing(
+                f"this runner cannot sandbox project code ({self.missing}); an operator"
+                " provides it, or sets JETDBT_SANDBOX=off to run projects uncontained"
+            )
+
+    async def _probe(self) -> None:
+        """Find the cgroup hierarchy, then build one real sandbox in a process of its own."""
+        try:
+            self.hierarchy = await asyncio.to_thread(cgroup.find, self.settings.cgroup)
+        except cgroup.CgroupUnavailable as exc:
+            self.missing = str(exc)
+            return
+        await asyncio.to_thread(self.hierarchy.sweep)
+        from services.runner.process.dbt_env import sealed_environment
+
+        probe = self.settings.runner_cache / "jobs" / f"probe-{uuid.uuid4().hex}"
+        probe.mkdir(parents=True)
+        try:
+            spec = await self.spec(probe, None, name=probe.name)
+            child = await asyncio.create_subprocess_exec(
+                sys.executable, "-P", "-m", "services.runner.process.sandbox",
+                cwd="/", env=sealed_environment(), stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+            )  # fmt: skip
+            _, said = await child.communicate(json.dumps(spec).encode())
+        finally:
+            await self.release(probe.name)
+            await asyncio.to_thread(_remove_tree, probe)
+        if child.returncode != 0:
+            text = said.decode(errors="replace").strip().replace(sandbox.SETUP_MARK, "").strip()
+            self.missing = text or f"a sandboxed process exited with {child.returncode}"
+        _log.info("sandbox_checked", sandbox=self.describe())
+
+    def check_writable(self, plan: Any) -> None:
+        """A file warehouse's folder becomes writable in the sandbox: never the machine's
+        root nor a folder that holds, or lies in, the runner's own code; and JETDBT_HOME
+        (or anything holding or inside it, the engine environments and caches) only when it
+        is exactly the folder an operator configured (JETDBT_HOME inside it stays hidden).
+        A ValueError names the folder and why."""
+        folder = plan.warehouse_folder
+        if folder is None:
+            return
+        if folder == "/":
+            raise ValueError(
+                "the warehouse's file lies in / , which would make the whole machine"
+                " writable by project code: put the warehouse file in a folder of its own"
+            )
+        where = Path(folder)
+        code = [Path(p).resolve() for p in readable_code()]
+        runner = [self.settings.home, self.settings.runner_cache, self.settings.engine_environments]
+        runner += [self.settings.engines_dir] if self.settings.engines_dir else []
+        guarded = [(p, "the runner's own code") for p in code]
+        if folder != plan.configured_folder:
+            guarded += [(Path(p).resolve(), "JETDBT_HOME or the runner's data") for p in runner]
+        for place, what in guarded:
+            if where == place or place in where.parents or where in place.parents:
+                raise ValueError(
+                    f"the warehouse's folder {folder} would be writable by project code and"
+                    f" overlaps {what} ({place}): only a folder an operator configured for"
+                    " the warehouse may lie there; put the file in a folder of its own"
+                )
+
+    async def spec(
+        self,
+        root: Path,
+        plan: Any,
+        *,
+        name: str,
+        readonly: tuple[str, ...] = (),
+        host_network: bool = False,
+    ) -> dict | None:
+        """What invocation `name` in job `root` may see and reach, its cgroup made; None
+        with the sandbox off. `plan` (None for the probe) names the warehouse; `readonly`
+        are more folders it reads (a package tree); `host_network` is for `dbt deps`
+        alone, which fetches from git and the package hub (its tools unsteerable by a
+        project's env: descriptor.py, job_setup.py)."""
+        if not self.enabled:
+            return None
+        group = await asyncio.to_thread(self.hierarchy.group, name, self.caps)
+        spec: dict[str, Any] = {
+            "root": str(root),
+            "readonly": readable_code(),
+            "writable": [],
+            "hide": [str(self.settings.home.resolve())],
+            "uid": self.settings.sandbox_uid,
+            "cgroups": group.procs,
+        }
+        if self.settings.engines_dir is not None:
+            spec["readonly"].append(str(self.settings.engines_dir))
+        spec["readonly"] += [str(p) for p in self.settings.sandbox_read] + list(readonly)
+        if host_network:
+            spec["host_network"] = True
+        elif plan is not None:
+            if plan.endpoint and plan.endpoint[0].startswith("/"):
+                socket = Path(plan.endpoint[0]) / f".s.PGSQL.{plan.endpoint[1]}"
+                spec["readonly"].append(str(socket))  # the socket alone, not its folder
+            elif plan.endpoint:
+                spec["network"] = {"host": plan.endpoint[0], "port": plan.endpoint[1]}
+        if plan is not None and plan.warehouse_folder:
+            spec["writable"].append(plan.warehouse_folder)
+        return spec
+
+    async def release(self, name: str) -> bool:
+        """Remove invocation `name`'s cgroup; whether the kernel killed it for memory."""
+        if not self.enabled or self.hierarchy is None:
+            return False
+        group = self.hierarchy.named(name)
+        killed = await asyncio.to_thread(group.oom_killed)
+        await asyncio.to_thread(group.remove)
+        return killed
+
+    def memory_error(self) -> MemoryExceeded:
+        return MemoryExceeded(
+            f"dbt was killed: it used more than RUN_MEMORY={format_bytes(self.caps.memory)}"
+            " (the memory each run may use; an operator raises RUN_MEMORY)"
+        )
+
+
+class JobSandbox:
+    """One job's invocations, each in a sandbox and cgroup of its own (by name)."""
+
+    def __init__(self, containment: Containment, root: Path, plan: Any, *, host_network=False):
+        self.containment, self.root, self.plan = containment, root, plan
+        self.readonly: list[str] = []  # the package tree the job links, once it has one
+        self.host_network = host_network
+
+    def for_deps(self) -> JobSandbox:
+        """The same job's sandbox for `dbt deps`: the machine's network, the same folders
+        shown (its engine environment among them) but not the warehouse's: nothing more."""
+        deps = JobSandbox(self.containment, self.root, None, host_network=True)
+        deps.readonly = list(self.readonly)
+        return deps
+
+    async def enter(self, name: str) -> dict | None:
+        return await self.containment.spec(
+            self.root,
+            self.plan,
+            name=name,
+            readonly=tuple(self.readonly),
+            host_network=self.host_network,
+        )
+
+    async def leave(self, name: str) -> bool:
+        return await self.containment.release(name)
+
+    def memory_error(self) -> MemoryExceeded:
+        return self.containment.memory_error()
+
+
+def _remove_tree(path: Path) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)

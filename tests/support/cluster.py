@@ -1,0 +1,244 @@
+"""A three-node JetStream cluster on loopback: what production runs (R3 streams), on one machine.
+
+Each node is a nats-server child (the binary `services.stack.embedded.nats_binary()` finds)
+with its own client, route and monitoring port and its own store folder; the ports
+are fixed for the cluster's life, so a node stopped and started again rejoins as
+itself. A node counts as up when its monitoring `/healthz` answers 200: JetStream
+has a meta leader and every replica on that node has caught up.
+
+jetdbt reaches it with a comma-separated NATS_URL (`NatsCluster.url`);
+`shared.bus.connect` splits it. `replicate` puts the contract's streams, key-value and
+object-store buckets at three replicas before any service starts; the contract never
+shrinks a stream's replicas and leaves existing buckets be, so they stay R3.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import msgspec
+from nats.js.errors import BadRequestError
+
+from services.stack.embedded import free_port, nats_binary
+from shared import contract
+from shared.bus import EVENTS, TRANSIENT
+
+__all__ = ["NatsCluster", "replicate"]
+
+_CONFIG = """\
+server_name: {name}
+listen: 127.0.0.1:{port}
+http: 127.0.0.1:{http_port}
+jetstream {{
+  store_dir: "{store}"
+}}
+cluster {{
+  name: {cluster}
+  listen: 127.0.0.1:{route_port}
+  routes: [{routes}]
+}}
+"""
+
+
+class _Node:
+    """One cluster member: its ports, its folder and, while it runs, its process."""
+
+    def __init__(self, name: str, folder: Path):
+        self.name = name
+        self.folder = folder
+        self.port, self.route_port, self.http_port = free_port(), free_port(), free_port()
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def write_config(self, cluster: str, routes: list[int]) -> Path:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        config = self.folder / "nats-server.conf"
+        config.write_text(
+            _CONFIG.format(
+                name=self.name,
+                port=self.port,
+                http_port=self.http_port,
+                store=self.folder / "jetstream",
+                cluster=cluster,
+                route_port=self.route_port,
+                routes=", ".join(f"nats-route://127.0.0.1:{p}" for p in routes),
+            )
+        )
+        return config
+
+    def spawn(self) -> None:
+        log = open(self.folder / "nats-server.log", "ab")  # noqa: SIM115 - owned by the child
+        self.proc = subprocess.Popen(
+            [nats_binary(), "-c", str(self.folder / "nats-server.conf")],
+            stdout=log,
+            stderr=log,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        log.close()
+
+    def healthy(self) -> bool:
+        url = f"http://127.0.0.1:{self.http_port}/healthz"
+        try:
+            with urllib.request.urlopen(url, timeout=1) as resp:
+                return resp.status == 200
+        except (OSError, urllib.error.URLError):
+            return False
+
+    def halt(self, sig: signal.Signals) -> None:
+        if not self.running:
+            return
+        self.proc.send_signal(sig)
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+class NatsCluster:
+    """Three (or `size`) nats-servers routed to each other, JetStream on every node.
+
+    `start`, `stop_node`, `start_node` and `stop` block until the nodes are healthy or
+    gone; async callers run them in a thread (`asyncio.to_thread`).
+    """
+
+    def __init__(self, data_dir: Path, size: int = 3, name: str = "jetdbt"):
+        self.name = name
+        self.nodes = [_Node(f"n{i}", Path(data_dir) / f"n{i}") for i in range(size)]
+        routes = [n.route_port for n in self.nodes]
+        for node in self.nodes:
+            node.write_config(name, routes)
+
+    @property
+    def url(self) -> str:
+        """Every node's client URL, comma-separated (what NATS_URL takes)."""
+        return ",".join(f"nats://127.0.0.1:{n.port}" for n in self.nodes)
+
+    def index(self, server_name: str) -> int:
+        """The node a server name (as JetStream reports it) belongs to."""
+        for i, node in enumerate(self.nodes):
+            if node.name == server_name:
+                return i
+        raise KeyError(f"no node named {server_name!r} in cluster {self.name}")
+
+    def _wait_healthy(self, nodes: list[_Node], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        waiting = list(nodes)
+        while waiting:
+            for node in list(waiting):
+                if not node.running:
+                    raise RuntimeError(
+                        f"nats-server {node.name} exited with {node.proc.returncode};"
+                        f" see {node.folder / 'nats-server.log'}"
+                    )
+                if node.healthy():
+                    waiting.remove(node)
+            if waiting and time.monotonic() > deadline:
+                names = ", ".join(n.name for n in waiting)
+                raise RuntimeError(f"nats-server {names} not healthy within {timeout}s")
+            time.sleep(0.1)
+
+    def start(self, timeout: float = 30.0) -> NatsCluster:
+        for node in self.nodes:
+            node.spawn()
+        try:
+            self._wait_healthy(self.nodes, timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop_node(self, index: int, sig: signal.Signals = signal.SIGKILL) -> None:
+        """Stop one node; SIGKILL by default (a crash, no leadership handed over)."""
+        self.nodes[index].halt(sig)
+
+    def start_node(self, index: int, timeout: float = 60.0) -> None:
+        """Start a stopped node again and wait until it has caught up."""
+        node = self.nodes[index]
+        if not node.running:
+            node.spawn()
+        self._wait_healthy([node], timeout)
+
+    def restart_node(self, index: int, sig: signal.Signals = signal.SIGKILL) -> None:
+        self.stop_node(index, sig)
+        self.start_node(index)
+
+    async def stream_leader(self, js, stream: str = EVENTS) -> int:
+        """The index of the node leading `stream`'s replicas (asked of any live node)."""
+        info = await js.stream_info(stream)
+        if info.cluster is None or not info.cluster.leader:
+            raise RuntimeError(f"stream {stream} has no leader right now")
+        return self.index(info.cluster.leader)
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.halt(signal.SIGTERM)
+
+
+# The server's "no suitable peers for placement": a replicated stream asked of a cluster
+# whose nodes do not all know each other yet.
+NO_PEERS = 10005
+
+
+async def replicate(js, replicas: int = 3) -> None:
+    """Ensure the contract with every stream, key-value and object-store bucket at
+    `replicas` (never fewer than streams.yaml declares).
+
+    The contract creates streams with the replicas it is given and keeps a stream's
+    replicas when it runs again; it creates buckets at one replica and leaves them be
+    afterwards, so their backing streams are scaled up here. Until the contract takes a
+    replica count itself, a cluster's first service needs this before it starts.
+    """
+    spec = contract.load()
+    streams = {
+        name: msgspec.structs.replace(s, replicas=max(s.replicas, replicas))
+        for name, s in spec.streams.items()
+    }
+    await _placed(js, msgspec.structs.replace(spec, streams=streams))
+    backing = [f"KV_{name}" for name in spec.key_value]
+    backing += [f"OBJ_{name}" for name in spec.object_stores]
+    for name in backing:
+        config = (await js.stream_info(name)).config
+        if (config.num_replicas or 1) < replicas:
+            config.num_replicas = replicas
+            await js.update_stream(config)
+    await _all_current(js, [*streams, *backing], replicas)
+
+
+async def _placed(js, spec: contract.Contract, timeout: float = 60.0) -> None:
+    """Ensure `spec`, again while the cluster's nodes still learn of each other: a node
+    healthy on its own may not yet count its peers (the server answers "no suitable peers
+    for placement"), and a loaded meta leader may not answer in time (ensure is idempotent)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return await contract.ensure(js, spec)
+        except (BadRequestError, TRANSIENT) as exc:
+            placing = not isinstance(exc, BadRequestError) or exc.err_code == NO_PEERS
+            if not placing or time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.5)
+
+
+async def _all_current(js, names: list[str], replicas: int, timeout: float = 30.0) -> None:
+    """Wait until each stream has a leader and its other replicas have caught up."""
+    deadline = time.monotonic() + timeout
+    for name in names:
+        while True:
+            cluster = (await js.stream_info(name)).cluster
+            peers = (cluster.replicas or []) if cluster else []
+            if cluster and cluster.leader and sum(p.current for p in peers) >= replicas - 1:
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"stream {name} did not reach {replicas} current replicas")
+            await asyncio.sleep(0.1)
