@@ -178,20 +178,19 @@ _WAREHOUSES, _CLI, _HOOKS = "Warehouses and secrets", "The CLI", "Webhooks"
 
 DECLARED: tuple[Setting, ...] = (
     Setting("JETDBT_HOME", "home", Path, ".jetdbt", "the embedded servers' data, access files,"
-            " warehouse, job folders and caches", _STACK, _path, shown="./.jetdbt", required=True,
+            " warehouse and job folders", _STACK, _path, shown="./.jetdbt", required=True,
             stack=True),
-    Setting("NATS_URL", "nats_url", str | None, None, "a NATS server (>= 2.10, JetStream) to use"
-            " instead of an embedded one; several, comma-separated, for a cluster", _STACK,
+    Setting("NATS_URL", "nats_url", str | None, None, "a NATS server to use instead (>= 2.10 with"
+            " JetStream; a cluster's, comma-separated)", _STACK,
             shown="none: an embedded nats-server", required=True, stack=True),
-    Setting("DATABASE_URL", "database_url", str | None, None, "a Postgres to use instead of an"
-            " embedded one", _STACK, shown="none: an embedded Postgres", required=True,
-            stack=True),
+    Setting("DATABASE_URL", "database_url", str | None, None, "a Postgres to use instead",
+            _STACK, shown="none: an embedded Postgres", required=True, stack=True),
     Setting("JETDBT_API_HOST", "api_host", str, "127.0.0.1", "the API's and viewer's address",
             _STACK, stack=True),
     Setting("JETDBT_API_PORT", "api_port", int, "8580", "the API's port (0: any free port)",
             _STACK, _whole, stack=True),
     Setting("JETDBT_MCP_PORT", "mcp_port", int | None, None, "the MCP server's port (streamable"
-            " HTTP, beside the API)", _STACK, _whole, shown="API port + 1", stack=True),
+            " HTTP)", _STACK, _whole, shown="API port + 1", stack=True),
     Setting("JETDBT_SCHEMA", "schema", str, "jetdbt", "the projections' Postgres schema", _STACK,
             stack=True),
     Setting("JETDBT_PUBLIC_URL", "public_url", str, "", "the base URL of the links a webhook's"
@@ -202,11 +201,11 @@ DECLARED: tuple[Setting, ...] = (
             " record themselves, so a CLI in any folder finds one", _STACK,
             shown="$XDG_STATE_HOME/jetdbt/stacks, else ~/.local/state/jetdbt/stacks"),
     Setting("MAX_CONCURRENT_RUNS", "max_concurrent_runs", int, "4", "runs at once, over every"
-            " runner: run slots in the KV bucket DBT_LEASES", _RUNS, _whole, stack=True),
-    Setting("MAX_RUNS_PER_TEAM", "max_runs_per_team", int, "2", "runs at once of one team (team"
-            " slots), so one team cannot take every run slot", _RUNS, _whole, stack=True),
+            " runner (run slots in DBT_LEASES)", _RUNS, _whole, stack=True),
+    Setting("MAX_RUNS_PER_TEAM", "max_runs_per_team", int, "2", "runs at once of one team (so no"
+            " team takes every run slot)", _RUNS, _whole, stack=True),
     Setting("RUN_TIMEOUT_SECONDS", "run_timeout_seconds", int, "3600", "the longest a run may"
-            " take, every invocation and retry round together", _RUNS, _whole, stack=True),
+            " take, all its invocations together", _RUNS, _whole, stack=True),
     Setting("RUN_ACK_WAIT_SECONDS", "run_ack_wait_seconds", int, "60", "how long a silent runner"
             " keeps a run before redelivery (the `runners` consumer's ack wait, set by whoever"
             " applies the contract)", _RUNS, _whole),
@@ -248,7 +247,7 @@ DECLARED: tuple[Setting, ...] = (
             " mirror of the package hub, handed to `dbt deps` alone", _ENGINES,
             shown="dbt's hub", read_by="services/runner/process/dbt_env.py"),
     Setting("JETDBT_WAREHOUSES", "warehouses_file", Path | None, None, "the runners' warehouses"
-            " file (warehouses.yaml: docs/guide.md)", _WAREHOUSES, _path,
+            " file (docs/guide.md)", _WAREHOUSES, _path,
             shown="none: DuckDB in JETDBT_HOME", stack=True),
     Setting("JETDBT_VARIABLES", "variables_file", Path | None, None, "the variables `$var:PATH`"
             " references resolve from", _WAREHOUSES, _path),
