@@ -39,11 +39,11 @@ test-fast: $(STAMP)
 # The fuzz properties at 10,000 examples each (the suite runs 100): about 10 minutes.
 fuzz: $(STAMP)
 	JETDBT_FUZZ_EXAMPLES=10000 $(BIN)/python -m pytest -q -p no:cacheprovider --timeout 3600 \
-		tests/test_fuzz_api.py tests/test_fuzz_bus.py
+		tests/properties
 
 # Fault experiments on the embedded servers and a 3-node cluster, one table (bounded).
 chaos: $(STAMP)
-	$(BIN)/python -m tests.chaos
+	$(BIN)/python -m tests.support.chaos
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
