@@ -13,6 +13,9 @@ from pathlib import Path
 import aiohttp
 import duckdb
 
+from services.cli import client
+from shared import events as ev
+
 # The token each test API answers to, by its base URL: tests/conftest.py records every
 # Stack a test starts (its bootstrapped admin token); a test of another process's API
 # records that one's with `use_token`.
@@ -207,3 +210,11 @@ def copy_tracked(root: Path, dest: Path) -> None:
         if (root / name).is_file():
             (dest / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(root / name, dest / name)
+
+
+async def deploy_and_wait(bus, folder: Path, project: str, **kwargs) -> ev.Deployed:
+    """Deploy `folder` as `project` over NATS and wait for its end: a Deployed, or the test
+    fails naming what ended the deploy instead."""
+    _, final = await client.deploy(bus, folder, project, **kwargs)
+    assert isinstance(final, ev.Deployed), final
+    return final

@@ -68,6 +68,7 @@ from shared.commands import (
 from shared.config import load
 from shared.reader import last_matching, last_seq
 from shared.webhooks import HookRequest
+from tests.support.helpers import deploy_and_wait
 from tests.support.paths import EXAMPLE, RECORDED
 from tests.support.stale_source import add_stale_source
 
@@ -210,8 +211,7 @@ async def _warehouse(stack: Stack, home: str) -> dict[str, str]:
     project = Path(home) / "project"
     shutil.copytree(EXAMPLE, project)
     add_stale_source(project)
-    _, deployed = await client.deploy(stack.bus, project, PROJECT, requested_by=PRINCIPAL)
-    assert isinstance(deployed, ev.Deployed), deployed
+    await deploy_and_wait(stack.bus, project, PROJECT, requested_by=PRINCIPAL)
     runs = {}
     for role, name in (("build", "build"), ("freshness", "source freshness"),
                        ("docs", "docs generate")):  # fmt: skip
@@ -283,8 +283,7 @@ async def _scenario(stack: Stack, home: str) -> dict:
         print(f"{what}: {time.perf_counter() - step:.1f}s", file=sys.stderr)
         step = time.perf_counter()
 
-    _, deployed = await client.deploy(bus, EXAMPLE, PROJECT, requested_by=PRINCIPAL)
-    assert isinstance(deployed, ev.Deployed), deployed
+    deployed = await deploy_and_wait(bus, EXAMPLE, PROJECT, requested_by=PRINCIPAL)
     timed("deploy")
     build = RunCommand(command=BuildCommand(), requested_by=PRINCIPAL)
     passed = await client.run(bus, PROJECT, build)

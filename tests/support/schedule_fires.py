@@ -21,7 +21,7 @@ from services.runner.facts.jobs import NEXT, SCHEDULER
 from shared import events as ev
 from shared import subjects
 from shared.commands import JobCommand, JobSpec, OperationCommand
-from tests.support.helpers import wait_for
+from tests.support.helpers import deploy_and_wait, wait_for
 from tests.support.paths import EXAMPLE
 
 __all__ = [
@@ -139,8 +139,7 @@ async def one_run_per_fire(js, job: str, found: list, timeout: float = 300) -> l
 
 async def scheduled(bus, project: str, job: str, every: int) -> None:
     """The example deployed as `project`, `job` saved (SPEC) and scheduled `@every` seconds."""
-    _, deployed = await client.deploy(bus, EXAMPLE, project)
-    assert isinstance(deployed, ev.Deployed), deployed
+    await deploy_and_wait(bus, EXAMPLE, project)
     saved = await client.job(bus, project, JobCommand(action="save", name=job, job=SPEC))
     assert isinstance(saved, ev.JobSaved), saved
     cron = f"@every {every}s"

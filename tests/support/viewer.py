@@ -8,10 +8,10 @@ import shutil
 from pathlib import Path
 
 from services.cli import client
-from shared import events as ev
 from shared import identity
 from shared.commands import BuildCommand, RunCommand
 from tests.support.gate import add_gate
+from tests.support.helpers import deploy_and_wait
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 
@@ -46,8 +46,7 @@ async def run_page(chromium, stack, bearer: str, run_id: str):
 async def deployed_with_gate(stack, project, release) -> str:
     """The example, gated, deployed; an admin bearer for the viewer."""
     add_gate(project, release)
-    _, deployed = await client.deploy(stack.bus, project, "jaffle_shop")
-    assert isinstance(deployed, ev.Deployed), deployed
+    await deploy_and_wait(stack.bus, project, "jaffle_shop")
     _, bearer = await identity.create_token(
         stack.bus, principal="viewer-test", team="ops", role="admin"
     )

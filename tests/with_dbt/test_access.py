@@ -22,10 +22,8 @@ from nats.js.api import StreamConfig
 from nats.js.errors import NotFoundError
 
 from services.access.local import access_dir, nats_logins
-from services.cli import client
 from services.stack.composition import Stack
 from shared import contract, identity, subjects
-from shared import events as ev
 from shared.bus import COMMANDS, EVENTS
 from shared.config import load
 from shared.webhooks import SECRETS_BUCKET
@@ -39,7 +37,7 @@ from tests.support.access_site import (
     system,
     tiny_project,
 )
-from tests.support.helpers import wait_for
+from tests.support.helpers import deploy_and_wait, wait_for
 
 pytestmark = [pytest.mark.dbt, pytest.mark.asyncio(loop_scope="module")]
 
@@ -71,10 +69,7 @@ async def site(tmp_path_factory, pg_url):
         )
         tokens[who], ids[who] = bearer, token.id
     for who, name in [("ann", ANALYTICS), ("bill", BILLING)]:
-        _, final = await client.deploy(
-            stack.bus, tiny_project(root / name, name), name, requested_by=who
-        )
-        assert isinstance(final, ev.Deployed), final
+        await deploy_and_wait(stack.bus, tiny_project(root / name, name), name, requested_by=who)
     yield Site(stack=stack, home=settings.home, tokens=tokens, token_ids=ids)
     await stack.stop()
 

@@ -19,7 +19,6 @@ import pytest
 import yaml
 from nats.js.errors import KeyNotFoundError
 
-from services.cli import client
 from services.runner.admission import admission
 from services.runner.admission.lease import Lease
 from services.runner.attempts.attempt import Cancel
@@ -30,7 +29,7 @@ from shared import logging as jlog
 from shared.bus import LEASES, connect
 from shared.commands import BuildCommand, RunCommand
 from tests.support.gate import add_gate
-from tests.support.helpers import auth_headers, get_json, jetdbt, wait_for
+from tests.support.helpers import auth_headers, deploy_and_wait, get_json, jetdbt, wait_for
 from tests.support.processes import ACK_WAIT, runner_process
 
 SLOW_MODEL = """
@@ -257,8 +256,7 @@ def most_at_once(intervals: list[tuple]) -> int:
 @pytest.mark.dbt
 async def test_runs_of_one_environment_queue_visibly_and_never_overlap(stack, tmp_path):
     project = tiny_project(tmp_path / "capa", seconds=1.0)
-    _, deployed = await client.deploy(stack.bus, project, "capa")
-    assert isinstance(deployed, ev.Deployed), deployed
+    await deploy_and_wait(stack.bus, project, "capa")
     rec = await Recorder().start(stack.bus)
     run_ids = [f"one{i}" for i in range(6)]
     for run_id in run_ids:
@@ -338,8 +336,7 @@ async def test_two_teams_share_the_run_slots(settings, tmp_path):
             await identity.put_principal(stack.bus, identity.Principal(name=name, team=team))
         for i in range(4):
             project = tiny_project(tmp_path / f"p{i}", seconds=2.0, warehouse=f"w{i}")
-            _, deployed = await client.deploy(stack.bus, project, f"p{i}")
-            assert isinstance(deployed, ev.Deployed), deployed
+            await deploy_and_wait(stack.bus, project, f"p{i}")
         rec = await Recorder().start(stack.bus)
         teams = {"ana": "alpha", "bo": "beta"}
         runs = {f"{who}{i}": (who, f"p{i}") for who in teams for i in range(4)}
@@ -383,8 +380,7 @@ async def test_a_killed_runner_s_lease_expires_and_the_waiting_runs_go_on(settin
     runner_a = runner_process(base, tmp_path / "a", warehouses)
     runner_b = None
     try:
-        _, deployed = await client.deploy(reader.bus, project, "capa")
-        assert isinstance(deployed, ev.Deployed), deployed
+        await deploy_and_wait(reader.bus, project, "capa")
         rec = await Recorder().start(reader.bus)
         for run_id in ("k1", "k2", "k3"):
             await submit(reader.bus, "capa", run_id)
@@ -438,8 +434,7 @@ async def _post(url: str) -> tuple[int, dict]:
 async def test_cancel_a_queued_run_a_running_run_and_one_not_delivered_yet(stack, tmp_path):
     release = tmp_path / "release"  # never touched: the gated run builds until cancelled
     project = tiny_project(tmp_path / "capa", seconds=0.1, release=release)
-    _, deployed = await client.deploy(stack.bus, project, "capa")
-    assert isinstance(deployed, ev.Deployed), deployed
+    await deploy_and_wait(stack.bus, project, "capa")
     rec = await Recorder().start(stack.bus)
     await submit(stack.bus, "capa", "held")
 

@@ -11,12 +11,11 @@ import time
 import pytest
 
 from services.cli import client
-from shared import events as ev
 from shared.commands import BuildCommand, RunCommand
 from tests.support.chaos.harness import Tally, World, gate_project, start_cluster
 from tests.support.chaos.outages import leader_outage
 from tests.support.cluster import NatsCluster
-from tests.support.helpers import jetdbt, wait_for
+from tests.support.helpers import deploy_and_wait, jetdbt, wait_for
 from tests.support.paths import EXAMPLE
 from tests.support.schedule_fires import (
     at,
@@ -62,8 +61,7 @@ async def test_the_contract_keeps_r3_and_the_example_builds(stack):
         info = await stack.bus.js.stream_info(name)
         assert info.config.num_replicas == 3, name
         assert info.cluster.leader and len(info.cluster.replicas) == 2, name
-    _, deployed = await client.deploy(stack.bus, EXAMPLE, "jaffle_shop")
-    assert isinstance(deployed, ev.Deployed), deployed
+    await deploy_and_wait(stack.bus, EXAMPLE, "jaffle_shop")
     final = await client.run(stack.bus, "jaffle_shop", RunCommand(command=BuildCommand()))
     assert final.result.status == "passed", final.result.error
     assert len(final.result.nodes) == 23

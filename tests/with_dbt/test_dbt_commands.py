@@ -9,6 +9,7 @@ from services.cli import client
 from shared import events as ev
 from shared import subjects
 from shared.commands import CommandRejected, RunCommand, dbt_command, decode_run
+from tests.support.helpers import deploy_and_wait
 from tests.support.stale_source import SOURCE, add_stale_source
 
 pytestmark = pytest.mark.dbt
@@ -40,8 +41,7 @@ async def _run(stack, name: str, **fields) -> ev.Event:
 
 async def test_every_dbt_command_gives_its_structured_result(stack, project_copy):
     _extend(project_copy)
-    _, deployed = await client.deploy(stack.bus, project_copy, "shop")
-    assert isinstance(deployed, ev.Deployed), deployed
+    await deploy_and_wait(stack.bus, project_copy, "shop")
 
     seeded = await _run(stack, "seed")
     assert seeded.result.status == "passed", seeded.result.error

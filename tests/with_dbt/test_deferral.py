@@ -9,7 +9,7 @@ from services.cli import client
 from shared import events as ev
 from shared import subjects
 from shared.commands import BuildCommand, RetryCommand, RunCommand
-from tests.support.helpers import get_json, wait_for
+from tests.support.helpers import deploy_and_wait, get_json, wait_for
 from tests.support.projects import FLAKY, add_model
 
 pytestmark = pytest.mark.dbt
@@ -48,8 +48,7 @@ async def _state(stack, project="jaffle_shop"):
 
 
 async def _deploy(stack, path):
-    _, deployed = await client.deploy(stack.bus, path, "jaffle_shop")
-    assert isinstance(deployed, ev.Deployed), deployed
+    await deploy_and_wait(stack.bus, path, "jaffle_shop")
 
 
 def _tables(path, schema):

@@ -7,15 +7,14 @@ import pytest
 from services.cli import client
 from shared import events as ev
 from shared.commands import BuildCommand, RunCommand
-from tests.support.helpers import duckdb_tables, get_json, wait_for
+from tests.support.helpers import deploy_and_wait, duckdb_tables, get_json, wait_for
 from tests.support.paths import EXAMPLE
 
 pytestmark = pytest.mark.dbt
 
 
 async def _deploy(stack, path=EXAMPLE, project="jaffle_shop"):
-    _, final = await client.deploy(stack.bus, path, project)
-    assert isinstance(final, ev.Deployed), final
+    final = await deploy_and_wait(stack.bus, path, project)
     return final
 
 

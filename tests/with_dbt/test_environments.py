@@ -20,7 +20,7 @@ from shared import events as ev
 from shared import subjects
 from shared.commands import BuildCommand, RunCommand
 from tests.support.graph_reads import project_graph
-from tests.support.helpers import closed_port, write_files
+from tests.support.helpers import closed_port, deploy_and_wait, write_files
 
 pytestmark = pytest.mark.dbt
 
@@ -86,8 +86,7 @@ async def test_an_adapter_is_provisioned_on_first_use_and_built_warm(
     write_files(project, PROJECT)
     stack = await Stack(sqlite_settings).start()
     try:
-        _, deployed = await client.deploy(stack.bus, project, "lite")
-        assert isinstance(deployed, ev.Deployed), deployed
+        deployed = await deploy_and_wait(stack.bus, project, "lite")
         assert deployed.adapter == "sqlite"
         assert (
             deployed.engine_version
@@ -108,8 +107,7 @@ async def test_an_adapter_is_provisioned_on_first_use_and_built_warm(
         # The index unreachable from here on: a second deploy installs nothing.
         monkeypatch.setenv("UV_INDEX_URL", f"http://127.0.0.1:{closed_port()}/simple")
         (project / "models/third.sql").write_text("select 3 as id")
-        _, again = await client.deploy(stack.bus, project, "lite")
-        assert isinstance(again, ev.Deployed), again
+        again = await deploy_and_wait(stack.bus, project, "lite")
         assert again.environment_lock == deployed.environment_lock
 
         # Another resolution of the same environment (another runner's, say) runs nothing
@@ -196,8 +194,7 @@ async def test_a_snowflake_project_deploys_without_a_connection(settings, tmp_pa
     write_files(project, {**PROJECT, "jetdbt.yaml": "profile:\n  warehouse: snow\n"})
     stack = await Stack(msgspec.structs.replace(settings, warehouses_file=file)).start()
     try:
-        _, deployed = await client.deploy(stack.bus, project, "p")
-        assert isinstance(deployed, ev.Deployed), deployed
+        deployed = await deploy_and_wait(stack.bus, project, "p")
         assert deployed.adapter == "snowflake" and "dbt-snowflake" in deployed.environment_lock
         body = await project_graph(stack, "p")
         assert body["relation_root"] == "dbt://snow"

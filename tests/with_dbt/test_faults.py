@@ -13,7 +13,7 @@ from services.stack.composition import Stack
 from shared import events as ev
 from shared.commands import BuildCommand, RunCommand
 from tests.support.gate import add_gate, until_gate_runs
-from tests.support.helpers import get_json, wait_for
+from tests.support.helpers import deploy_and_wait, get_json, wait_for
 from tests.support.processes import working_in
 
 pytestmark = pytest.mark.dbt
@@ -22,8 +22,7 @@ pytestmark = pytest.mark.dbt
 async def test_a_nats_restart_mid_run_loses_nothing(stack, nats_server, project_copy, tmp_path):
     release = tmp_path / "release"
     add_gate(project_copy, release)
-    _, deployed = await client.deploy(stack.bus, project_copy, "outage")
-    assert isinstance(deployed, ev.Deployed), deployed
+    await deploy_and_wait(stack.bus, project_copy, "outage")
     run = asyncio.create_task(
         client.run(stack.bus, "outage", RunCommand(command=BuildCommand(), run_id="o1"))
     )
@@ -56,8 +55,7 @@ async def test_run_timeout_bounds_the_whole_run_and_says_so(settings, project_co
     add_gate(project_copy, tmp_path / "never")
     st = await Stack(msgspec.structs.replace(settings, run_timeout_seconds=20)).start()
     try:
-        _, deployed = await client.deploy(st.bus, project_copy, "slow")
-        assert isinstance(deployed, ev.Deployed), deployed
+        await deploy_and_wait(st.bus, project_copy, "slow")
         final = await asyncio.wait_for(
             client.run(st.bus, "slow", RunCommand(command=BuildCommand(), run_id="t1")), 120
         )

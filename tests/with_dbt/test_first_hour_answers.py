@@ -15,12 +15,18 @@ import msgspec
 import pytest
 import yaml
 
-from services.cli import client
 from services.stack.composition import Stack
-from shared import events as ev
 from shared import subjects
 from tests.support.gate import GATE, add_gate, until_gate_runs
-from tests.support.helpers import JETDBT, cli_env, get_json, jetdbt, pg_parts, wait_for
+from tests.support.helpers import (
+    JETDBT,
+    cli_env,
+    deploy_and_wait,
+    get_json,
+    jetdbt,
+    pg_parts,
+    wait_for,
+)
 
 pytestmark = pytest.mark.dbt
 
@@ -219,8 +225,7 @@ async def test_a_deploy_of_another_folder_under_a_taken_name_needs_a_flag(
     assert source[0].startswith("folder "), source  # the folder's mark, never its path
     assert str(project_copy) not in json.dumps(source)
     # A system that publishes a deploy naming no source is not held to one.
-    _, unnamed = await client.deploy(stack.bus, repo, "jaffle_shop")
-    assert isinstance(unnamed, ev.Deployed), unnamed
+    await deploy_and_wait(stack.bus, repo, "jaffle_shop")
 
 
 async def test_an_older_deploy_that_finishes_last_never_becomes_current(

@@ -23,7 +23,7 @@ from shared import events as ev
 from shared import identity, subjects
 from shared.commands import BuildCommand
 from tests.support.graph_reads import project_graph
-from tests.support.helpers import get_json, jetdbt, wait_for
+from tests.support.helpers import deploy_and_wait, get_json, jetdbt, wait_for
 from tests.support.paths import EXAMPLE
 
 P = "jaffle_shop"
@@ -82,8 +82,7 @@ EDGES = {
 
 
 async def _deploy(stack, path, project) -> ev.Deployed:
-    _, final = await client.deploy(stack.bus, path, project)
-    assert isinstance(final, ev.Deployed), final
+    final = await deploy_and_wait(stack.bus, path, project)
     return final
 
 
@@ -327,7 +326,6 @@ async def test_run_graph_snapshot_only_when_it_differs(stack, project_copy):
 @pytest.mark.dbt
 async def test_a_placeholder_var_that_enables_a_model_shows_in_that_runs_graph(stack, project_copy):
     """A real run: its graph is stored before its build starts, with the model it enables."""
-    from services.cli import client
     from shared.commands import RunCommand
     from shared.subjects import graph_event, node_event
 

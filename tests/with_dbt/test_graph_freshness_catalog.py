@@ -18,7 +18,7 @@ from services.runner.after import catalog, results
 from shared import events as ev
 from shared import identity
 from shared.commands import RunCommand, dbt_command
-from tests.support.helpers import get_json, jetdbt
+from tests.support.helpers import deploy_and_wait, get_json, jetdbt
 from tests.support.recorded_log import settled
 from tests.support.stale_source import SOURCE, add_stale_source
 from tests.support.viewer import ARTIFACTS, browser, sign_in
@@ -44,8 +44,7 @@ async def test_a_stale_source_warns_on_the_graph_and_columns_carry_warehouse_typ
     stack, project_copy
 ):
     add_stale_source(project_copy)
-    _, deployed = await client.deploy(stack.bus, project_copy, "shop")
-    assert isinstance(deployed, ev.Deployed), deployed
+    await deploy_and_wait(stack.bus, project_copy, "shop")
     built = await _run(stack, "build")
     assert built.result.status == "passed", built.result.error
 

@@ -29,7 +29,7 @@ from shared.commands import (
     RunCommand,
     decode_job,
 )
-from tests.support.helpers import auth_headers, get_json, jetdbt, wait_for
+from tests.support.helpers import auth_headers, deploy_and_wait, get_json, jetdbt, wait_for
 from tests.support.paths import EXAMPLE
 from tests.support.recorded_log import settled
 from tests.support.schedule_fires import (
@@ -50,8 +50,7 @@ EVERY = 2  # seconds between fires
 
 @pytest.mark.timeout(900)
 async def test_a_job_runs_labelled_and_its_schedule_fires_across_a_restart(stack, settings):
-    _, deployed = await client.deploy(stack.bus, EXAMPLE, PROJECT)
-    assert isinstance(deployed, ev.Deployed), deployed
+    await deploy_and_wait(stack.bus, EXAMPLE, PROJECT)
     # Saved by the CLI as the README shows it.
     saved = await jetdbt(
         stack,

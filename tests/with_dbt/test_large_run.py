@@ -28,7 +28,7 @@ from shared import event_blobs, subjects
 from shared import events as ev
 from shared.bus import EVENTS, connect
 from shared.commands import BuildCommand, RunCommand
-from tests.support.helpers import get_json, jetdbt
+from tests.support.helpers import deploy_and_wait, get_json, jetdbt
 from tests.support.paths import EXAMPLE
 from tests.support.projection_pools import scratch_pool
 from tests.support.recorded_log import settled
@@ -81,8 +81,7 @@ async def _events(stack) -> list[tuple[str, bytes]]:
 async def test_a_run_too_large_for_one_message_ends_passed_with_every_node_everywhere(
     stack, tmp_path
 ):
-    _, deployed = await client.deploy(stack.bus, _project(tmp_path / "wide", MODELS), "wide")
-    assert isinstance(deployed, ev.Deployed), deployed
+    await deploy_and_wait(stack.bus, _project(tmp_path / "wide", MODELS), "wide")
 
     done = await jetdbt(stack, "run", "wide", "--json", timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -134,8 +133,7 @@ async def test_a_result_that_cannot_be_published_ends_the_run_failed_and_never_b
     """The object store refuses every new object (its stream is full), so neither the
     retry state's run results nor the kept log can be stored: the run still ends, failed,
     naming why, in one small event; the command is settled, not delivered again."""
-    _, deployed = await client.deploy(stack.bus, EXAMPLE, "jaffle_shop")
-    assert isinstance(deployed, ev.Deployed), deployed
+    await deploy_and_wait(stack.bus, EXAMPLE, "jaffle_shop")
     js = stack.bus.js
     blobs = await js.stream_info("OBJ_DBT_BLOBS")
     full = dataclasses.replace(blobs.config, max_bytes=blobs.state.bytes)

@@ -10,13 +10,13 @@ import pytest
 from services.cli import client
 from shared import events as ev
 from shared.commands import BuildCommand, RunCommand
+from tests.support.helpers import deploy_and_wait
 
 pytestmark = pytest.mark.dbt
 
 
 async def test_runs_of_one_environment_take_turns(stack):
-    _, deployed = await client.deploy(stack.bus, "examples/jaffle_shop", "turns")
-    assert isinstance(deployed, ev.Deployed), deployed
+    await deploy_and_wait(stack.bus, "examples/jaffle_shop", "turns")
     seen: list[ev.Event] = []
 
     async def on_event(event):

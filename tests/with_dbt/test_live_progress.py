@@ -7,10 +7,9 @@ import asyncio
 import pytest
 
 from services.cli import client
-from shared import events as ev
 from shared.commands import BuildCommand, RunCommand
 from tests.support.gate import GATE_MODEL, add_gate, gate_running, until_gate_runs  # noqa: F401
-from tests.support.helpers import get_json, wait_for
+from tests.support.helpers import deploy_and_wait, get_json, wait_for
 
 pytestmark = pytest.mark.dbt
 
@@ -18,8 +17,7 @@ pytestmark = pytest.mark.dbt
 async def test_node_finished_is_readable_while_a_later_model_runs(stack, project_copy, tmp_path):
     release = tmp_path / "release"
     add_gate(project_copy, release)
-    _, deployed = await client.deploy(stack.bus, project_copy, "live")
-    assert isinstance(deployed, ev.Deployed), deployed
+    await deploy_and_wait(stack.bus, project_copy, "live")
     run_task = asyncio.create_task(
         client.run(stack.bus, "live", RunCommand(command=BuildCommand(), run_id="live1"))
     )

@@ -24,17 +24,15 @@ from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from services.cli import client
 from services.cli.stack_commands import _announce_up
 from services.mcp import resources
 from services.mcp.api_client import Api
 from services.mcp.http_app import McpHttp, McpPortInUse
 from services.mcp.server import build_server
 from services.stack.composition import Stack
-from shared import events as ev
 from shared import identity
 from shared.config import load
-from tests.support.helpers import JETDBT, up_stack, wait_for
+from tests.support.helpers import JETDBT, deploy_and_wait, up_stack, wait_for
 from tests.support.paths import EXAMPLE
 
 pytestmark = [pytest.mark.dbt, pytest.mark.asyncio(loop_scope="module")]
@@ -74,8 +72,7 @@ async def site(tmp_path_factory, pg_url):
     )
     (billing / "models" / "invoices.sql").write_text("select 1 as id\n")
     for who, path, name in [("ann", EXAMPLE, SHOP), ("bill", billing, BILLING)]:
-        _, final = await client.deploy(stack.bus, path, name, requested_by=who)
-        assert isinstance(final, ev.Deployed), final
+        await deploy_and_wait(stack.bus, path, name, requested_by=who)
     yield Site(stack=stack, home=stack.settings.home, tokens=tokens, token_files=files)
     await stack.stop()
 

@@ -34,7 +34,7 @@ from shared import identity, subjects
 from shared.bus import EVENTS
 from shared.config import load
 from tests.support.access_site import call, cli, finished, system, tiny_project
-from tests.support.helpers import not_runners_events, wait_for
+from tests.support.helpers import deploy_and_wait, not_runners_events, wait_for
 from tests.support.paths import GOLDEN
 from tests.support.relation_facts import relation_written
 
@@ -82,10 +82,7 @@ async def site(tmp_path_factory, pg_url):
         )
         tokens[who], ids[who] = bearer, token.id
     for who, name in [("ann", ALPHA), ("bill", BETA)]:
-        _, final = await client.deploy(
-            stack.bus, tiny_project(root / name, name), name, requested_by=who
-        )
-        assert isinstance(final, ev.Deployed), final
+        await deploy_and_wait(stack.bus, tiny_project(root / name, name), name, requested_by=who)
     door = Door(
         stack=stack,
         home=settings.home,
@@ -301,8 +298,7 @@ async def test_a_project_has_a_team_from_its_first_deploy(site):
     everywhere, so the project is default's: another team cannot take it, and a viewer of
     team default sees it."""
     folder = tiny_project(site.root / "orphan", "orphan")
-    _, final = await client.deploy(site.stack.bus, folder, "orphan", requested_by="root")
-    assert isinstance(final, ev.Deployed), final
+    await deploy_and_wait(site.stack.bus, folder, "orphan", requested_by="root")
     requested = await site.stack.bus.last_event(subjects.deploy_event("orphan", "requested"))
     assert requested.team == "default"
     _, taken = await client.deploy(

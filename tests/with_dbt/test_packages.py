@@ -16,7 +16,7 @@ from shared import events as ev
 from shared import identity
 from shared.commands import BuildCommand, RunCommand
 from shared.digests import digest_of
-from tests.support.helpers import closed_port, duckdb_tables, write_files
+from tests.support.helpers import closed_port, deploy_and_wait, duckdb_tables, write_files
 
 pytestmark = pytest.mark.dbt
 
@@ -73,8 +73,7 @@ async def test_local_and_git_packages_are_pinned_at_deploy_and_restored_for_runs
     (project / "packages.yml").write_text(
         f"packages:\n  - local: pkgs/localpkg\n  - git: 'file://{bare}'\n    revision: main\n"
     )
-    _, deployed = await client.deploy(stack.bus, project, "pkgs")
-    assert isinstance(deployed, ev.Deployed), deployed
+    deployed = await deploy_and_wait(stack.bus, project, "pkgs")
     lock = _lock_of(await stack.bus.get_blob(deployed.packages_digest))
     assert deployed.package_lock_digest == digest_of(lock)
     assert b"file://" in lock and b"pkgs/localpkg" in lock
@@ -93,8 +92,7 @@ async def test_local_and_git_packages_are_pinned_at_deploy_and_restored_for_runs
     # gone), the same pinned tree, the same lock.
     (project / packages.LOCK).write_bytes(lock)
     (project / "models/other.sql").write_text("select 1 as id")
-    _, again = await client.deploy(stack.bus, project, "pkgs")
-    assert isinstance(again, ev.Deployed), again
+    again = await deploy_and_wait(stack.bus, project, "pkgs")
     assert again.version != deployed.version
     assert (again.packages_digest, again.package_lock_digest) == (
         deployed.packages_digest,
@@ -165,5 +163,4 @@ async def test_an_unreachable_hub_fails_the_deploy_naming_the_package(stack, tmp
             ),
         },
     )
-    _, parsed = await client.deploy(stack.bus, seen, "seen")
-    assert isinstance(parsed, ev.Deployed), parsed
+    await deploy_and_wait(stack.bus, seen, "seen")

@@ -15,7 +15,7 @@ from shared import subjects
 from shared.commands import BuildCommand, RunCommand
 from shared.graph import SCOPE_VERSION
 from tests.support.graph_reads import project_graph
-from tests.support.helpers import wait_for, write_files
+from tests.support.helpers import deploy_and_wait, wait_for, write_files
 
 PROJECT = {
     "dbt_project.yml": "name: own\nversion: '1.0'\nconfig-version: 2\nprofile: own\n",
@@ -90,8 +90,7 @@ async def test_an_own_profile_is_keyed_by_the_warehouse_it_names(settings, tmp_p
     _own_profile(project, str(tmp_path / "own.duckdb"))
     stack = await Stack(changed).start()
     try:
-        _, deployed = await client.deploy(stack.bus, project, "own")
-        assert isinstance(deployed, ev.Deployed), deployed
+        await deploy_and_wait(stack.bus, project, "own")
         body = await project_graph(stack, "own")
         assert body["relation_root"] == "dbt://lake"
         assert {n["relation"] for n in body["nodes"]} == {"dbt://lake/main/first"}
@@ -118,8 +117,7 @@ async def test_a_run_whose_warehouse_schema_moved_republishes_the_versions_graph
             await stack.stop()
 
     async def deploy(stack):
-        _, deployed = await client.deploy(stack.bus, project, "own")
-        assert isinstance(deployed, ev.Deployed), deployed
+        deployed = await deploy_and_wait(stack.bus, project, "own")
         body = await project_graph(stack, "own")
         assert {n["relation"] for n in body["nodes"]} == {"dbt://main/before/first"}
         return deployed

@@ -21,7 +21,7 @@ from shared import contract
 from shared import events as ev
 from shared.commands import BuildCommand, RunCommand
 from tests.support import recorded_log, synthetic
-from tests.support.helpers import get_json, jetdbt
+from tests.support.helpers import deploy_and_wait, get_json, jetdbt
 from tests.support.paths import EXAMPLE
 from tests.support.recorded_log import recording, settled
 
@@ -80,8 +80,7 @@ async def test_replay_of_recorded_real_runs_finds_no_differences(recorded_stack)
 async def test_a_real_run_replays_without_differences_and_audits_from_its_log(stack):
     """The one test of replay and audit that runs dbt: elsewhere the recorded log stands in
     for it, and this proves that what a real run publishes today replays and audits too."""
-    _, deployed = await client.deploy(stack.bus, EXAMPLE, "jaffle_shop")
-    assert isinstance(deployed, ev.Deployed), deployed
+    deployed = await deploy_and_wait(stack.bus, EXAMPLE, "jaffle_shop")
     failing = RunCommand(command=BuildCommand(vars={"fail_error_test": True}), requested_by="ann")
     failed = await client.run(stack.bus, "jaffle_shop", failing)
     assert failed.result.status == "failed"

@@ -20,7 +20,7 @@ from shared import run_logs, subjects
 from shared.bus import connect
 from shared.commands import BuildCommand, RunCommand
 from shared.environments import Environment
-from tests.support.helpers import get_json, wait_for
+from tests.support.helpers import deploy_and_wait, get_json, wait_for
 
 ENV = Environment(warehouse="main", target="dev", schema="main", database="warehouse")
 OTHER = Environment(warehouse="main", target="prod", schema="main", database="warehouse")
@@ -138,8 +138,7 @@ async def test_replicas_recording_at_once_lose_no_entry(nats_url):
 async def test_old_runs_lose_their_files_and_keep_their_results(settings, keep, pruned):
     stack = await Stack(msgspec.structs.replace(settings, run_retention=keep)).start()
     try:
-        _, deployed = await client.deploy(stack.bus, "examples/jaffle_shop", "kept")
-        assert isinstance(deployed, ev.Deployed), deployed
+        await deploy_and_wait(stack.bus, "examples/jaffle_shop", "kept")
         # The first run publishes the environment's state; the others select one model,
         # so they publish none and the state stays the oldest run's.
         commands = [BuildCommand()] + [BuildCommand(select=["stg_customers"])] * (keep + pruned)

@@ -10,7 +10,7 @@ from services.cli import client
 from services.stack.composition import Stack
 from shared import events as ev
 from shared.commands import BuildCommand, RetryCommand, RunCommand
-from tests.support.helpers import get_json, wait_for
+from tests.support.helpers import deploy_and_wait, get_json, wait_for
 from tests.support.projects import FLAKY, GATED, add_model
 
 pytestmark = pytest.mark.dbt
@@ -48,8 +48,7 @@ async def test_dbt_retry_from_another_runner_rebuilds_only_what_failed(
     add_model(project_copy, "gated", GATED, {"break_file": str(gate)})
     first = await Stack(_settings(settings, tmp_path, "runner-a")).start()
     try:
-        _, deployed = await client.deploy(first.bus, project_copy, "shop")
-        assert isinstance(deployed, ev.Deployed), deployed
+        await deploy_and_wait(first.bus, project_copy, "shop")
         failed = await client.run(
             first.bus,
             "shop",
@@ -100,8 +99,7 @@ async def test_node_retry_recovers_a_transient_failure_in_the_same_run(
     (project_copy / "jetdbt.yaml").write_text(
         "retry_failed_nodes: {attempts: 2, delay_seconds: 0.2}\n"
     )
-    _, deployed = await client.deploy(stack.bus, project_copy, "jaffle_shop")
-    assert isinstance(deployed, ev.Deployed), deployed
+    await deploy_and_wait(stack.bus, project_copy, "jaffle_shop")
     seen = Seen()
     final = await client.run(
         stack.bus, "jaffle_shop", RunCommand(command=BuildCommand()), on_event=seen

@@ -14,7 +14,7 @@ from shared import events as ev
 from shared import run_logs, subjects
 from shared.commands import BuildCommand, RunCommand
 from tests.support.gate import add_gate, until_gate_runs
-from tests.support.helpers import JETDBT, auth_headers, cli_env, get_json, wait_for
+from tests.support.helpers import JETDBT, auth_headers, cli_env, deploy_and_wait, get_json, wait_for
 
 RUN = "logged1"
 
@@ -39,8 +39,7 @@ async def test_a_runs_log_is_followed_paged_kept_and_read_from_its_object(
 ):
     release = tmp_path / "release"
     add_gate(project_copy, release)
-    _, deployed = await client.deploy(stack.bus, project_copy, "jaffle_shop")
-    assert isinstance(deployed, ev.Deployed), deployed
+    await deploy_and_wait(stack.bus, project_copy, "jaffle_shop")
     running = asyncio.create_task(
         client.run(stack.bus, "jaffle_shop", RunCommand(command=BuildCommand(), run_id=RUN))
     )

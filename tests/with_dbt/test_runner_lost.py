@@ -18,7 +18,7 @@ from services.stack.composition import Stack
 from shared import events as ev
 from shared.commands import BuildCommand, RunCommand
 from tests.support.gate import add_gate, until_gate_runs
-from tests.support.helpers import get_json, wait_for
+from tests.support.helpers import deploy_and_wait, get_json, wait_for
 from tests.support.processes import ACK_WAIT, runner_process, working_in
 
 pytestmark = pytest.mark.dbt
@@ -40,8 +40,7 @@ async def test_a_killed_runner_is_replaced_by_the_next_attempt(settings, tmp_pat
     runner_a = runner_process(base, tmp_path / "a", warehouses)
     runner_b = None
     try:
-        _, deployed = await client.deploy(reader.bus, project_copy, "lost")
-        assert isinstance(deployed, ev.Deployed), deployed
+        await deploy_and_wait(reader.bus, project_copy, "lost")
         seen: list[ev.Event] = []
 
         async def on_event(event):

@@ -25,7 +25,14 @@ from services.stack.composition import Stack
 from shared import events as ev
 from shared.commands import BuildCommand, RunCommand
 from shared.config import load
-from tests.support.helpers import collect_everything, get_json, pg_parts, use_token, wait_for
+from tests.support.helpers import (
+    collect_everything,
+    deploy_and_wait,
+    get_json,
+    pg_parts,
+    use_token,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.dbt, pytest.mark.asyncio(loop_scope="module")]
 
@@ -89,8 +96,7 @@ async def site(tmp_path_factory, pg_url):
 
 
 async def _build(stack, folder: Path, name: str) -> tuple[ev.RunFinished, dict[str, dict]]:
-    _, deployed = await client.deploy(stack.bus, folder, name)
-    assert isinstance(deployed, ev.Deployed), deployed
+    await deploy_and_wait(stack.bus, folder, name)
     final = await client.run(stack.bus, name, RunCommand(command=BuildCommand()))
     assert isinstance(final, ev.RunFinished), final
     status, run = await get_json(f"{stack.api_url}/v1/runs/{final.run_id}")
@@ -210,8 +216,7 @@ async def test_a_memory_bomb_fails_its_run_naming_run_memory_and_spares_the_othe
     calm = _project(root / "calm", "calm_shop", {"a.sql": "select 1 as id"})
     _write(calm, {"jetdbt.yaml": "profile:\n  warehouse: other\n"})
     for folder, name in ((bomb, "bomb_shop"), (calm, "calm_shop")):
-        _, deployed = await client.deploy(stack.bus, folder, name)
-        assert isinstance(deployed, ev.Deployed), deployed
+        await deploy_and_wait(stack.bus, folder, name)
     loop = asyncio.get_running_loop()
     started = loop.time()
     exploded, passed = await asyncio.gather(

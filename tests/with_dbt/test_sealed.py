@@ -9,8 +9,8 @@ import pytest
 from services.cli import client
 from services.runner.process import spawn
 from services.runner.setup.workspace import job_root
-from shared import events as ev
 from shared.commands import BuildCommand, RunCommand
+from tests.support.helpers import deploy_and_wait
 
 pytestmark = pytest.mark.dbt
 
@@ -47,8 +47,7 @@ async def test_dbt_never_imports_the_project_or_sees_the_runner_environment(
         spawn._server.stop()
         spawn._server = None
 
-    _, deployed = await client.deploy(stack.bus, project_copy, "sealed")
-    assert isinstance(deployed, ev.Deployed), deployed
+    await deploy_and_wait(stack.bus, project_copy, "sealed")
     probes = BuildCommand(select=["env_probe", "environ_probe"])
     final = await client.run(stack.bus, "sealed", RunCommand(command=probes, run_id="s1"))
     assert final.result.status == "passed", final.result.error

@@ -7,6 +7,7 @@ import pytest
 from services.cli import client
 from shared import events as ev
 from shared.commands import BuildCommand, RunCommand
+from tests.support.helpers import deploy_and_wait
 
 pytestmark = pytest.mark.dbt
 
@@ -35,8 +36,7 @@ def _executable(ids: set[str]) -> set[str]:
 async def _deploy(stack, path, descriptor: str | None):
     if descriptor is not None:
         (path / "jetdbt.yaml").write_text(descriptor)
-    _, deployed = await client.deploy(stack.bus, path, "jaffle_shop")
-    assert isinstance(deployed, ev.Deployed), deployed
+    await deploy_and_wait(stack.bus, path, "jaffle_shop")
 
 
 async def test_descriptor_selection_override_and_equal_override(stack, project_copy):

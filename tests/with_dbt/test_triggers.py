@@ -33,7 +33,7 @@ from shared.commands import (
 from shared.job_index import JobIndex
 from shared.relations import normalise
 from shared.run_writes import deployed_graph, project_writes, written
-from tests.support.helpers import JETDBT, cli_env, up_stack, wait_for
+from tests.support.helpers import JETDBT, cli_env, deploy_and_wait, up_stack, wait_for
 from tests.support.paths import EXAMPLE
 from tests.support.relation_facts import relation_written
 from tests.support.schedule_fires import SPEC, events, messages
@@ -85,8 +85,7 @@ async def test_a_declared_write_triggers_one_run_and_its_end_one_after_run(tmp_p
     stack = await up_stack(home, pg_url)
     try:
         bus = stack.bus
-        _, deployed = await client.deploy(bus, EXAMPLE, PROJECT)
-        assert isinstance(deployed, ev.Deployed), deployed
+        await deploy_and_wait(bus, EXAMPLE, PROJECT)
         # The jobs as the README saves them.
         for name, *triggers in (
             ("feed", "--on-relation", FEED),
@@ -200,8 +199,7 @@ async def test_another_projects_build_wakes_a_job_once_and_a_cycle_is_refused(
     try:
         bus = stack.bus
         for path, project in ((EXAMPLE, PROJECT), (project_copy, SHOP_B)):
-            _, deployed = await client.deploy(bus, path, project)
-            assert isinstance(deployed, ev.Deployed), deployed
+            await deploy_and_wait(bus, path, project)
         a, b = await _writes(bus, PROJECT), await _writes(bus, SHOP_B)
         assert a["orders"] != b["orders"], (a, b)
         # B's job reads two of A's models: a build of A that writes both wakes it once.

@@ -16,7 +16,7 @@ from services.stack.composition import Stack
 from shared import events as ev
 from shared import logging as jlog
 from shared.commands import BuildCommand, RunCommand
-from tests.support.helpers import collect_everything, duckdb_tables, pg_parts
+from tests.support.helpers import collect_everything, deploy_and_wait, duckdb_tables, pg_parts
 
 CANARY = "canary-" + uuid.uuid4().hex
 # Models whose Postgres error quotes the secret in three spellings.
@@ -29,8 +29,7 @@ LEAKS = {
 
 
 async def _deploy_and_build(stack, path, project="jaffle_shop"):
-    _, deployed = await client.deploy(stack.bus, path, project)
-    assert isinstance(deployed, ev.Deployed), deployed
+    await deploy_and_wait(stack.bus, path, project)
     final = await client.run(stack.bus, project, RunCommand(command=BuildCommand()))
     assert isinstance(final, ev.RunFinished), final
     return final
@@ -169,8 +168,7 @@ async def test_own_profiles_yml_with_password_from_descriptor_env(
     )
 
     async def body(st):
-        _, deployed = await client.deploy(st.bus, project_copy, "jaffle_shop")
-        assert isinstance(deployed, ev.Deployed), deployed
+        await deploy_and_wait(st.bus, project_copy, "jaffle_shop")
         build = BuildCommand(exclude=list(LEAKS))
         final = await client.run(st.bus, "jaffle_shop", RunCommand(command=build))
         assert final.result.status == "passed", final.result.error

@@ -18,10 +18,16 @@ from aiohttp import web
 from projections.replay import replay
 from services.cli import client
 from services.stack.composition import Stack
-from shared import events as ev
 from shared import webhooks
 from shared.commands import ModelsCommand, RunCommand
-from tests.support.helpers import auth_headers, collect_everything, get_json, jetdbt, wait_for
+from tests.support.helpers import (
+    auth_headers,
+    collect_everything,
+    deploy_and_wait,
+    get_json,
+    jetdbt,
+    wait_for,
+)
 
 pytestmark = pytest.mark.dbt
 
@@ -86,8 +92,7 @@ async def test_a_failed_run_posts_signed_retried_and_dead_deliveries(settings, p
     urls = [await r.start() for r in (pager, flaky, gone, quiet)]
     stack = await Stack(quick).start()
     try:
-        _, deployed = await client.deploy(stack.bus, project_copy, PROJECT)
-        assert isinstance(deployed, ev.Deployed), deployed
+        await deploy_and_wait(stack.bus, project_copy, PROJECT)
 
         # The CLI's door (the operator): the secret is printed once.
         added = await jetdbt(stack, "hook", "add", "pager", "--project", PROJECT,
