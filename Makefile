@@ -31,9 +31,10 @@ $(UI_BUILT): $(UI_DEPS) $(wildcard ui/src/*)
 demo: $(STAMP) ui
 	$(BIN)/jetdbt demo
 
-# The whole suite, on both cores: every test starts its own servers, so they run apart.
+# The whole suite, on both cores: every test starts its own servers, so they run apart;
+# worksteal lets an idle worker take tests still queued for the other (no idle core at the end).
 test: $(STAMP) ui
-	$(BIN)/python -m pytest -q -n 2 --durations=15
+	$(BIN)/python -m pytest -q -n 2 --dist worksteal --durations=15
 
 # The inner loop: everything that does not run dbt.
 test-fast: $(STAMP)

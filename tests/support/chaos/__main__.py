@@ -20,7 +20,9 @@ from tests.support.chaos.suite import FULL, render, run_suite
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.support.chaos", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="a few of each (the test suite's)")
+    parser.add_argument(
+        "--quick", action="store_true", help="each experiment once (what the test suite runs)"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the folder with servers' data")
     parser.add_argument(
         "--only", metavar="NAME,...", help=f"some experiments: {', '.join(FULL)}", default=""

@@ -18,7 +18,7 @@ __all__ = ["FULL", "QUICK", "run_suite", "render"]
 
 # experiment: how many times, in `make chaos` and in the suite's quick version
 FULL = {"runner": 20, "nats": 5, "leader": 3, "postgres": 3, "projector": 10, "concurrent": 6}
-QUICK = {"runner": 2, "nats": 1, "leader": 1, "postgres": 1, "projector": 2, "concurrent": 3}
+QUICK = {"runner": 1, "nats": 1, "leader": 1, "postgres": 1, "projector": 1, "concurrent": 2}
 SETUP_SECONDS = 90.0  # servers, stack, deploy and the closing replay
 EACH_SECONDS = 60.0  # one broken build, judged
 
