@@ -28,7 +28,7 @@ from services.stack.embedded import NatsServer  # noqa: E402
 from shared import logging as jlog  # noqa: E402
 from shared.bus import EVENTS, connect  # noqa: E402
 from shared.reader import last_seq  # noqa: E402
-from tests import synthetic  # noqa: E402
+from tests.support import synthetic  # noqa: E402
 
 LIMIT_MB = 300
 

@@ -37,7 +37,7 @@ from shared import events as ev  # noqa: E402
 from shared import logging as jlog  # noqa: E402
 from shared.bus import EVENTS, connect  # noqa: E402
 from shared.reader import last_seq  # noqa: E402
-from tests import synthetic  # noqa: E402
+from tests.support import synthetic  # noqa: E402
 
 TARGET = 0.8
 PULL_BATCH = 256  # the live projector's batch

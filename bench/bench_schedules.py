@@ -33,6 +33,7 @@ from shared import subjects
 from shared.bus import COMMANDS, SCHEDULES_STREAM
 from shared.commands import JobCommand, JobSpec, OperationCommand
 from shared.config import load
+from tests.support.helpers import deploy_and_wait
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "jaffle_shop"
 PROJECT = "jaffle_shop"
@@ -50,8 +51,7 @@ async def bench() -> None:
     with tempfile.TemporaryDirectory(prefix="jetdbt-bench-") as home:
         stack = await Stack(load({"JETDBT_HOME": home, "JETDBT_API_PORT": "0"})).start()
         try:
-            _, deployed = await client.deploy(stack.bus, EXAMPLE, PROJECT)
-            assert isinstance(deployed, ev.Deployed), deployed
+            await deploy_and_wait(stack.bus, EXAMPLE, PROJECT)
             spec = JobSpec(
                 command=OperationCommand(
                     macro="cents_to_dollars", macro_args={"column_name": "amount"}

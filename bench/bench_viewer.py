@@ -39,6 +39,7 @@ from shared import identity
 from shared import logging as jlog
 from shared.commands import BuildCommand, RunCommand
 from shared.config import load
+from tests.support.helpers import deploy_and_wait
 
 RENDER_GOAL_S = 1.0
 EVENT_GOAL_MS = 50.0
@@ -107,8 +108,7 @@ async def bench(models: int, loads: int, screenshot: str | None) -> None:
         settings = load({"JETDBT_HOME": str(work / "home"), "JETDBT_API_PORT": "0"})
         stack = await Stack(settings).start()
         try:
-            _, deployed = await client.deploy(stack.bus, project, "bench")
-            assert isinstance(deployed, ev.Deployed), deployed
+            await deploy_and_wait(stack.bus, project, "bench")
             _, bearer = await identity.create_token(
                 stack.bus, principal="bench", team="bench", role="admin"
             )

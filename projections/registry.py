@@ -1,5 +1,5 @@
 """Every fold by projection name, built from the bus (a fold may read blobs);
-streams.yaml says which subjects each one reads. tests/test_fold_contract.py runs
+streams.yaml says which subjects each one reads. tests/stack/test_fold_contract.py runs
 one behaviour suite over every fold listed here."""
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ FOLDS: dict[str, Callable[[Bus], Fold]] = {
 }
 
 # The tables each projection writes, for `jetdbt replay --projection NAME`: a
-# replay compares exactly these with the live ones. tests/test_replay.py checks
+# replay compares exactly these with the live ones. tests/with_dbt/test_replay.py checks
 # that every table the migrations create has one owner here.
 TABLES = {
     "progress": ("runs", "run_nodes"),

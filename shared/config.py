@@ -3,7 +3,7 @@
 Every setting is declared once, in `DECLARED`: its variable, the Settings field it fills, its
 default as you would write it, what it means and how its text is read. The Struct's fields and
 defaults, `load()`, `jetdbt up --help`'s list and the table in docs/operations.md all come
-from it (`python -m shared.config` writes the table again; tests/test_settings_table.py fails
+from it (`python -m shared.config` writes the table again; tests/unit/test_settings_table.py fails
 while it is stale, or while code reads a variable declared neither here nor in `NOT_SETTINGS`).
 """
 
@@ -280,7 +280,7 @@ NOT_SETTINGS = {
     "JETDBT_FUZZ_EXAMPLES": "tests: the fuzz properties' examples each (`make fuzz` sets 10000)",
     "JETDBT_CONTRACT_EXAMPLES": "tests: the API contract test's examples (schemathesis)",
     "JETDBT_RETENTION_FULL": "tests: 1 runs the retention test at full size",
-    "JETDBT_SCREENS": "tests: a folder where tests/test_terminal.py saves the screens it drew",
+    "JETDBT_SCREENS": "tests: a folder where test_terminal.py saves the screens it drew",
     "PYTEST_XDIST_WORKER": "pytest-xdist's: which worker runs a test",
     "JETDBT_BENCH_*": "benchmarks: sizes and repetitions (docs/performance.md)",
     "JETDBT_SCALE_*": "bench/bench_scale.py: sizes and repetitions (docs/performance.md)",

@@ -33,7 +33,7 @@ async def each_message(js, consumer: str, stream: str, stop: asyncio.Event, hand
     try:
         while not stop.is_set():
             try:
-                msgs = await sub.fetch(BATCH, timeout=0.5)
+                msgs = await _fetched(sub, stop)
             except TimeoutError:
                 continue
             for msg in msgs:
@@ -42,3 +42,18 @@ async def each_message(js, consumer: str, stream: str, stop: asyncio.Event, hand
     finally:
         with contextlib.suppress(Exception):
             await sub.unsubscribe()
+
+
+async def _fetched(sub, stop: asyncio.Event) -> list:
+    """The next batch, or none once `stop` is set: a stack that stops does not wait out a
+    fetch (messages it would have had stay unacked for the next loop)."""
+    fetch = asyncio.ensure_future(sub.fetch(BATCH, timeout=5))
+    stopped = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({fetch, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    stopped.cancel()
+    if not fetch.done():
+        fetch.cancel()
+        with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+            await fetch
+        return []
+    return fetch.result()

@@ -11,7 +11,6 @@ import os
 import shutil
 import tempfile
 import uuid
-from pathlib import Path
 
 import pytest
 
@@ -20,10 +19,9 @@ from services.stack.composition import Stack
 from services.stack.embedded import NatsServer, start_postgres
 from shared import logging as jlog
 from shared.config import load
-from tests.helpers import use_token
-
-ROOT = Path(__file__).resolve().parent.parent
-EXAMPLE = ROOT / "examples" / "jaffle_shop"
+from tests.support.events_seen import Events
+from tests.support.helpers import use_token
+from tests.support.paths import EXAMPLE
 
 jlog.configure("warning")
 # The stacks tests start record themselves here, not among the user's own running stacks
@@ -128,3 +126,12 @@ def project_copy(tmp_path):
     dest = tmp_path / "jaffle_shop"
     shutil.copytree(EXAMPLE, dest)
     return dest
+
+
+@pytest.fixture
+async def events(stack):
+    """Every event on dbt.evt.>, collected from before the test's first command."""
+    collected = Events()
+    sub = await stack.bus.nc.subscribe("dbt.evt.>", cb=collected.on_msg)
+    yield collected
+    await sub.unsubscribe()

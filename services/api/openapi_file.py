@@ -1,5 +1,5 @@
 """The OpenAPI document as the repository keeps it (`openapi.json` at its top): `python -m
-services.api.openapi_file` writes it again, and tests/test_openapi.py checks it is current.
+services.api.openapi_file` writes it again, and tests/stack/test_openapi.py checks it is current.
 Apart from services/api/openapi.py, which the app imports to serve the document."""
 
 from __future__ import annotations

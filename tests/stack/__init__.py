@@ -1,0 +1,1 @@
+"""Tests against one running stack (real NATS and Postgres, no dbt run), or its parts."""

@@ -1,0 +1,70 @@
+"""Processes a test starts or looks for: a runner in a process of its own, the processes
+working in a folder or mentioning a text, a projector's Postgres connections by name."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ACK_WAIT = 4
+
+
+def runner_process(settings, home: Path, warehouses: Path) -> subprocess.Popen:
+    env = {
+        **os.environ,
+        "NATS_URL": settings.nats_url,
+        "JETDBT_HOME": str(home),
+        "JETDBT_RUNNER_NAME": "runner-a",
+        "RUN_ACK_WAIT_SECONDS": str(ACK_WAIT),
+        "JETDBT_WAREHOUSES": str(warehouses),
+        "JETDBT_SANDBOX_READ": ",".join(str(p) for p in settings.sandbox_read),
+    }
+    env.pop("DATABASE_URL", None)
+    return subprocess.Popen(
+        [str(Path(sys.executable).parent / "jetdbt"), "serve", "runner"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
+def working_in(folder: Path) -> list[int]:
+    """Pids of live processes whose working directory is inside `folder`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cwd = Path(os.readlink(entry / "cwd"))
+        except OSError:
+            continue
+        if cwd.is_relative_to(folder):
+            found.append(int(entry.name))
+    return found
+
+
+def processes_mentioning(text: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if text.encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+BIN = Path(sys.executable).parent
+
+
+# Statements only a fold runs, inside a batch transaction (not the startup migration's).
+FOLDING = "^(INSERT INTO (runs|run_nodes|deploys) |UPDATE runs |SELECT finished_at)"
+
+
+def with_app_name(dsn: str, name: str) -> str:
+    """Mark the projector's connections so the test can see when one is inside a batch."""
+    return f"{dsn}{'&' if '?' in dsn else '?'}application_name={name}"

@@ -1,0 +1,1 @@
+"""Tests that start no server: pure functions, files and documents."""

@@ -1,0 +1,304 @@
+"""Project code against the sandbox, on the stack `jetdbt up` runs (its own nats-server with
+the generated users, so the access files are really there), with real dbt.
+
+Each attack is a model of one project: SQL through DuckDB's file functions, or a Python
+model. A Python model ends by raising what it found, so its node's message is the verdict;
+a SQL attack must fail. No secret of the stack may appear anywhere afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import textwrap
+import uuid
+from pathlib import Path
+
+import msgspec
+import pytest
+import pytest_asyncio
+import yaml
+
+from services.access.local import nats_logins
+from services.cli import client
+from services.stack.composition import Stack
+from shared import events as ev
+from shared.commands import BuildCommand, RunCommand
+from shared.config import load
+from tests.support.helpers import (
+    collect_everything,
+    deploy_and_wait,
+    get_json,
+    pg_parts,
+    use_token,
+    wait_for,
+)
+
+pytestmark = [pytest.mark.dbt, pytest.mark.asyncio(loop_scope="module")]
+
+CANARY = "sibling-canary-" + uuid.uuid4().hex
+TABLE = "{{ config(materialized='table') }} "  # a view would not read its file
+
+
+def _write(folder: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(textwrap.dedent(text))
+    return folder
+
+
+def _project(folder: Path, name: str, models: dict[str, str]) -> Path:
+    files = {"dbt_project.yml": f"name: {name}\nversion: '1.0'\nconfig-version: 2\nprofile: p\n"}
+    files |= {f"models/{k}": v for k, v in models.items()}
+    return _write(folder, files)
+
+
+def _verdict(body: str) -> str:
+    """A Python model that runs `body` (which sets `found`) and raises it as its message."""
+    return (
+        "def model(dbt, session):\n"
+        + textwrap.indent(textwrap.dedent(body), "    ")
+        + "    if found is not None:\n"
+        + "        raise RuntimeError('verdict: ' + repr(found))\n"
+        + "    return session.sql('select 1 as id')\n"
+    )
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def site(tmp_path_factory, pg_url):
+    root = tmp_path_factory.mktemp("sandbox")
+    home = root / "home"
+    warehouses = root / "warehouses.yaml"
+    warehouses.write_text(
+        yaml.safe_dump(
+            {
+                "warehouses": {
+                    "main": {"type": "duckdb", "path": str(root / "wh-main" / "w.duckdb")},
+                    "other": {"type": "duckdb", "path": str(root / "wh-other" / "w.duckdb")},
+                }
+            }
+        )
+    )
+    settings = load(
+        {
+            "JETDBT_HOME": str(home),
+            "DATABASE_URL": pg_url,
+            "JETDBT_SCHEMA": f"t_{uuid.uuid4().hex[:12]}",
+            "JETDBT_API_PORT": "0",
+            "JETDBT_WAREHOUSES": str(warehouses),
+            "RUN_MEMORY": "1g",
+        }
+    )
+    stack = await Stack(settings).start()
+    use_token(stack.api_url, stack.admin_token)
+    yield stack, root
+    await stack.stop()
+
+
+async def _build(stack, folder: Path, name: str) -> tuple[ev.RunFinished, dict[str, dict]]:
+    await deploy_and_wait(stack.bus, folder, name)
+    final = await client.run(stack.bus, name, RunCommand(command=BuildCommand()))
+    assert isinstance(final, ev.RunFinished), final
+    status, run = await get_json(f"{stack.api_url}/v1/runs/{final.run_id}")
+    assert status == 200, run
+    return final, {n["name"]: n for n in run["nodes"]}
+
+
+async def _status(url: str, wanted: str) -> bool:
+    status, run = await get_json(url)
+    return status == 200 and run["status"] == wanted
+
+
+def _secrets(stack) -> list[str]:
+    """Every NATS password the stack generated under JETDBT_HOME/access, and its admin token."""
+    found = [*nats_logins(stack.settings.home).values(), stack.admin_token]
+    assert all(found) and len(found) > 3, "the stack keeps no secret to look for"
+    return found
+
+
+async def test_project_code_reaches_nothing_of_the_stack(site):
+    stack, root = site
+    home = stack.settings.home
+    sibling = home / "runner" / "jobs" / "sibling" / "profiles"
+    sibling.mkdir(parents=True)
+    (sibling / "profiles.yml").write_text(f"p: {{password: {CANARY}}}\n")
+    nats_port = int(stack.nats_url.rsplit(":", 1)[1])
+    api_port = int(stack.api_url.rsplit(":", 1)[1])
+    models = {
+        "read_access.sql": TABLE + f"select * from read_csv('{home}/access/nats-users.json')",
+        "read_access_relative.sql": (
+            TABLE + "select * from read_csv('../../../../access/nats-users.json')"
+        ),
+        "write_outside.sql": (
+            "{{ config(pre_hook=\"copy (select 1 as x) to '" + str(root / "escaped.csv") + "'\") }}"
+            " select 1 as id"
+        ),
+        "write_relative.sql": (
+            "{{ config(pre_hook=\"copy (select 1 as x) to '../../../../../escaped2.csv'\") }}"
+            " select 1 as id"
+        ),
+        "sibling.py": _verdict(
+            f"""
+            try:
+                found = open({str(sibling / "profiles.yml")!r}).read()
+            except OSError as exc:
+                found = type(exc).__name__
+            found = [found, sorted(__import__('os').listdir({str(home / "runner" / "jobs")!r}))]
+            """
+        ),
+        "procs.py": _verdict(
+            f"""
+            import os
+            pids = sorted(int(p) for p in os.listdir('/proc') if p.isdigit())
+            found = {{'pids': pids, 'runner': os.path.exists('/proc/{os.getpid()}'),
+                     'uid': os.getuid(), 'home': os.path.exists({str(home)!r}) and
+                     os.listdir({str(home)!r})}}
+            """
+        ),
+        "sockets.py": _verdict(
+            f"""
+            import socket
+            found = {{}}
+            for name, address in (('nats', ('127.0.0.1', {nats_port})),
+                                  ('api', ('127.0.0.1', {api_port})),
+                                  ('outside', ('192.0.2.1', 80))):
+                try:
+                    socket.create_connection(address, timeout=3).close()
+                    found[name] = 'connected'
+                except OSError as exc:
+                    found[name] = type(exc).__name__ + ': ' + str(exc.strerror)
+            """
+        ),
+    }
+    folder = _project(root / "attack", "attack_shop", models)
+    final, nodes = await _build(stack, folder, "attack_shop")
+    assert final.result.status == "failed"
+
+    for name in ("read_access", "read_access_relative"):
+        assert nodes[name]["outcome"] == "failed", nodes[name]
+        assert "No files found" in nodes[name]["message"], nodes[name]["message"]
+    for name in ("write_outside", "write_relative"):
+        assert nodes[name]["outcome"] == "failed", nodes[name]
+    assert not (root / "escaped.csv").exists() and not (root / "escaped2.csv").exists()
+
+    sibling_seen = nodes["sibling"]["message"]
+    assert "FileNotFoundError" in sibling_seen and "'sibling'" not in sibling_seen, sibling_seen
+    seen = nodes["procs"]["message"]
+    uid = stack.settings.sandbox_uid if os.geteuid() == 0 else 0
+    assert "'runner': False" in seen and f"'uid': {uid}" in seen, seen
+    assert "'pids': [1]" in seen or "'pids': [1, " in seen, seen
+    assert "'home': ['runner']" in seen, seen  # only the way down to its own job
+    net = nodes["sockets"]["message"]
+    assert "connected" not in net, net
+    assert "'nats': 'ConnectionRefusedError" in net and "'api': 'ConnectionRefusedError" in net
+    assert "'outside': 'OSError: Network is unreachable'" in net, net
+
+    found = await collect_everything(stack)
+    for secret in [*_secrets(stack), CANARY]:
+        assert not [b[:200] for b in found if secret.encode() in b], secret
+
+
+async def test_a_memory_bomb_fails_its_run_naming_run_memory_and_spares_the_other(site):
+    stack, root = site
+    bomb = _project(
+        root / "bomb",
+        "bomb_shop",
+        {
+            "fine.sql": "select 1 as id",
+            "bomb.py": (
+                "def model(dbt, session):\n"
+                "    dbt.ref('fine')\n"
+                "    hoard = [bytearray(1 << 26) for _ in range(64)]\n"
+                "    return session.sql('select 1 as id')\n"
+            ),
+        },
+    )
+    calm = _project(root / "calm", "calm_shop", {"a.sql": "select 1 as id"})
+    _write(calm, {"jetdbt.yaml": "profile:\n  warehouse: other\n"})
+    for folder, name in ((bomb, "bomb_shop"), (calm, "calm_shop")):
+        await deploy_and_wait(stack.bus, folder, name)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    exploded, passed = await asyncio.gather(
+        client.run(stack.bus, "bomb_shop", RunCommand(command=BuildCommand())),
+        client.run(stack.bus, "calm_shop", RunCommand(command=BuildCommand())),
+    )
+    assert isinstance(exploded, ev.RunFinished) and exploded.result.status == "failed"
+    assert "RUN_MEMORY=1g" in exploded.result.error, exploded.result.error
+    assert loop.time() - started < 120
+    assert isinstance(passed, ev.RunFinished) and passed.result.status == "passed", passed
+    url = f"{stack.api_url}/v1/runs/{exploded.run_id}"
+    await wait_for(lambda: _status(url, "failed"), timeout=30)
+    _, run = await get_json(url)
+    assert not [n for n in run["nodes"] if n["status"] == "running"], run["nodes"]
+    status, health = await get_json(f"{stack.api_url}/healthz")
+    assert status == 200 and health["sandbox"].startswith("on: "), health
+
+
+async def test_a_runner_without_its_primitives_refuses_projects_and_says_what_is_missing(
+    settings, tmp_path
+):
+    missing = tmp_path / "no-cgroup"
+    st = await Stack(msgspec.structs.replace(settings, cgroup=missing)).start()
+    try:
+        folder = _project(tmp_path / "p", "refused_shop", {"a.sql": "select 1 as id"})
+        _, refused = await client.deploy(st.bus, folder, "refused_shop")
+        assert isinstance(refused, ev.DeployRefused), refused
+        assert str(missing) in refused.reason and "JETDBT_SANDBOX=off" in refused.reason
+        status, health = await get_json(f"{st.api_url}/healthz")
+        assert status == 503 and health["sandbox"].startswith("missing: "), health
+        assert any("refuses every project" in p for p in health["problems"]), health
+    finally:
+        await st.stop()
+
+
+async def test_sandbox_off_is_explicit_and_reported(settings, tmp_path):
+    st = await Stack(msgspec.structs.replace(settings, sandbox=False)).start()
+    try:
+        status, health = await get_json(f"{st.api_url}/healthz")
+        assert status == 200 and health["sandbox"].startswith("off (JETDBT_SANDBOX=off)")
+        folder = _project(tmp_path / "p", "open_shop", {"a.sql": "select 1 as id"})
+        final, _ = await _build(st, folder, "open_shop")
+        assert final.result.status == "passed"
+    finally:
+        await st.stop()
+
+
+async def _forward(reader, writer, path: str) -> None:
+    """One TCP connection joined to Postgres's socket."""
+    up_reader, up_writer = await asyncio.open_unix_connection(path)
+
+    async def pipe(src, dst):
+        try:
+            while data := await src.read(65536):
+                dst.write(data)
+                await dst.drain()
+        finally:
+            dst.close()
+
+    await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer), return_exceptions=True)
+
+
+async def test_a_networked_warehouse_is_reached_through_the_relay_by_its_own_name(
+    settings, tmp_path, project_copy, pg_url
+):
+    """The warehouse is `localhost:<port>` over TCP (a forwarder to the suite's Postgres):
+    dbt's profile is as written, the sandbox has no network but the relay to it."""
+    parts = pg_parts(pg_url)
+    socket_path = f"{parts['host']}/.s.PGSQL.{parts['port']}"
+    server = await asyncio.start_server(lambda r, w: _forward(r, w, socket_path), "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    schema = f"relay_{uuid.uuid4().hex[:8]}"
+    warehouses = tmp_path / "warehouses.yaml"
+    warehouse = {"type": "postgres", "host": "localhost", "port": port, "user": parts["user"],
+                 "dbname": parts["dbname"], "schema": schema}  # fmt: skip
+    warehouses.write_text(yaml.safe_dump({"warehouses": {"main": warehouse}}))
+    st = await Stack(msgspec.structs.replace(settings, warehouses_file=warehouses)).start()
+    try:
+        async with server:
+            final, nodes = await _build(st, project_copy, "jaffle_shop")
+        assert final.result.status == "passed", final.result.error
+        assert nodes["customers"]["outcome"] == "passed"
+        assert '"postgres"' in nodes["customers"]["relation"]
+    finally:
+        await st.stop()
