@@ -33,7 +33,7 @@ from shared.config import load  # noqa: E402
 
 TARGET = 0.3
 JETDBT = str(Path(sys.executable).parent / "jetdbt")
-# What `status` must not import (the README's promise): the loop's, the bus's, the display's.
+# What `status` must not import (docs/guide.md's promise): the loop's, the bus's, the display's.
 HEAVY = ("aiohttp", "rich", "dbt", "nats", "asyncio")
 
 

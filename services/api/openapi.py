@@ -240,7 +240,7 @@ def _undescribed(method: str, path: str) -> dict:
     return {
         "summary": UNDESCRIBED,
         "parameters": params,
-        "responses": {"default": {"description": "see the README"}},
+        "responses": {"default": {"description": "see docs/api.md"}},
     }
 
 

@@ -1,5 +1,5 @@
 """Tab completion (argcomplete): commands and options come from the parser; deployed project
-names from the API's project list, read only when the shell asks (see the README)."""
+names from the API's project list, read only when the shell asks (see docs/guide.md)."""
 
 from __future__ import annotations
 

@@ -107,7 +107,7 @@ def _reader_left() -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    if "_ARGCOMPLETE" in os.environ:  # the shell asks for completions (see the README)
+    if "_ARGCOMPLETE" in os.environ:  # the shell asks for completions (see docs/guide.md)
         import argcomplete
 
         argcomplete.autocomplete(parser)

@@ -130,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="runner",
         help="the verbs it may publish: runner (run, cancel) or deployer (and deploy)",
     )
-    mcp = sub.add_parser("mcp", help="serve MCP over stdio for a local agent (see the README)")
+    mcp = sub.add_parser("mcp", help="serve MCP over stdio for a local agent (see docs/guide.md)")
     mcp.add_argument("--token-file", help="a file holding the API token (default: JETDBT_TOKEN)")
     mcp.add_argument("--api", metavar="URL", help="the API's address (default: the stack's)")
     con = sub.add_parser("contract", help="apply streams.yaml as the operator")

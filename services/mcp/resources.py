@@ -1,8 +1,9 @@
-"""What an agent reads to use jetdbt: the README's security model and access rules, its
-section on agents, and the descriptor's keys, generated from `shared/descriptor.py`.
+"""What an agent reads to use jetdbt: the security model and access rules (docs/security.md),
+the section on agents (docs/guide.md), and the descriptor's keys, generated from
+`shared/descriptor.py`.
 
-README sections are read from the README beside the code at each read, so they are what
-the README says today; the descriptor's keys come from the Struct `jetdbt.yaml` is decoded
+Sections are read from the docs beside the code at each read, so they are what the docs
+say today; the descriptor's keys come from the Struct `jetdbt.yaml` is decoded
 into, with each key's type, default and allowed values, and its JSON Schema.
 """
 
@@ -17,9 +18,9 @@ import msgspec
 
 from shared import descriptor
 
-__all__ = ["RESOURCES", "Resource", "README", "readme_section", "descriptor_doc"]
+__all__ = ["RESOURCES", "Resource", "DOCS", "doc_section", "descriptor_doc"]
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 
 class Resource(NamedTuple):
@@ -29,13 +30,14 @@ class Resource(NamedTuple):
     mime_type: str = "text/markdown"
 
 
-def readme_section(*headings: str) -> str:
-    """The README's `## heading` sections, each up to the next `## `, in the order given."""
+def doc_section(name: str, *headings: str) -> str:
+    """docs/`name`'s `## heading` sections, each up to the next `## `, in the order given."""
+    path = DOCS / name
     try:
-        lines = README.read_text().splitlines()
+        lines = path.read_text().splitlines()
     except OSError as exc:
         raise LookupError(
-            f"the README is not beside this installation ({README}: {exc.strerror})"
+            f"the docs are not beside this installation ({path}: {exc.strerror})"
         ) from None
     parts = []
     for heading in headings:
@@ -100,7 +102,7 @@ def descriptor_doc() -> str:
             json.dumps(schema, indent=2),
             "```",
             "",
-            readme_section("The descriptor: `jetdbt.yaml` (optional)"),
+            doc_section("guide.md", "The descriptor: `jetdbt.yaml` (optional)"),
         ]
     )
 
@@ -109,13 +111,13 @@ RESOURCES = {
     "jetdbt://docs/security-model": Resource(
         "security-model",
         "Who may ask for what (tokens, roles, teams), and what a command and a project can"
-        " and cannot do: the README's Security model and Access sections.",
-        lambda: readme_section("Security model", "Access"),
+        " and cannot do: the Security model and Access sections of docs/security.md.",
+        lambda: doc_section("security.md", "Security model", "Access"),
     ),
     "jetdbt://docs/agents": Resource(
         "agents",
         "How an agent uses jetdbt over MCP: the tools, the roles, following a run.",
-        lambda: readme_section("AI agents (MCP)"),
+        lambda: doc_section("guide.md", "AI agents (MCP)"),
     ),
     "jetdbt://docs/descriptor": Resource(
         "descriptor",

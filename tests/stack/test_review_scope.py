@@ -106,7 +106,7 @@ async def test_two_projects_asking_for_one_run_id_at_once_get_one_run(stack):
 
 
 async def test_contract_apply_never_prints_the_password_in_nats_url(stack):
-    """NATS_URL may carry the user and password (README: "or the user in the URL")."""
+    """NATS_URL may carry the user and password (docs/security.md: "or the user in the URL")."""
     from tests.support.helpers import jetdbt
 
     password = "s3cret-in-the-url"

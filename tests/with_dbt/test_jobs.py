@@ -51,7 +51,7 @@ EVERY = 2  # seconds between fires
 @pytest.mark.timeout(900)
 async def test_a_job_runs_labelled_and_its_schedule_fires_across_a_restart(stack, settings):
     await deploy_and_wait(stack.bus, EXAMPLE, PROJECT)
-    # Saved by the CLI as the README shows it.
+    # Saved by the CLI as docs/guide.md shows it.
     saved = await jetdbt(
         stack,
         *("job", "save", "ops", "--project", PROJECT, "--command", "run-operation"),
@@ -90,7 +90,7 @@ async def test_a_job_runs_labelled_and_its_schedule_fires_across_a_restart(stack
     refused = await client.job(stack.bus, PROJECT, bad)
     assert isinstance(refused, ev.JobRefused) and "pattern is invalid" in refused.reason
 
-    # The schedule, from the CLI as the README shows it.
+    # The schedule, from the CLI as docs/guide.md shows it.
     added = await jetdbt(
         stack, "schedule", "add", "ops", "--project", PROJECT, "--cron", f"@every {EVERY}s"
     )

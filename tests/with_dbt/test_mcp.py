@@ -100,7 +100,7 @@ async def _http(site: Site, who: str, mode: str = "auto"):
 
 @asynccontextmanager
 async def _stdio(site: Site, who: str | None, *, how: str = "token file"):
-    """`jetdbt mcp` as a desktop agent starts it (README): the SDK's stdio client gives it
+    """`jetdbt mcp` as a desktop agent starts it (docs/guide.md): the SDK's stdio client gives it
     its default environment plus the configuration's `env`. The token from a file, from
     JETDBT_TOKEN (with the API named by `--api`), or none: the admin token `jetdbt up` keeps."""
     env = {"JETDBT_HOME": str(site.home)}
@@ -372,17 +372,16 @@ async def test_a_viewer_reads_a_projects_deploys_environments_and_retry_state(si
         assert deploys["deploys"][0]["requested_by"] == "ann"
 
 
-async def test_resources_are_the_readmes_sections_and_the_descriptors_keys(site):
+async def test_resources_are_the_docs_sections_and_the_descriptors_keys(site):
     async with _http(site, "vera") as mcp:
         listed = {str(r.uri) for r in (await mcp.list_resources()).resources}
         assert listed == set(resources.RESOURCES)
         security = await mcp.read_resource("jetdbt://docs/security-model")
         agents = await mcp.read_resource("jetdbt://docs/agents")
         keys = await mcp.read_resource("jetdbt://docs/descriptor")
-    readme = resources.README.read_text()
     text = security.contents[0].text
     assert text.startswith("## Security model") and "## Access" in text
-    assert text.strip() in readme
+    assert text.strip() in (resources.DOCS / "security.md").read_text()
     assert agents.contents[0].text.startswith("## AI agents (MCP)")
     assert '"mcpServers"' in agents.contents[0].text
     assert "`retry_failed_nodes.delay_seconds`" in keys.contents[0].text

@@ -111,7 +111,7 @@ def _node_lines(lines: list[str]) -> list[str]:
 
 
 def _keep_screen(term: Terminal, name: str) -> None:
-    """With JETDBT_SCREENS=DIR, the rendered screen is written there (the README quotes it)."""
+    """With JETDBT_SCREENS=DIR, the rendered screen is written there (docs/guide.md quotes it)."""
     if folder := os.environ.get("JETDBT_SCREENS"):
         (Path(folder) / f"{name}.txt").write_text(term.text() + "\n")
 

@@ -86,7 +86,7 @@ async def test_a_declared_write_triggers_one_run_and_its_end_one_after_run(tmp_p
     try:
         bus = stack.bus
         await deploy_and_wait(bus, EXAMPLE, PROJECT)
-        # The jobs as the README saves them.
+        # The jobs as docs/guide.md saves them.
         for name, *triggers in (
             ("feed", "--on-relation", FEED),
             ("cleanup", "--after", "feed", "--outcome", "passed"),
