@@ -31,7 +31,6 @@ from gen_project import generate
 from playwright.async_api import async_playwright
 
 from services.api.event_stream import STREAM
-from services.api.ui_routes import viewer_url
 from services.cli import client
 from services.stack.composition import Stack
 from shared import events as ev
@@ -39,6 +38,7 @@ from shared import identity
 from shared import logging as jlog
 from shared.commands import BuildCommand, RunCommand
 from shared.config import load
+from shared.links import viewer_url
 
 RENDER_GOAL_S = 1.0
 EVENT_GOAL_MS = 50.0

@@ -361,6 +361,15 @@ class Bus:
             return None
         return event
 
+    async def run_end(self, project: str, run_id: str) -> events.Event | None:
+        """The run's final event (one of events.RUN_ENDS), read from the log; None while
+        the run is open."""
+        for kind in events.RUN_END_KINDS:
+            final = await self.last_event(subjects.run_event(project, run_id, kind))
+            if final is not None:
+                return final
+        return None
+
     async def close(self) -> None:
         """Flush what was published without an ack (log lines), then close.
 

@@ -60,6 +60,8 @@ __all__ = [
     "HookRemoved",
     "HookDelivered",
     "EVENT_TYPES",
+    "RUN_ENDS",
+    "RUN_END_KINDS",
     "SUPERSEDED",
     "MAX_EVENT_BYTES",
     "EventTooLarge",
@@ -728,6 +730,12 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     HookRemoved,
     HookDelivered,
 )
+
+# The events that end a run, and the subject kinds they are stored under: its result, or
+# its refusal (it never ran). Whoever waits for a run's end, or asks whether it ended, goes
+# by these; a cancelled run ends with a RunFinished like any other.
+RUN_ENDS: tuple[type[Event], ...] = (RunFinished, RunRefused)
+RUN_END_KINDS = tuple(t._kind for t in RUN_ENDS)
 
 
 # ---- superseded versions: decodable forever, upcast here and nowhere else ----------------

@@ -7,9 +7,11 @@ such as no-op); `outcome` is the half downstream code branches on.
 
 from __future__ import annotations
 
-__all__ = ["OUTCOMES", "outcome", "totals", "precedence"]
+__all__ = ["OUTCOMES", "outcome", "totals", "precedence", "attention"]
 
 OUTCOMES = ("passed", "failed", "warned", "skipped", "no_op", "unknown")
+# The order every display lists outcomes and nodes in: what needs a look first.
+_ATTENTION = {"failed": 0, "warned": 1, "skipped": 2, "unknown": 3, "no_op": 4, "passed": 5}
 
 _BY_STATUS = {
     "success": "passed",
@@ -43,3 +45,8 @@ def precedence(attempt: int, round_: int) -> tuple[int, int]:
     everything of an earlier one, even retry rounds a lost runner reached, because the new
     attempt rebuilt from the start; within an attempt the later retry round wins."""
     return (attempt, round_)
+
+
+def attention(value: str | None) -> int:
+    """Where an outcome is listed: failures first, passes last, a word unknown here after all."""
+    return _ATTENTION.get(value or "", len(_ATTENTION))

@@ -19,7 +19,7 @@ from nats.js import api
 from nats.js.errors import NotFoundError, ObjectNotFoundError
 
 from shared import events as ev
-from shared import subjects
+from shared import run_status, subjects
 from shared.bus import BLOBS, EVENTS, Bus
 from shared.reader import Slice
 
@@ -89,15 +89,13 @@ class RunLog:
             self.kept = e
         elif isinstance(e, ev.RunPruned):
             self.pruned = e
-        elif isinstance(e, ev.RunFinished | ev.RunRefused):
+        elif isinstance(e, ev.RUN_ENDS):
             self.final = e
 
     @property
     def status(self) -> str | None:
-        """How the run ended: its result's status, `refused`, or None while it goes."""
-        if isinstance(self.final, ev.RunFinished):
-            return self.final.result.status
-        return "refused" if self.final is not None else None
+        """How the run ended (shared/run_status.py), or None while it goes."""
+        return run_status.ended_as(self.final) if self.final is not None else None
 
     async def _on_stream(self) -> int:
         """How many of the run's lines DBT_LOGS holds now."""

@@ -66,6 +66,7 @@ from shared.commands import (
     dbt_command,
 )
 from shared.config import load
+from shared.hook_control import ask_notifier
 from shared.reader import last_matching, last_seq
 from shared.webhooks import HookRequest
 from tests.stale_source import add_stale_source
@@ -195,7 +196,7 @@ async def _hooks(stack: Stack) -> None:
         for action, name, on in (("add", "pager", ["start", "failure"]), ("add", "chat", ["end"]),
                                  ("add", "gone", ["start"]), ("remove", "chat", [])):  # fmt: skip
             asked = HookRequest(action=action, name=name, url=url, on=on, principal=PRINCIPAL)
-            reply = await client.ask_notifier(stack.bus, PROJECT, asked)
+            reply = await ask_notifier(stack.bus, PROJECT, asked)
             assert not reply.error, reply
         await stack.bus.publish(ev.RunStarted(project=PROJECT, run_id="hooked", attempt=1,
                                               version="sha256:" + "0" * 64))  # fmt: skip

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from services.runner.setup.descriptor import (
+from shared.descriptor import (
     Descriptor,
     DescriptorError,
     interpolate,

@@ -9,7 +9,7 @@ import msgspec
 from services.api import openapi
 from services.mcp import tools
 from services.mcp.tool_schemas import REF
-from services.runner.setup.descriptor import Descriptor
+from shared.descriptor import Descriptor
 from tests.helpers import get_json
 
 _DOC = openapi.document()

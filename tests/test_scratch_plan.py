@@ -7,11 +7,11 @@ import shutil
 
 import yaml
 
-from services.runner.setup import descriptor
 from services.runner.setup import environment_state as state
 from services.runner.setup.plan import make_plan
 from services.runner.setup.secrets import Resolver
 from services.runner.setup.warehouses import Warehouse
+from shared import descriptor
 from shared.commands import BuildCommand
 from tests.conftest import EXAMPLE
 

@@ -20,7 +20,6 @@ from nats.js.errors import NotFoundError
 
 from services.api import auth
 from services.api.boundary import error, path
-from services.cli.client import RUN_FINAL
 from shared import events as ev
 from shared import logging as jlog
 from shared import subjects
@@ -60,7 +59,7 @@ def last_event_id(request: web.Request) -> int:
 
 def _is_final(data: bytes) -> bool:
     try:
-        return isinstance(ev.decode(data), RUN_FINAL)
+        return isinstance(ev.decode(data), ev.RUN_ENDS)
     except msgspec.DecodeError:  # a type this API does not know yet never ends a stream
         return False
 
@@ -69,8 +68,8 @@ async def _final_seq(js, run_id: str) -> int:
     """The sequence of the run's final event, 0 while it has none (events such as a prune
     may follow it, so the run's newest event is not necessarily its end)."""
     found = 0
-    for final in RUN_FINAL:
-        subject = subjects.run_event_of_any_project(run_id, final._kind)
+    for kind in ev.RUN_END_KINDS:
+        subject = subjects.run_event_of_any_project(run_id, kind)
         found = max(found, await last_matching(js, STREAM, subject))
     return found
 

@@ -11,13 +11,13 @@ import aiohttp
 import msgspec
 
 from services.access.local import admin_token_file
-from services.api.ui_routes import viewer_url
 from services.cli import client
 from services.cli.watch import Progress, Tally, planned_nodes, result_table
 from services.stack.composition import Stack
 from shared import events as ev
 from shared.commands import BuildCommand, RunCommand
 from shared.config import Settings
+from shared.links import viewer_url
 
 __all__ = ["demo", "EXAMPLE"]
 

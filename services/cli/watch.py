@@ -15,6 +15,7 @@ import sys
 import time
 
 from shared import events as ev
+from shared.outcomes import attention
 
 __all__ = [
     "Tally",
@@ -23,7 +24,6 @@ __all__ = [
     "planned_nodes",
     "styled",
     "MARK",
-    "ORDER",
     "seconds",
     "sorted_nodes",
     "started_line",
@@ -39,8 +39,6 @@ _EXECUTED = {"model", "seed", "snapshot", "test", "unit_test"}
 
 # The word each outcome is shown by, in every display.
 MARK = {"passed": "ok", "failed": "FAIL", "warned": "WARN", "skipped": "skip", "no_op": "no-op"}
-# The result's order: what needs a look first.
-ORDER = {"failed": 0, "warned": 1, "skipped": 2, "unknown": 3, "no_op": 4, "passed": 5}
 
 
 # C0 and C1 control characters but tab and newline: the start of every escape sequence.
@@ -96,14 +94,14 @@ class Tally:
         out: dict[str, int] = {}
         for outcome in self.outcomes.values():
             out[outcome] = out.get(outcome, 0) + 1
-        return dict(sorted(out.items(), key=lambda kv: ORDER.get(kv[0], 9)))
+        return dict(sorted(out.items(), key=lambda kv: attention(kv[0])))
 
     def elapsed(self) -> float:
         return time.monotonic() - self.began
 
     def apply(self, event: ev.Event) -> None:
         self.heard = True
-        self.ended = self.ended or isinstance(event, (ev.RunFinished, ev.RunRefused))
+        self.ended = self.ended or isinstance(event, ev.RUN_ENDS)
         if isinstance(event, ev.RunQueued):
             self.queued = event
         elif isinstance(event, ev.RunStarted):
@@ -162,7 +160,7 @@ class Progress:
 
 
 def sorted_nodes(result: ev.RunResult) -> list[ev.NodeResult]:
-    return sorted(result.nodes, key=lambda n: (ORDER.get(n.outcome, 9), n.unique_id))
+    return sorted(result.nodes, key=lambda n: (attention(n.outcome), n.unique_id))
 
 
 def totals_line(result: ev.RunResult) -> str:

@@ -1,5 +1,5 @@
 """What an agent reads to use jetdbt: the README's security model and access rules, its
-section on agents, and the descriptor's keys, generated from `services/runner/setup/descriptor.py`.
+section on agents, and the descriptor's keys, generated from `shared/descriptor.py`.
 
 README sections are read from the README beside the code at each read, so they are what
 the README says today; the descriptor's keys come from the Struct `jetdbt.yaml` is decoded
@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 import msgspec
 
-from services.runner.setup import descriptor
+from shared import descriptor
 
 __all__ = ["RESOURCES", "Resource", "README", "readme_section", "descriptor_doc"]
 

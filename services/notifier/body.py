@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import msgspec
 
-from services.api.ui_routes import viewer_url
 from shared import events as ev
+from shared.links import viewer_url
 
 __all__ = ["body", "MAX_FAILED_NODES", "MAX_MESSAGE_CHARS"]
 

@@ -21,7 +21,7 @@ import msgspec
 from services.runner.admission import admission
 from services.runner.admission.lease import LeaseLost
 from services.runner.admission.principal_rate import PrincipalRate
-from services.runner.attempts.attempt import Cancel, settled
+from services.runner.attempts.attempt import Cancel
 from services.runner.attempts.build import build
 from services.runner.attempts.dbt_retry import retry
 from services.runner.attempts.deploy import deploy
@@ -276,7 +276,7 @@ class Runner:
             await self._refuse_foreign(project, run_id, seq)
             return
         log = self.log.bind(project=project, run_id=run_id)
-        if await settled(bus, project, run_id) is not None:
+        if await bus.run_end(project, run_id) is not None:
             log.info("run_already_settled")
             return
         await bus.publish(

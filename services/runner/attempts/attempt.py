@@ -71,15 +71,6 @@ class Source:
     environment_lock: dict[str, str] | None = None
 
 
-async def settled(bus, project: str, run_id: str) -> ev.Event | None:
-    """The run's final event (finished or refused), read from the log; None while open."""
-    for kind in ("finished", "refused"):
-        final = await bus.last_event(subjects.run_event(project, run_id, kind))
-        if final is not None:
-            return final
-    return None
-
-
 async def refuse(ctx: RunnerContext, project: str, run_id: str, reason: str) -> ev.RunRefused:
     refused = ev.RunRefused(project=project, run_id=run_id, reason=reason)
     await ctx.bus.publish(refused)
@@ -189,7 +180,7 @@ class Attempt:
             keepers = [asyncio.create_task(x.keep(self._fenced)) for x in leases]
             # While it waited, the run may have ended (a duplicate command) or
             # another attempt of it started: the log says, after the lease.
-            final = await settled(self.ctx.bus, self.project, self.run_id)
+            final = await self.ctx.bus.run_end(self.project, self.run_id)
             if final is not None:
                 return final
             await self._renumber()

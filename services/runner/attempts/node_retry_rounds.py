@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from services.runner.attempts.attempt import Attempt
-from services.runner.setup.descriptor import RetryPolicy
 from services.runner.setup.plan import option
+from shared.descriptor import RetryPolicy
 from shared.events import NodeResult
 
 __all__ = ["retry_rounds", "to_redo"]

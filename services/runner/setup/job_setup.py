@@ -24,11 +24,11 @@ from services.runner.process.dbt_env import dbt_env, package_hub
 from services.runner.process.dbt_process import DbtInvocation
 from services.runner.provision import engine, environments
 from services.runner.provision.packages import PackageCache, PackagesRefused, declared
-from services.runner.setup import descriptor, workspace
+from services.runner.setup import workspace
 from services.runner.setup.plan import Plan, PlanRefused, make_plan
 from services.runner.setup.secrets import Resolver, UnresolvedReference
 from services.runner.setup.warehouses import UnknownWarehouse, pick
-from shared import bundle
+from shared import bundle, descriptor
 from shared.bus import BLOBS
 from shared.commands import DbtCommand
 from shared.digests import digest_of

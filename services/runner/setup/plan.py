@@ -14,13 +14,6 @@ import msgspec
 import yaml
 
 from services.runner.process.dbt_env import dbt_env
-from services.runner.setup.descriptor import (
-    Descriptor,
-    interpolate,
-    is_dynamic,
-    placeholders,
-    without_placeholders,
-)
 from services.runner.setup.secrets import Resolver
 from services.runner.setup.selectors import (
     STATE_METHODS,
@@ -32,6 +25,13 @@ from services.runner.setup.warehouses import Warehouse, render_output, render_pr
 from shared import bundle
 from shared.arguments import TAKES, check_value
 from shared.commands import DbtCommand, OperationCommand, ShowCommand
+from shared.descriptor import (
+    Descriptor,
+    interpolate,
+    is_dynamic,
+    placeholders,
+    without_placeholders,
+)
 from shared.environments import Environment, is_template
 
 __all__ = ["Plan", "PlanRefused", "command_args", "make_plan", "option"]

@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from services.runner.setup.descriptor import reference
+from shared.descriptor import reference
 
 __all__ = ["Masker", "Resolver", "UnresolvedReference", "load_variables", "MASK"]
 
