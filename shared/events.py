@@ -149,9 +149,10 @@ class RunResult(msgspec.Struct, frozen=True, kw_only=True):
     status: str
     engine: str
     engine_version: str
-    # What ran, despite the name (a frozen field): a build's test behaviour (build,
-    # after_all, none), or parse, or retry. Runners call it the attempt's `mode`.
-    command: str
+    # What ran: a build's test behaviour (build, after_all, none), another dbt command
+    # (seed, run_operation...), parse or retry; the attempt's `mode`. On the wire it is
+    # `command`, its first name, so every recorded result reads and writes the same.
+    mode: str = msgspec.field(name="command")
     totals: dict[str, int]
     nodes: list[NodeResult]
     exit_code: int

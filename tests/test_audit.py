@@ -131,7 +131,7 @@ async def test_audit_shows_attempts_retry_rounds_cancels_and_published_state(bus
         status="passed",
         engine="dbt-core-1x",
         engine_version="1.10.4",
-        command="build",
+        mode="build",
         totals={"passed": 1},
         nodes=[_node("success", "passed", 1)],
         exit_code=0,

@@ -191,7 +191,7 @@ def test_an_event_over_the_limit_is_never_sent_and_the_error_names_it():
         status="failed",
         engine="dbt-core-1x",
         engine_version="1.10.4",
-        command="build",
+        mode="build",
         totals={"failed": 1},
         nodes=[node] * 5000,
         exit_code=1,

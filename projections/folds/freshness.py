@@ -49,7 +49,7 @@ class FreshnessFold:
         self.bus = bus
 
     async def apply(self, conn, event: ev.Event, seq: int) -> None:
-        if not isinstance(event, ev.RunFinished) or event.result.command != CHECKED:
+        if not isinstance(event, ev.RunFinished) or event.result.mode != CHECKED:
             return
         finished = await event_blobs.resolved(self.bus, event)
         checked = {

@@ -435,7 +435,7 @@ class Attempt:
             status=status,
             engine=plan.engine,
             engine_version=prepared.engine_version,
-            command=self.mode(),
+            mode=self.mode(),
             totals=totals(n.outcome for n in nodes),
             nodes=nodes,
             exit_code=code,
