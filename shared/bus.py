@@ -24,6 +24,7 @@ from shared import contract as contract_mod
 from shared import events, identity, subjects
 from shared import logging as jlog
 from shared.digests import digest_of
+from shared.streams import BLOBS, EVENTS
 
 __all__ = [
     "Bus",
@@ -33,22 +34,12 @@ __all__ = [
     "check_server",
     "connect",
     "REQUIRED",
-    "EVENTS",
-    "COMMANDS",
-    "SCHEDULES_STREAM",
-    "BLOBS",
-    "LEASES",
     "inbox_prefix",
     "url_user",
     "shown",
 ]
 
 REQUIRED = (2, 10)
-EVENTS = "DBT_EVENTS"
-COMMANDS = "DBT_COMMANDS"
-SCHEDULES_STREAM = "DBT_SCHEDULES"
-BLOBS = "DBT_BLOBS"
-LEASES = "DBT_LEASES"
 CLOSED_CHECK_SECONDS = 1.0  # how soon a service notices a connection closed without a word
 # How long an event publish is retried: the event stream's duplicate window (from the
 # contract), so a retry of a publish that did land is still dropped as the duplicate it is.

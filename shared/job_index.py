@@ -16,9 +16,9 @@ from nats.js import api
 
 from shared import commands
 from shared import events as ev
-from shared.bus import EVENTS
 from shared.reader import last_matching
 from shared.relations import normalise
+from shared.streams import EVENTS
 
 __all__ = ["Armed", "JobIndex", "JOB_FACTS"]
 

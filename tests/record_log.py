@@ -55,7 +55,6 @@ from services.cli import client
 from services.stack.composition import Stack
 from shared import events as ev
 from shared import subjects
-from shared.bus import BLOBS, COMMANDS, EVENTS
 from shared.commands import (
     BuildCommand,
     JobCommand,
@@ -68,6 +67,7 @@ from shared.commands import (
 from shared.config import load
 from shared.hook_control import ask_notifier
 from shared.reader import last_matching, last_seq
+from shared.streams import BLOBS, COMMANDS, EVENTS
 from shared.webhooks import HookRequest
 from tests.stale_source import add_stale_source
 

@@ -29,9 +29,9 @@ from services.cli import client
 from services.stack.composition import Stack
 from shared import contract, identity, subjects
 from shared import events as ev
-from shared.bus import COMMANDS, EVENTS, inbox_prefix
+from shared.bus import inbox_prefix
 from shared.config import load
-from shared.webhooks import SECRETS_BUCKET
+from shared.streams import COMMANDS, EVENTS, HOOK_SECRETS
 from tests.helpers import JETDBT, wait_for
 
 pytestmark = [pytest.mark.dbt, pytest.mark.asyncio(loop_scope="module")]
@@ -392,13 +392,13 @@ async def test_hooks_reach_the_notifier_and_only_it_reads_their_secrets(site):
     assert status == 403  # a viewer
     status, answer = await _call(site, "POST", path, "alice", json={**body, "on": ["failure"]})
     assert status == 400 and "JETDBT_WEBHOOK_HOSTS" in answer["error"], answer  # its answer
-    kv = await site.stack.bus.js.key_value(SECRETS_BUCKET)
+    kv = await site.stack.bus.js.key_value(HOOK_SECRETS)
     await kv.put("probe.key", b"not for you")
     logins = nats_logins(site.home)
     for user in ("runner", "api", "projector", "notifier"):
         nc, _ = await _system(site, user, logins[user])
         try:
-            theirs = await nc.jetstream(timeout=2).key_value(SECRETS_BUCKET)
+            theirs = await nc.jetstream(timeout=2).key_value(HOOK_SECRETS)
             if user == "notifier":
                 assert (await theirs.get("probe.key")).value == b"not for you"
             else:

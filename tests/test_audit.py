@@ -17,8 +17,9 @@ import pytest
 from services.audit import run_history as audit
 from shared import events as ev
 from shared import subjects
-from shared.bus import COMMANDS, connect
+from shared.bus import connect
 from shared.environments import Environment
+from shared.streams import COMMANDS
 from tests import recorded_log
 from tests.recorded_log import recording
 from tests.synthetic import T0

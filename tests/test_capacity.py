@@ -27,8 +27,9 @@ from services.stack.composition import Stack
 from shared import commands, identity
 from shared import events as ev
 from shared import logging as jlog
-from shared.bus import LEASES, connect
+from shared.bus import connect
 from shared.commands import BuildCommand, RunCommand
+from shared.streams import LEASES
 from tests.gate import add_gate
 from tests.helpers import auth_headers, get_json, jetdbt, wait_for
 from tests.test_runner_lost import ACK_WAIT, _runner_process

@@ -26,8 +26,9 @@ from services.runner.after import results
 from services.stack.embedded import NatsServer
 from shared import event_blobs, subjects
 from shared import events as ev
-from shared.bus import EVENTS, connect
+from shared.bus import connect
 from shared.commands import BuildCommand, RunCommand
+from shared.streams import EVENTS
 from tests.conftest import EXAMPLE
 from tests.helpers import get_json, jetdbt
 from tests.recorded_log import settled

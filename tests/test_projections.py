@@ -13,7 +13,8 @@ from projections.folds.progress import ProgressFold
 from projections.loop import Projector, checkpoint
 from projections.migrate import connect_pool, quote_ident
 from shared import events as ev
-from shared.bus import EVENTS, connect
+from shared.bus import connect
+from shared.streams import EVENTS
 from tests.helpers import wait_for
 
 SUBJECTS = ["dbt.evt.run.>", "dbt.evt.node.>"]

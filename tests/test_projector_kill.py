@@ -23,7 +23,8 @@ from projections.migrate import connect_pool, quote_ident
 from projections.replay import replay
 from services.audit.export import SCHEMA, export
 from shared import contract
-from shared.bus import EVENTS, connect
+from shared.bus import connect
+from shared.streams import EVENTS
 from tests import synthetic
 from tests.helpers import wait_for
 

@@ -43,11 +43,9 @@ from pathlib import Path
 from services.access.local import ADMIN, access_dir, users_file, write_private
 from shared import contract as contract_mod
 from shared import identity, subjects
-from shared.bus import COMMANDS, EVENTS, SCHEDULES_STREAM, inbox_prefix
-from shared.identity import BUCKET as IDENTITY
+from shared.bus import inbox_prefix
 from shared.pid_files import signal_server
-from shared.run_logs import STREAM as LOGS
-from shared.webhooks import SECRETS_BUCKET as HOOK_SECRETS
+from shared.streams import COMMANDS, EVENTS, HOOK_SECRETS, IDENTITY, LOGS, SCHEDULES_STREAM
 
 __all__ = [
     "SERVICE_USERS",

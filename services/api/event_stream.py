@@ -25,10 +25,10 @@ from shared import logging as jlog
 from shared import subjects
 from shared.bus import Bus
 from shared.reader import last_matching, stream_seq
+from shared.streams import EVENTS
 
-__all__ = ["add_event_stream_routes", "KEEPALIVE_SECONDS", "STREAM", "MAX_EVENT_ID"]
+__all__ = ["add_event_stream_routes", "KEEPALIVE_SECONDS", "MAX_EVENT_ID"]
 
-STREAM = "DBT_EVENTS"
 # A comment line this often keeps proxies from closing an idle stream and tells the
 # server that a client went away while a run sits between nodes.
 KEEPALIVE_SECONDS = 15.0
@@ -70,7 +70,7 @@ async def _final_seq(js, run_id: str) -> int:
     found = 0
     for kind in ev.RUN_END_KINDS:
         subject = subjects.run_event_of_any_project(run_id, kind)
-        found = max(found, await last_matching(js, STREAM, subject))
+        found = max(found, await last_matching(js, EVENTS, subject))
     return found
 
 
@@ -96,7 +96,7 @@ def add_event_stream_routes(app: web.Application, bus: Bus) -> None:
             # Found by its run events: another family's subject (a retry state's principal)
             # may hold the same word where a run's subject holds its id.
             newest = await bus.js.get_last_msg(
-                STREAM, subjects.run_event_of_any_project(run_id, "*")
+                EVENTS, subjects.run_event_of_any_project(run_id, "*")
             )
         except NotFoundError:
             return error(404, f"run {run_id!r} has no events (yet)")
@@ -138,7 +138,7 @@ def add_event_stream_routes(app: web.Application, bus: Bus) -> None:
 
         sub = await bus.js.subscribe(
             pattern,
-            stream=STREAM,
+            stream=EVENTS,
             cb=on_msg,
             ordered_consumer=True,
             config=api.ConsumerConfig(

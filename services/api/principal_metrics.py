@@ -9,11 +9,10 @@ from __future__ import annotations
 from collections import Counter
 
 from shared import subjects
-from shared.bus import COMMANDS
+from shared.streams import COMMANDS, INTAKE
 
 __all__ = ["principal_metrics"]
 
-INTAKE = "DBT_INTAKE"
 _METRICS = (
     (COMMANDS, "dbt.cmd.>", "jetdbt_principal_commands", "Commands stored, by principal."),
     (

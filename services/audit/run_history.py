@@ -19,9 +19,10 @@ from nats.js.errors import NotFoundError
 
 from shared import event_blobs, subjects
 from shared import events as ev
-from shared.bus import COMMANDS, EVENTS, Bus
+from shared.bus import Bus
 from shared.outcomes import precedence
 from shared.reader import Slice
+from shared.streams import COMMANDS, EVENTS
 
 __all__ = ["Entry", "Attempt", "NodeOutcome", "RunHistory", "run_history", "render"]
 

@@ -28,9 +28,9 @@ from services.notifier.deliver import Poster, deliver, give_up
 from shared import events as ev
 from shared import logging as jlog
 from shared import subjects, supervise, webhooks
-from shared.bus import EVENTS
 from shared.config import Settings
 from shared.event_blobs import resolved
+from shared.streams import EVENTS
 
 __all__ = ["Notifier", "CONSUMER", "event_of"]
 

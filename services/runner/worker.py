@@ -34,8 +34,9 @@ from services.runner.process.spawn import ForkServerLost
 from shared import commands, identity, subjects, supervise, uploads
 from shared import events as ev
 from shared import logging as jlog
-from shared.bus import COMMANDS, TRANSIENT
+from shared.bus import TRANSIENT
 from shared.quote import quote
+from shared.streams import COMMANDS
 
 __all__ = ["Runner", "CONSUMER"]
 
