@@ -70,14 +70,6 @@ def shown(url: str) -> str:
     return re.sub(r"(://[^:/@,]*):[^@/,]*@", r"\1:***@", url)
 
 
-def _declared_write(subject: str) -> bool:
-    """`dbt.evt.relation.<key>.materialized`: what an external system's NATS user may publish."""
-    parts = subject.split(".")
-    return (
-        len(parts) == 5 and parts[:3] == ["dbt", "evt", "relation"] and parts[4] == "materialized"
-    )
-
-
 async def _until_stored(what: str, once, retry_for: float):
     """Call `once` until the server stores what it writes: a NATS outage or a stream's
     leader election holds the caller (so writes stay in order) instead of losing the write."""
@@ -241,13 +233,13 @@ class Bus:
     async def _taken_by_declared_write(self, ack, subject: str) -> bool:
         """Whether the message kept under a duplicate's id is a declared write (the one kind of
         event others than the runners publish) while `subject` is not one."""
-        if _declared_write(subject):
+        if subjects.is_declared_write(subject):
             return False
         try:
             kept = await self.js.get_msg(ack.stream, ack.seq)
         except NotFoundError:
             return False
-        return _declared_write(kept.subject)
+        return subjects.is_declared_write(kept.subject)
 
     async def publish_command(
         self, verb: str, project: str, command, key: str, *, principal: str, token_id: str = ""

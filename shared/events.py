@@ -90,10 +90,10 @@ def heads_its_subject(type_tag: str | None, project: str | None, subject: str) -
     """`fits` from a payload's type and project alone (an export reads no more of a million
     events): the type's family is the subject's (`run.finished.v1` on `dbt.evt.run.…`), and
     an event keyed by a project names the subject's project."""
-    parts = subject.split(".")
-    if not type_tag or len(parts) < 4 or type_tag.split(".")[0] != parts[2]:
+    family = subjects.event_family(subject)
+    if not type_tag or type_tag.split(".")[0] != family or subject.count(".") < 3:
         return False
-    return parts[2] == "relation" or subjects.token(project or "") == parts[3]
+    return family == "relation" or subjects.keyed_by(subject, project or "")
 
 
 def _now() -> datetime:

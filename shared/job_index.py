@@ -14,7 +14,7 @@ import contextlib
 import msgspec
 from nats.js import api
 
-from shared import commands
+from shared import commands, subjects
 from shared import events as ev
 from shared.reader import last_matching
 from shared.relations import normalise
@@ -22,7 +22,7 @@ from shared.streams import EVENTS
 
 __all__ = ["Armed", "JobIndex", "JOB_FACTS"]
 
-JOB_FACTS = "dbt.evt.job.>"
+JOB_FACTS = subjects.family_pattern("job")
 SNAPSHOT_SECONDS = 30.0
 
 

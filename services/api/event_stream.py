@@ -77,7 +77,7 @@ async def _final_seq(js, run_id: str) -> int:
 def _frame(seq: int, subject: str, data: bytes) -> bytes:
     """One SSE message: the sequence as id, the event's family.kind as its name, the event's
     JSON (one line: msgspec never writes a newline) as data."""
-    family, kind = subject.split(".")[2], subject.rsplit(".", 1)[-1]
+    family, kind = subjects.event_family(subject), subjects.event_kind(subject)
     return b"id: %d\nevent: %s.%s\ndata: %s\n\n" % (seq, family.encode(), kind.encode(), data)
 
 
@@ -90,7 +90,7 @@ def add_event_stream_routes(app: web.Application, bus: Bus) -> None:
             return error(400, str(exc))
         pattern = subjects.run_pattern(None, run_id)
         wanted = subjects.SubjectFilter(
-            [f"dbt.evt.{family}.*.{subjects.token(run_id)}.>" for family in _FAMILIES]
+            [subjects.run_family_pattern(family, run_id) for family in _FAMILIES]
         )
         try:
             # Found by its run events: another family's subject (a retry state's principal)
@@ -133,7 +133,7 @@ def add_event_stream_routes(app: web.Application, bus: Bus) -> None:
                 ended.set_result(False)
                 return
             sent += 1
-            if msg.subject.split(".")[2] == "run" and _is_final(msg.data):
+            if subjects.event_family(msg.subject) == "run" and _is_final(msg.data):
                 ended.set_result(True)
 
         sub = await bus.js.subscribe(

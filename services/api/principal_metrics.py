@@ -14,10 +14,15 @@ from shared.streams import COMMANDS, INTAKE
 __all__ = ["principal_metrics"]
 
 _METRICS = (
-    (COMMANDS, "dbt.cmd.>", "jetdbt_principal_commands", "Commands stored, by principal."),
+    (
+        COMMANDS,
+        subjects.ALL_COMMANDS,
+        "jetdbt_principal_commands",
+        "Commands stored, by principal.",
+    ),
     (
         INTAKE,
-        f"{subjects.INTAKE}.>",
+        subjects.ALL_INTAKE,
         "jetdbt_principal_declared_writes",
         "Declared writes in the intake, by publisher.",
     ),

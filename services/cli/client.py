@@ -191,7 +191,7 @@ async def job(
     done = (_JOB_DONE[command.action], ev.JobRefused)
     return await _await_final(
         bus,
-        f"dbt.evt.*.{subjects.token(project)}.>",
+        subjects.project_pattern(project),
         lambda: bus.publish_command(
             "job", project, command, uuid.uuid4().hex, principal=command.requested_by
         ),

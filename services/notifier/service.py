@@ -91,7 +91,7 @@ class Notifier:
                     except TimeoutError:
                         continue
                     for msg in msgs:
-                        project = msg.subject.split(".")[3]
+                        project = subjects.subject_key(msg.subject)
                         read = asyncio.get_running_loop().create_future()
                         task = asyncio.create_task(
                             self._in_lane(lanes.get(project), read, poster, msg)

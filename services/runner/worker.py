@@ -133,11 +133,9 @@ class Runner:
             await settle()
 
     async def _dispatch(self, msg) -> None:
-        parts = msg.subject.split(".")
-        verb = parts[2] if len(parts) > 2 else ""
-        raw_project = parts[3] if len(parts) > 3 else ""
-        with contextlib.suppress(ValueError):  # not our encoding: check_project refuses it
-            raw_project = subjects.untoken(raw_project)
+        verb = subjects.command_verb(msg.subject)
+        # Kept as written when it is not our encoding: check_project refuses it.
+        raw_project = subjects.subject_key(msg.subject)
         try:
             subjects.check_project(raw_project)
             problem = None
