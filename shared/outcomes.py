@@ -7,9 +7,22 @@ such as no-op); `outcome` is the half downstream code branches on.
 
 from __future__ import annotations
 
-__all__ = ["OUTCOMES", "outcome", "totals", "precedence", "attention"]
+__all__ = [
+    "OUTCOMES",
+    "NODE_RUNNING",
+    "NODE_CANCELLED",
+    "outcome",
+    "totals",
+    "precedence",
+    "attention",
+]
 
 OUTCOMES = ("passed", "failed", "warned", "skipped", "no_op", "unknown")
+# A node's status while dbt runs it (it has no outcome yet), and the status of one dbt started
+# and never reported on when a cancel stopped it (dbt has no word for it, so its outcome is
+# `unknown`): a node's statuses, beside dbt's own, never the run's (shared/run_status.py).
+NODE_RUNNING = "running"
+NODE_CANCELLED = "cancelled"
 # The order every display lists outcomes and nodes in: what needs a look first.
 _ATTENTION = {"failed": 0, "warned": 1, "skipped": 2, "unknown": 3, "no_op": 4, "passed": 5}
 

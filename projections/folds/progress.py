@@ -20,10 +20,10 @@ from projections.folds.progress_tables import (
     RUN_COLUMNS,
     without_nodes,
 )
-from shared import event_blobs
+from shared import event_blobs, run_status
 from shared import events as ev
 from shared.bus import Bus
-from shared.outcomes import precedence
+from shared.outcomes import NODE_RUNNING, precedence
 
 __all__ = ["ProgressFold"]
 
@@ -84,7 +84,7 @@ def _node_started(row: dict | None, e: ev.NodeStarted) -> dict | None:
         "resource_type": _prefer(e.resource_type, old, "resource_type"),
         "name": _prefer(e.name, old, "name"),
         "relation": _prefer(e.relation, old, "relation"),
-        "status": "running",
+        "status": NODE_RUNNING,
         "outcome": None,
         "message": None,
         "started_at": e.started_at or e.at,
@@ -164,7 +164,7 @@ def _new_run(e: ev.Event, status: str, requested_at) -> dict:
 
 
 def _requested(row: dict | None, e: ev.RunRequested) -> dict:
-    row = row or _new_run(e, "requested", None)
+    row = row or _new_run(e, run_status.REQUESTED, None)
     row.update(
         command=_json(e.command),
         requested_by=e.requested_by,
@@ -179,8 +179,8 @@ def _requested(row: dict | None, e: ev.RunRequested) -> dict:
 
 
 def _refused(row: dict | None, e: ev.RunRefused) -> dict:
-    row = row or _new_run(e, "refused", e.at)
-    row.update(status="refused", refused_reason=e.reason, finished_at=e.at)
+    row = row or _new_run(e, run_status.REFUSED, e.at)
+    row.update(status=run_status.REFUSED, refused_reason=e.reason, finished_at=e.at)
     return row
 
 
@@ -188,12 +188,12 @@ def _queued(row: dict | None, e: ev.RunQueued) -> dict:
     """An attempt that has not started waits: queued, with why and where. A queued event
     of an attempt that started already, or of a finished run, arrives late: it changes
     nothing."""
-    row = row or _new_run(e, "queued", None)
+    row = row or _new_run(e, run_status.QUEUED, None)
     if row["finished_at"] is None and row["attempt"] < e.attempt:
-        if row["status"] != "queued":  # a new wait begins
+        if row["status"] != run_status.QUEUED:  # a new wait begins
             row["queued_at"] = e.at
         row.update(
-            status="queued",
+            status=run_status.QUEUED,
             queue_reason=e.reason,
             queue_position=e.position,
             team=row.get("team") or e.team or None,
@@ -204,9 +204,9 @@ def _queued(row: dict | None, e: ev.RunQueued) -> dict:
 def _started(row: dict | None, e: ev.RunStarted) -> dict:
     """A later attempt takes the row over; an earlier one's start arriving late does not.
     A run that was queued records how long it waited."""
-    row = row or _new_run(e, "running", e.at)
+    row = row or _new_run(e, run_status.RUNNING, e.at)
     if row["attempt"] <= e.attempt:
-        if row["status"] == "queued" and row["queued_at"] is not None:
+        if row["status"] == run_status.QUEUED and row["queued_at"] is not None:
             # Runners' clocks may differ a little: a wait is never negative.
             row["queued_seconds"] = max(0.0, (e.at - row["queued_at"]).total_seconds())
         row.update(
@@ -215,7 +215,7 @@ def _started(row: dict | None, e: ev.RunStarted) -> dict:
             version=e.version,
             runner=e.runner,
             started_at=row["started_at"] or e.at,
-            status="running" if row["finished_at"] is None else row["status"],
+            status=run_status.RUNNING if row["finished_at"] is None else row["status"],
         )
     return row
 

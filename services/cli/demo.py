@@ -15,7 +15,7 @@ from services.cli import client
 from services.cli.watch import Progress, Tally, planned_nodes, result_table
 from services.stack.composition import Stack
 from shared import events as ev
-from shared import subjects
+from shared import run_status, subjects
 from shared.commands import BuildCommand, RunCommand
 from shared.config import Settings
 from shared.links import viewer_url
@@ -92,7 +92,7 @@ async def demo(settings: Settings) -> int:
         )
         # The home keeps the run, so the viewer shows it once `jetdbt up` serves this home.
         print(f"run viewer (with `jetdbt up`): {viewer_url(up_api, final.run_id)}")
-        return 0 if final.result.status == "passed" else 1
+        return 0 if final.result.status == run_status.PASSED else 1
     finally:
         await stack.stop()
 
@@ -102,6 +102,6 @@ async def _wait_projected(stack: Stack, run_id: str) -> None:
     for _ in range(100):
         async with stack.pool.acquire() as conn:
             status = await conn.fetchval("SELECT status FROM runs WHERE run_id = $1", run_id)
-        if status in ("passed", "failed"):
+        if status in (run_status.PASSED, run_status.FAILED):
             return
         await asyncio.sleep(0.1)

@@ -34,6 +34,7 @@ from services.cli.watch import (
 )
 from shared import events as ev
 from shared import logging as jlog
+from shared import run_status
 from shared.links import viewer_url
 
 __all__ = ["LiveProgress", "print_result", "console_for"]
@@ -47,7 +48,11 @@ STYLE = {
     "no_op": "bright_black",
     "unknown": "magenta",
 }
-STATUS_STYLE = {"passed": "bold green", "failed": "bold red", "cancelled": "yellow"}
+STATUS_STYLE = {
+    run_status.PASSED: "bold green",
+    run_status.FAILED: "bold red",
+    run_status.CANCELLED: "yellow",
+}
 # The widest a node's name is shown on its line, so time and rows stay near it.
 NAME_WIDTH = 80
 # The redraw rate of the live area between events (the elapsed time moves on).

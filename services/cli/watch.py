@@ -15,6 +15,7 @@ import sys
 import time
 
 from shared import events as ev
+from shared import run_status
 from shared.outcomes import attention
 
 __all__ = [
@@ -173,8 +174,8 @@ def totals_line(result: ev.RunResult) -> str:
 
 # What a run that reports no node says instead, by its status: only a passed one matched none.
 _NO_NODES = {
-    "passed": "(the selection matched no nodes: nothing to build)",
-    "cancelled": "(cancelled before any node ran)",
+    run_status.PASSED: "(the selection matched no nodes: nothing to build)",
+    run_status.CANCELLED: "(cancelled before any node ran)",
 }
 # How many of an error's last lines are shown (dbt's reason is a few lines at its end).
 ERROR_LINES = 12

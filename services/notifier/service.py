@@ -27,7 +27,7 @@ from services.notifier.body import body
 from services.notifier.deliver import Poster, deliver, give_up
 from shared import events as ev
 from shared import logging as jlog
-from shared import subjects, supervise, webhooks
+from shared import run_status, subjects, supervise, webhooks
 from shared.config import Settings
 from shared.event_blobs import resolved
 from shared.streams import EVENTS
@@ -49,7 +49,7 @@ def event_of(event: ev.Event) -> str | None:
     if isinstance(event, ev.RunStarted) and event.attempt == 1:
         return "start"
     if isinstance(event, ev.RunFinished):
-        return "success" if event.result.status == "passed" else "failure"
+        return "success" if event.result.status == run_status.PASSED else "failure"
     return None
 
 
