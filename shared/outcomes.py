@@ -53,11 +53,11 @@ def totals(outcomes) -> dict[str, int]:
     return counts
 
 
-def precedence(attempt: int, round_: int) -> tuple[int, int]:
+def precedence(attempt_number: int, round_: int) -> tuple[int, int]:
     """The rank of a node's result in its run; the highest stands. A later attempt supersedes
     everything of an earlier one, even retry rounds a lost runner reached, because the new
     attempt rebuilt from the start; within an attempt the later retry round wins."""
-    return (attempt, round_)
+    return (attempt_number, round_)
 
 
 def attention(value: str | None) -> int:

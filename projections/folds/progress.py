@@ -100,12 +100,12 @@ def _node_started(row: dict | None, e: ev.NodeStarted) -> dict | None:
 
 
 def _node_finished(
-    row: dict | None, run_id: str, attempt: int, n: ev.NodeResult, at
+    row: dict | None, run_id: str, attempt_number: int, n: ev.NodeResult, at
 ) -> dict | None:
     """The result, unless the row ranks above it. A result dbt reports no finish time for
     (a skipped node) is stamped with the event's time, never the clock, so a replay folds
     exactly the same row."""
-    if row is not None and _rank(row) > precedence(attempt, n.round):
+    if row is not None and _rank(row) > precedence(attempt_number, n.round):
         return None
     old = row or {}
     return {
@@ -123,7 +123,7 @@ def _node_finished(
         "rows_affected": n.rows_affected,
         "failures": n.failures,
         "round": n.round,
-        "attempt": attempt,
+        "attempt": attempt_number,
         "thread": _prefer(n.thread, old, "thread"),
         "compiled_code": _prefer(n.compiled_code, old, "compiled_code"),
     }

@@ -233,18 +233,18 @@ def _rank(n: NodeOutcome) -> tuple[int, int]:
     return precedence(n.attempt, n.round)
 
 
-def _add(finished: dict[str, list[NodeOutcome]], attempt: int, node: ev.NodeResult) -> None:
+def _add(finished: dict[str, list[NodeOutcome]], attempt_number: int, node: ev.NodeResult) -> None:
     """One outcome per (attempt, round): RunFinished repeats what NodeFinished said live."""
     outcome = NodeOutcome(
         unique_id=node.unique_id,
-        attempt=attempt,
+        attempt=attempt_number,
         round=node.round,
         status=node.status,
         outcome=node.outcome,
         message=node.message,
     )
     seen = finished.setdefault(node.unique_id, [])
-    seen[:] = [n for n in seen if (n.attempt, n.round) != (attempt, node.round)] + [outcome]
+    seen[:] = [n for n in seen if (n.attempt, n.round) != (attempt_number, node.round)] + [outcome]
 
 
 def _json(value) -> str:

@@ -234,7 +234,7 @@ class Runner:
         )
         return first.project if first is not None else None
 
-    async def _attempt(self, project: str, run_id: str) -> int:
+    async def _attempt_number(self, project: str, run_id: str) -> int:
         """This attempt's number, from the log: one past the last attempt that started.
         A delivery that only waited for a lease started nothing, so it is not an attempt."""
         started = await self.ctx.bus.last_event(subjects.run_event(project, run_id, "started"))
@@ -318,16 +318,16 @@ class Runner:
         if reason is not None:
             await bus.publish(ev.RunRefused(project=project, run_id=run_id, reason=reason))
             return
-        attempt = await self._attempt(project, run_id)
+        attempt_number = await self._attempt_number(project, run_id)
         key = (project, run_id)
         cancelled = self.active.setdefault(key, Cancel())
         try:
             if isinstance(command, commands.RetryCommand):
-                await retry(self.ctx, project, body, run_id, attempt, cancelled)
+                await retry(self.ctx, project, body, run_id, attempt_number, cancelled)
             elif isinstance(command, commands.ParseCommand):
-                await parse(self.ctx, project, body, run_id, attempt, deployed, cancelled)
+                await parse(self.ctx, project, body, run_id, attempt_number, deployed, cancelled)
             else:
-                await build(self.ctx, project, body, run_id, attempt, deployed, cancelled)
+                await build(self.ctx, project, body, run_id, attempt_number, deployed, cancelled)
         finally:
             self.active.pop(key, None)
 
