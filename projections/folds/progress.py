@@ -1,4 +1,6 @@
-"""Progress fold: run and node events into `runs` and `run_nodes`.
+"""Progress fold (projection `progress`): run and node events into the tables `runs` and
+`run_nodes` (projections/folds/progress_tables.py), what GET /v1/runs/{run_id} and GET
+/v1/projects/{project}/runs read.
 
 A batch is folded in memory: the rows it touches are read once, every event is
 applied to them in stream order, and each changed row is written once, one
