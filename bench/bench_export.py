@@ -26,8 +26,9 @@ import pyarrow.parquet as pq  # noqa: E402
 
 from services.stack.embedded import NatsServer  # noqa: E402
 from shared import logging as jlog  # noqa: E402
-from shared.bus import EVENTS, connect  # noqa: E402
+from shared.bus import connect  # noqa: E402
 from shared.reader import last_seq  # noqa: E402
+from shared.streams import EVENTS  # noqa: E402
 from tests.support import synthetic  # noqa: E402
 
 LIMIT_MB = 300

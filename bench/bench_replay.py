@@ -35,8 +35,9 @@ from services.stack.embedded import NatsServer, start_postgres  # noqa: E402
 from shared import contract  # noqa: E402
 from shared import events as ev  # noqa: E402
 from shared import logging as jlog  # noqa: E402
-from shared.bus import EVENTS, connect  # noqa: E402
+from shared.bus import connect  # noqa: E402
 from shared.reader import last_seq  # noqa: E402
+from shared.streams import EVENTS  # noqa: E402
 from tests.support import synthetic  # noqa: E402
 
 TARGET = 0.8

@@ -30,9 +30,9 @@ from services.stack.composition import Stack
 from shared import events as ev
 from shared import logging as jlog
 from shared import subjects
-from shared.bus import COMMANDS, SCHEDULES_STREAM
 from shared.commands import JobCommand, JobSpec, OperationCommand
 from shared.config import load
+from shared.streams import COMMANDS, SCHEDULES_STREAM
 from tests.support.helpers import deploy_and_wait
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "jaffle_shop"

@@ -35,11 +35,11 @@ from services.triggers.manager import run_id_for
 from shared import events as ev
 from shared import logging as jlog
 from shared import subjects
-from shared.bus import EVENTS
 from shared.commands import JobCommand, JobSpec, OperationCommand
 from shared.config import load
 from shared.job_index import Armed
 from shared.reader import last_matching
+from shared.streams import EVENTS
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "jaffle_shop"
 PROJECT = "jaffle_shop"

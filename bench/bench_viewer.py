@@ -30,8 +30,6 @@ import aiohttp
 from gen_project import generate
 from playwright.async_api import async_playwright
 
-from services.api.event_stream import STREAM
-from services.api.ui_routes import viewer_url
 from services.cli import client
 from services.stack.composition import Stack
 from shared import events as ev
@@ -39,6 +37,8 @@ from shared import identity
 from shared import logging as jlog
 from shared.commands import BuildCommand, RunCommand
 from shared.config import load
+from shared.links import viewer_url
+from shared.streams import EVENTS
 from tests.support.helpers import deploy_and_wait
 
 RENDER_GOAL_S = 1.0
@@ -76,7 +76,7 @@ async def _delays(js, arrivals: list[dict], nodes: dict, opened: float) -> list[
         kind = mark["detail"]["type"]
         if node is None or kind not in ("node.started.v1", "node.finished.v1"):
             continue
-        msg = await js.get_msg(STREAM, seq=mark["detail"]["seq"])
+        msg = await js.get_msg(EVENTS, seq=mark["detail"]["seq"])
         logged = ev.decode(msg.data).at.timestamp() * 1000
         if logged <= opened:
             continue

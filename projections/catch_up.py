@@ -13,8 +13,9 @@ import gc
 
 from projections.loop import Projector, checkpoint
 from projections.registry import FOLDS
-from shared.bus import EVENTS, Bus
+from shared.bus import Bus
 from shared.reader import Slice
+from shared.streams import EVENTS
 from shared.subjects import covering
 
 __all__ = ["catch_up", "BATCH"]

@@ -35,7 +35,7 @@ async def pending(js, subjects: list[str], after: int) -> int:
     # nats is imported here, not above: `jetdbt status` renders Lags and must start fast.
     from nats.js import api
 
-    from shared.bus import EVENTS
+    from shared.streams import EVENTS
 
     config = api.ConsumerConfig(
         filter_subjects=subjects,
@@ -54,8 +54,8 @@ async def pending(js, subjects: list[str], after: int) -> int:
 
 async def lags(conn, js, projections: dict[str, list[str]]) -> Lags:
     """One line per projection in streams.yaml, and per checkpoint or dead letter of another."""
-    from shared.bus import EVENTS
     from shared.reader import last_seq
+    from shared.streams import EVENTS
 
     marks = {
         r["projector"]: r for r in await conn.fetch("SELECT * FROM checkpoints ORDER BY projector")

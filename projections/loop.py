@@ -23,9 +23,10 @@ from nats.js import api
 
 from shared import events, supervise
 from shared import logging as jlog
-from shared.bus import EVENTS, Bus
+from shared.bus import Bus
 from shared.quote import storable
 from shared.reader import pending, stream_seq
+from shared.streams import EVENTS
 from shared.subjects import SubjectFilter, covering
 
 __all__ = ["Fold", "Projector", "POISON", "apply_many", "checkpoint", "dead_letter"]

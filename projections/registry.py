@@ -8,13 +8,13 @@ from collections.abc import Callable
 
 from projections.folds.catalog import CatalogFold
 from projections.folds.deploys import DeploysFold
-from projections.folds.environment_state import EnvironmentsFold
+from projections.folds.environment_state import EnvironmentStateFold
 from projections.folds.freshness import FreshnessFold
 from projections.folds.graph import GraphFold
 from projections.folds.hooks import HooksFold
 from projections.folds.jobs import JobsFold
 from projections.folds.progress import ProgressFold
-from projections.folds.retry_state import RetryFold
+from projections.folds.retry_state import RetryStateFold
 from projections.loop import Fold
 from shared.bus import Bus
 
@@ -24,8 +24,8 @@ FOLDS: dict[str, Callable[[Bus], Fold]] = {
     "progress": ProgressFold,
     "deploys": DeploysFold,
     "graph": GraphFold,
-    "retry": lambda bus: RetryFold(),
-    "environments": lambda bus: EnvironmentsFold(),
+    "retry": lambda bus: RetryStateFold(),
+    "environments": lambda bus: EnvironmentStateFold(),
     "jobs": lambda bus: JobsFold(),
     "hooks": lambda bus: HooksFold(),
     "freshness": FreshnessFold,

@@ -24,6 +24,7 @@ from shared import contract as contract_mod
 from shared import events, identity, subjects
 from shared import logging as jlog
 from shared.digests import digest_of
+from shared.streams import BLOBS, EVENTS
 
 __all__ = [
     "Bus",
@@ -33,22 +34,12 @@ __all__ = [
     "check_server",
     "connect",
     "REQUIRED",
-    "EVENTS",
-    "COMMANDS",
-    "SCHEDULES_STREAM",
-    "BLOBS",
-    "LEASES",
     "inbox_prefix",
     "url_user",
     "shown",
 ]
 
 REQUIRED = (2, 10)
-EVENTS = "DBT_EVENTS"
-COMMANDS = "DBT_COMMANDS"
-SCHEDULES_STREAM = "DBT_SCHEDULES"
-BLOBS = "DBT_BLOBS"
-LEASES = "DBT_LEASES"
 CLOSED_CHECK_SECONDS = 1.0  # how soon a service notices a connection closed without a word
 # How long an event publish is retried: the event stream's duplicate window (from the
 # contract), so a retry of a publish that did land is still dropped as the duplicate it is.
@@ -77,14 +68,6 @@ def url_user(url: str) -> str | None:
 def shown(url: str) -> str:
     """`url` as a log line or an error may show it: a password in it becomes `***`."""
     return re.sub(r"(://[^:/@,]*):[^@/,]*@", r"\1:***@", url)
-
-
-def _declared_write(subject: str) -> bool:
-    """`dbt.evt.relation.<key>.materialized`: what an external system's NATS user may publish."""
-    parts = subject.split(".")
-    return (
-        len(parts) == 5 and parts[:3] == ["dbt", "evt", "relation"] and parts[4] == "materialized"
-    )
 
 
 async def _until_stored(what: str, once, retry_for: float):
@@ -250,13 +233,13 @@ class Bus:
     async def _taken_by_declared_write(self, ack, subject: str) -> bool:
         """Whether the message kept under a duplicate's id is a declared write (the one kind of
         event others than the runners publish) while `subject` is not one."""
-        if _declared_write(subject):
+        if subjects.is_declared_write(subject):
             return False
         try:
             kept = await self.js.get_msg(ack.stream, ack.seq)
         except NotFoundError:
             return False
-        return _declared_write(kept.subject)
+        return subjects.is_declared_write(kept.subject)
 
     async def publish_command(
         self, verb: str, project: str, command, key: str, *, principal: str, token_id: str = ""
@@ -360,6 +343,15 @@ class Bus:
             jlog.get("bus").warning("last_event_off_its_subject", subject=msg.subject)
             return None
         return event
+
+    async def run_end(self, project: str, run_id: str) -> events.Event | None:
+        """The run's final event (one of events.RUN_ENDS), read from the log; None while
+        the run is open."""
+        for kind in events.RUN_END_KINDS:
+            final = await self.last_event(subjects.run_event(project, run_id, kind))
+            if final is not None:
+                return final
+        return None
 
     async def close(self) -> None:
         """Flush what was published without an ack (log lines), then close.

@@ -60,6 +60,8 @@ __all__ = [
     "HookRemoved",
     "HookDelivered",
     "EVENT_TYPES",
+    "RUN_ENDS",
+    "RUN_END_KINDS",
     "SUPERSEDED",
     "MAX_EVENT_BYTES",
     "EventTooLarge",
@@ -88,10 +90,10 @@ def heads_its_subject(type_tag: str | None, project: str | None, subject: str) -
     """`fits` from a payload's type and project alone (an export reads no more of a million
     events): the type's family is the subject's (`run.finished.v1` on `dbt.evt.run.…`), and
     an event keyed by a project names the subject's project."""
-    parts = subject.split(".")
-    if not type_tag or len(parts) < 4 or type_tag.split(".")[0] != parts[2]:
+    family = subjects.event_family(subject)
+    if not type_tag or type_tag.split(".")[0] != family or subject.count(".") < 3:
         return False
-    return parts[2] == "relation" or subjects.token(project or "") == parts[3]
+    return family == "relation" or subjects.keyed_by(subject, project or "")
 
 
 def _now() -> datetime:
@@ -147,9 +149,10 @@ class RunResult(msgspec.Struct, frozen=True, kw_only=True):
     status: str
     engine: str
     engine_version: str
-    # What ran, despite the name (a frozen field): a build's test behaviour (build,
-    # after_all, none), or parse, or retry. Runners call it the attempt's `mode`.
-    command: str
+    # What ran: a build's test behaviour (build, after_all, none), another dbt command
+    # (seed, run_operation...), parse or retry; the attempt's `mode`. On the wire it is
+    # `command`, its first name, so every recorded result reads and writes the same.
+    mode: str = msgspec.field(name="command")
     totals: dict[str, int]
     nodes: list[NodeResult]
     exit_code: int
@@ -728,6 +731,12 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     HookRemoved,
     HookDelivered,
 )
+
+# The events that end a run, and the subject kinds they are stored under: its result, or
+# its refusal (it never ran). Whoever waits for a run's end, or asks whether it ended, goes
+# by these; a cancelled run ends with a RunFinished like any other.
+RUN_ENDS: tuple[type[Event], ...] = (RunFinished, RunRefused)
+RUN_END_KINDS = tuple(t._kind for t in RUN_ENDS)
 
 
 # ---- superseded versions: decodable forever, upcast here and nowhere else ----------------

@@ -19,9 +19,9 @@ from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NoKeysError, N
 
 from shared import subjects
 from shared.quote import quote
+from shared.streams import IDENTITY
 
 __all__ = [
-    "BUCKET",
     "DEFAULT_TEAM",
     "ROLES",
     "TOKEN_HEADER",
@@ -50,7 +50,6 @@ __all__ = [
     "project_team",
 ]
 
-BUCKET = "DBT_IDENTITY"
 # The header the API sets on a command it publishes: the id of the token it checked.
 TOKEN_HEADER = "Jetdbt-Token-Id"
 _PREFIX = "jdbt_"
@@ -136,7 +135,7 @@ def now() -> datetime:
 
 async def _bucket(bus):
     try:
-        return await bus.bucket(BUCKET)
+        return await bus.bucket(IDENTITY)
     except (BucketNotFoundError, NotFoundError):
         return None
 
@@ -156,7 +155,7 @@ async def _get(kv, key: str, kind: type):
 async def _writable(bus):
     kv = await _bucket(bus)
     if kv is None:
-        raise IdentityError(f"the {BUCKET} bucket does not exist: apply the contract first")
+        raise IdentityError(f"the {IDENTITY} bucket does not exist: apply the contract first")
     return kv
 
 

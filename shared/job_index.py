@@ -14,15 +14,15 @@ import contextlib
 import msgspec
 from nats.js import api
 
-from shared import commands
+from shared import commands, subjects
 from shared import events as ev
-from shared.bus import EVENTS
 from shared.reader import last_matching
 from shared.relations import normalise
+from shared.streams import EVENTS
 
 __all__ = ["Armed", "JobIndex", "JOB_FACTS"]
 
-JOB_FACTS = "dbt.evt.job.>"
+JOB_FACTS = subjects.family_pattern("job")
 SNAPSHOT_SECONDS = 30.0
 
 

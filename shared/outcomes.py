@@ -7,9 +7,24 @@ such as no-op); `outcome` is the half downstream code branches on.
 
 from __future__ import annotations
 
-__all__ = ["OUTCOMES", "outcome", "totals", "precedence"]
+__all__ = [
+    "OUTCOMES",
+    "NODE_RUNNING",
+    "NODE_CANCELLED",
+    "outcome",
+    "totals",
+    "precedence",
+    "attention",
+]
 
 OUTCOMES = ("passed", "failed", "warned", "skipped", "no_op", "unknown")
+# A node's status while dbt runs it (it has no outcome yet), and the status of one dbt started
+# and never reported on when a cancel stopped it (dbt has no word for it, so its outcome is
+# `unknown`): a node's statuses, beside dbt's own, never the run's (shared/run_status.py).
+NODE_RUNNING = "running"
+NODE_CANCELLED = "cancelled"
+# The order every display lists outcomes and nodes in: what needs a look first.
+_ATTENTION = {"failed": 0, "warned": 1, "skipped": 2, "unknown": 3, "no_op": 4, "passed": 5}
 
 _BY_STATUS = {
     "success": "passed",
@@ -38,8 +53,13 @@ def totals(outcomes) -> dict[str, int]:
     return counts
 
 
-def precedence(attempt: int, round_: int) -> tuple[int, int]:
+def precedence(attempt_number: int, round_: int) -> tuple[int, int]:
     """The rank of a node's result in its run; the highest stands. A later attempt supersedes
     everything of an earlier one, even retry rounds a lost runner reached, because the new
     attempt rebuilt from the start; within an attempt the later retry round wins."""
-    return (attempt, round_)
+    return (attempt_number, round_)
+
+
+def attention(value: str | None) -> int:
+    """Where an outcome is listed: failures first, passes last, a word unknown here after all."""
+    return _ATTENTION.get(value or "", len(_ATTENTION))

@@ -19,12 +19,12 @@ from nats.js import api
 from nats.js.errors import NotFoundError, ObjectNotFoundError
 
 from shared import events as ev
-from shared import subjects
-from shared.bus import BLOBS, EVENTS, Bus
+from shared import run_status, subjects
+from shared.bus import Bus
 from shared.reader import Slice
+from shared.streams import BLOBS, EVENTS, LOGS
 
 __all__ = [
-    "STREAM",
     "Line",
     "RunLog",
     "LogGone",
@@ -34,7 +34,6 @@ __all__ = [
     "find",
 ]
 
-STREAM = "DBT_LOGS"
 # After the run's end, a follower waits this long for a line the log says is coming:
 # a line the stream dropped (its byte limit) must not hold a follower forever.
 DRAIN_SECONDS = 5.0
@@ -89,19 +88,17 @@ class RunLog:
             self.kept = e
         elif isinstance(e, ev.RunPruned):
             self.pruned = e
-        elif isinstance(e, ev.RunFinished | ev.RunRefused):
+        elif isinstance(e, ev.RUN_ENDS):
             self.final = e
 
     @property
     def status(self) -> str | None:
-        """How the run ended: its result's status, `refused`, or None while it goes."""
-        if isinstance(self.final, ev.RunFinished):
-            return self.final.result.status
-        return "refused" if self.final is not None else None
+        """How the run ended (shared/run_status.py), or None while it goes."""
+        return run_status.ended_as(self.final) if self.final is not None else None
 
     async def _on_stream(self) -> int:
         """How many of the run's lines DBT_LOGS holds now."""
-        info = await self.bus.js.stream_info(STREAM, subjects_filter=self.subject)
+        info = await self.bus.js.stream_info(LOGS, subjects_filter=self.subject)
         return (info.state.subjects or {}).get(self.subject, 0)
 
     async def _from_object(self) -> list[str]:
@@ -111,7 +108,7 @@ class RunLog:
         except ObjectNotFoundError:
             raise LogGone(
                 f"the kept log of run {self.run_id!r} ({self.kept.object}) is missing from"
-                f" {BLOBS}, and {STREAM} no longer holds all of its lines"
+                f" {BLOBS}, and {LOGS} no longer holds all of its lines"
             ) from None
 
     async def page(self, after: int, limit: int) -> tuple[list[Line], str]:
@@ -131,7 +128,7 @@ class RunLog:
     async def _stream_page(self, after: int, count: int) -> list[Line]:
         out: list[Line] = []
         number = 0
-        async with Slice(self.bus.js, STREAM, self.subject, batch=min(after + count, 1000)) as s:
+        async with Slice(self.bus.js, LOGS, self.subject, batch=min(after + count, 1000)) as s:
             async for batch in s:
                 for _, msg in batch:
                     number += 1
@@ -181,7 +178,7 @@ class RunLog:
                 inactive_threshold=30,
             )
             for subject, stream, cb in (
-                (self.subject, STREAM, on_line),
+                (self.subject, LOGS, on_line),
                 (subjects.run_event(self.project, self.run_id, "*"), EVENTS, on_event),
             )
         ]

@@ -21,7 +21,21 @@ __all__ = [
     "filed_under",
     "untoken",
     "command",
+    "command_of_any_project",
+    "command_verb",
     "command_principal",
+    "ALL_COMMANDS",
+    "ALL_EVENTS",
+    "ALL_LOGS",
+    "ALL_INTAKE",
+    "ALL_SCHEDULES",
+    "ALL_HOOK_CONTROL",
+    "family_pattern",
+    "event_family",
+    "event_kind",
+    "keyed_by",
+    "is_declared_write",
+    "run_family_pattern",
     "command_pattern",
     "via_api",
     "API_COMMANDS",
@@ -60,6 +74,7 @@ __all__ = [
     "hook_event",
     "HOOK_CONTROL",
     "hook_control",
+    "hook_control_project",
     "covering",
     "SubjectFilter",
 ]
@@ -69,6 +84,10 @@ _SAFE = re.compile(r"[a-z0-9][a-z0-9_-]{0,127}\Z")
 # a subject stays far below the server's limit: one over 4 KB closes the connection.
 MAX_TOKEN_CHARS = 256
 COMMAND_VERBS = ("deploy", "run", "cancel", "job")
+# Every subject of one kind: what a permission, an account's import or a metric spans.
+ALL_COMMANDS = "dbt.cmd.>"
+ALL_EVENTS = "dbt.evt.>"
+ALL_LOGS = "dbt.log.>"
 # A command the API published for a token it checked ends in this token: only the API's NATS
 # user may publish `dbt.cmd.<verb>.<project>.<principal>.api`, so the server vouches for it.
 _API = "api"
@@ -80,6 +99,7 @@ TRIGGER_COMMANDS = f"dbt.cmd.run.*.{TRIGGERS_PRINCIPAL}"
 # Where external systems declare their writes, each under its own principal
 # (`dbt.in.<principal>.relation.<relation>.materialized`); runners record the facts.
 INTAKE = "dbt.in"
+ALL_INTAKE = f"{INTAKE}.>"
 # The principal of a command whose subject names none (`dbt.cmd.<verb>.<project>`): only
 # an operator's NATS user may publish such a subject, so it stands for nobody in particular.
 ANONYMOUS = "anonymous"
@@ -171,6 +191,17 @@ def command(verb: str, project: str, principal: str, *, via_api: bool = False) -
     return f"dbt.cmd.{verb}.{token(project)}.{token(principal or ANONYMOUS)}{tail}"
 
 
+def command_of_any_project(verb: str, principal: str) -> str:
+    """`principal`'s `verb` commands in every project: what a system of all projects may publish."""
+    return f"dbt.cmd.{verb}.*.{token(principal or ANONYMOUS)}"
+
+
+def command_verb(subject: str) -> str:
+    """The verb a command subject names (its third token), "" when it has none."""
+    parts = subject.split(".")
+    return parts[2] if len(parts) > 2 else ""
+
+
 def via_api(subject: str) -> bool:
     """Whether a command subject is one only the API's NATS user may publish."""
     parts = subject.split(".")
@@ -237,6 +268,11 @@ def run_event(project: str, run_id: str, kind: str) -> str:
 CANCELS_REQUESTED = "dbt.evt.run.*.*.cancel_requested"
 
 
+def run_family_pattern(family: str, run_id: str) -> str:
+    """Every event of one family (run, node) of `run_id`, whichever project it belongs to."""
+    return f"dbt.evt.{family}.*.{token(run_id)}.>"
+
+
 def run_event_of_any_project(run_id: str, kind: str) -> str:
     """One kind of event of `run_id`, whichever project it belongs to."""
     return f"dbt.evt.run.*.{token(run_id)}.{kind}"
@@ -254,6 +290,14 @@ def graph_event(project: str, scope: str, key: str) -> str:
 def relation_event(relation: str, kind: str) -> str:
     """Declared writes from other systems: the relation key is a user string like any other."""
     return f"dbt.evt.relation.{token(relation)}.{kind}"
+
+
+def is_declared_write(subject: str) -> bool:
+    """`dbt.evt.relation.<key>.materialized`: what an external system's NATS user may publish."""
+    parts = subject.split(".")
+    return (
+        len(parts) == 5 and parts[:3] == ["dbt", "evt", "relation"] and parts[4] == "materialized"
+    )
 
 
 def retry_event(project: str, principal: str, kind: str) -> str:
@@ -291,10 +335,17 @@ def hook_event(project: str, hook: str, kind: str) -> str:
 # request carries the hook's secret, which no stream may keep. Only the API's account and
 # the operator may publish here (services/access/nats_users.py).
 HOOK_CONTROL = "dbt.hookctl"
+ALL_HOOK_CONTROL = f"{HOOK_CONTROL}.>"
 
 
 def hook_control(project: str) -> str:
     return f"{HOOK_CONTROL}.{token(project)}"
+
+
+def hook_control_project(subject: str) -> str:
+    """The project a hook request's subject names, decoded; raises ValueError for a token
+    that is not a `token()` spelling."""
+    return untoken(subject.split(".")[-1])
 
 
 # Where JetStream message schedules live: DBT_SCHEDULES, which only runners publish to. The
@@ -303,6 +354,7 @@ def hook_control(project: str) -> str:
 # (streams.yaml): a fire arrives as the run command it is. No schedule lives among commands,
 # whose headers any client chooses.
 SCHEDULES = "dbt.sched"
+ALL_SCHEDULES = f"{SCHEDULES}.>"
 FIRES = "dbt.fire"
 
 
@@ -343,6 +395,29 @@ def deploy_pattern(project: str) -> str:
 def deployed_of_any_project() -> str:
     """Every version deployed, of every project."""
     return "dbt.evt.deploy.*.deployed"
+
+
+def family_pattern(family: str) -> str:
+    """Every event of one family (job, hook...), of every project."""
+    return f"dbt.evt.{family}.>"
+
+
+def event_family(subject: str) -> str:
+    """An event subject's family (`dbt.evt.<family>...`: run, node, deploy...), "" for
+    another subject."""
+    parts = subject.split(".")
+    return parts[2] if len(parts) > 2 and parts[:2] == ["dbt", "evt"] else ""
+
+
+def event_kind(subject: str) -> str:
+    """What an event subject says happened: its last token (started, finished...)."""
+    return subject.rsplit(".", 1)[-1]
+
+
+def keyed_by(subject: str, project: str) -> bool:
+    """Whether a command or event subject's fourth token is `project`'s."""
+    parts = subject.split(".")
+    return len(parts) > 3 and parts[3] == token(project)
 
 
 def state_pattern(project: str) -> str:

@@ -13,7 +13,7 @@ import contextlib
 
 from nats.js.errors import NotFoundError, ObjectNotFoundError
 
-from shared.bus import BLOBS
+from shared.streams import BLOBS
 
 __all__ = ["record", "recorded", "forget"]
 

@@ -22,7 +22,6 @@ from shared.quote import quote
 
 __all__ = [
     "EVENTS",
-    "SECRETS_BUCKET",
     "SIGNATURE",
     "TIMESTAMP",
     "DELIVERY",
@@ -44,8 +43,6 @@ __all__ = [
 
 # What a hook may be told of a run: its start, its success, its failure, or any end.
 EVENTS = ("start", "success", "failure", "end")
-# The key-value bucket of hooks and their secrets: the notifier's alone.
-SECRETS_BUCKET = "DBT_HOOK_SECRETS"
 SIGNATURE = "X-Jetdbt-Signature"
 TIMESTAMP = "X-Jetdbt-Timestamp"
 DELIVERY = "X-Jetdbt-Delivery"

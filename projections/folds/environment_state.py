@@ -1,13 +1,16 @@
-"""Environment fold: the state each (project, environment) would hand a deferring run."""
+"""Environment state fold: the state each (project, environment) would hand a deferring run,
+from the runner's StatePublished (services/runner/setup/environment_state.py). Its projection
+is named `environments`, as is its table and its route (GET /v1/projects/{project}/environments):
+names stored in checkpoints and the schema, kept as they are."""
 
 from __future__ import annotations
 
 from shared import events as ev
 
-__all__ = ["EnvironmentsFold"]
+__all__ = ["EnvironmentStateFold"]
 
 
-class EnvironmentsFold:
+class EnvironmentStateFold:
     name = "environments"
 
     async def apply(self, conn, event: ev.Event, seq: int) -> None:

@@ -15,11 +15,11 @@ from shared import event_blobs
 from shared import events as ev
 from shared.bus import Bus
 from shared.commands import FreshnessCommand
+from shared.outcomes import NODE_CANCELLED
 
 __all__ = ["FreshnessFold", "CHECKED"]
 
 CHECKED = FreshnessCommand.__struct_config__.tag  # a freshness run's result `command`
-_NOT_CHECKED = "cancelled"
 
 _UPSERT = (
     "INSERT INTO source_freshness (project, unique_id, status, outcome, message, max_loaded_at,"
@@ -49,13 +49,13 @@ class FreshnessFold:
         self.bus = bus
 
     async def apply(self, conn, event: ev.Event, seq: int) -> None:
-        if not isinstance(event, ev.RunFinished) or event.result.command != CHECKED:
+        if not isinstance(event, ev.RunFinished) or event.result.mode != CHECKED:
             return
         finished = await event_blobs.resolved(self.bus, event)
         checked = {
             n.unique_id: n
             for n in finished.result.nodes
-            if n.resource_type == "source" and n.status != _NOT_CHECKED
+            if n.resource_type == "source" and n.status != NODE_CANCELLED
         }
         if not checked:
             return

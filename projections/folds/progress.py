@@ -1,4 +1,6 @@
-"""Progress fold: run and node events into `runs` and `run_nodes`.
+"""Progress fold (projection `progress`): run and node events into the tables `runs` and
+`run_nodes` (projections/folds/progress_tables.py), what GET /v1/runs/{run_id} and GET
+/v1/projects/{project}/runs read.
 
 A batch is folded in memory: the rows it touches are read once, every event is
 applied to them in stream order, and each changed row is written once, one
@@ -20,10 +22,10 @@ from projections.folds.progress_tables import (
     RUN_COLUMNS,
     without_nodes,
 )
-from shared import event_blobs
+from shared import event_blobs, run_status
 from shared import events as ev
 from shared.bus import Bus
-from shared.outcomes import precedence
+from shared.outcomes import NODE_RUNNING, precedence
 
 __all__ = ["ProgressFold"]
 
@@ -84,7 +86,7 @@ def _node_started(row: dict | None, e: ev.NodeStarted) -> dict | None:
         "resource_type": _prefer(e.resource_type, old, "resource_type"),
         "name": _prefer(e.name, old, "name"),
         "relation": _prefer(e.relation, old, "relation"),
-        "status": "running",
+        "status": NODE_RUNNING,
         "outcome": None,
         "message": None,
         "started_at": e.started_at or e.at,
@@ -100,12 +102,12 @@ def _node_started(row: dict | None, e: ev.NodeStarted) -> dict | None:
 
 
 def _node_finished(
-    row: dict | None, run_id: str, attempt: int, n: ev.NodeResult, at
+    row: dict | None, run_id: str, attempt_number: int, n: ev.NodeResult, at
 ) -> dict | None:
     """The result, unless the row ranks above it. A result dbt reports no finish time for
     (a skipped node) is stamped with the event's time, never the clock, so a replay folds
     exactly the same row."""
-    if row is not None and _rank(row) > precedence(attempt, n.round):
+    if row is not None and _rank(row) > precedence(attempt_number, n.round):
         return None
     old = row or {}
     return {
@@ -123,7 +125,7 @@ def _node_finished(
         "rows_affected": n.rows_affected,
         "failures": n.failures,
         "round": n.round,
-        "attempt": attempt,
+        "attempt": attempt_number,
         "thread": _prefer(n.thread, old, "thread"),
         "compiled_code": _prefer(n.compiled_code, old, "compiled_code"),
     }
@@ -164,7 +166,7 @@ def _new_run(e: ev.Event, status: str, requested_at) -> dict:
 
 
 def _requested(row: dict | None, e: ev.RunRequested) -> dict:
-    row = row or _new_run(e, "requested", None)
+    row = row or _new_run(e, run_status.REQUESTED, None)
     row.update(
         command=_json(e.command),
         requested_by=e.requested_by,
@@ -179,8 +181,8 @@ def _requested(row: dict | None, e: ev.RunRequested) -> dict:
 
 
 def _refused(row: dict | None, e: ev.RunRefused) -> dict:
-    row = row or _new_run(e, "refused", e.at)
-    row.update(status="refused", refused_reason=e.reason, finished_at=e.at)
+    row = row or _new_run(e, run_status.REFUSED, e.at)
+    row.update(status=run_status.REFUSED, refused_reason=e.reason, finished_at=e.at)
     return row
 
 
@@ -188,12 +190,12 @@ def _queued(row: dict | None, e: ev.RunQueued) -> dict:
     """An attempt that has not started waits: queued, with why and where. A queued event
     of an attempt that started already, or of a finished run, arrives late: it changes
     nothing."""
-    row = row or _new_run(e, "queued", None)
+    row = row or _new_run(e, run_status.QUEUED, None)
     if row["finished_at"] is None and row["attempt"] < e.attempt:
-        if row["status"] != "queued":  # a new wait begins
+        if row["status"] != run_status.QUEUED:  # a new wait begins
             row["queued_at"] = e.at
         row.update(
-            status="queued",
+            status=run_status.QUEUED,
             queue_reason=e.reason,
             queue_position=e.position,
             team=row.get("team") or e.team or None,
@@ -204,9 +206,9 @@ def _queued(row: dict | None, e: ev.RunQueued) -> dict:
 def _started(row: dict | None, e: ev.RunStarted) -> dict:
     """A later attempt takes the row over; an earlier one's start arriving late does not.
     A run that was queued records how long it waited."""
-    row = row or _new_run(e, "running", e.at)
+    row = row or _new_run(e, run_status.RUNNING, e.at)
     if row["attempt"] <= e.attempt:
-        if row["status"] == "queued" and row["queued_at"] is not None:
+        if row["status"] == run_status.QUEUED and row["queued_at"] is not None:
             # Runners' clocks may differ a little: a wait is never negative.
             row["queued_seconds"] = max(0.0, (e.at - row["queued_at"]).total_seconds())
         row.update(
@@ -215,7 +217,7 @@ def _started(row: dict | None, e: ev.RunStarted) -> dict:
             version=e.version,
             runner=e.runner,
             started_at=row["started_at"] or e.at,
-            status="running" if row["finished_at"] is None else row["status"],
+            status=run_status.RUNNING if row["finished_at"] is None else row["status"],
         )
     return row
 

@@ -1,4 +1,7 @@
-"""Retry fold: the latest retry state per (project, principal), as the runner will read it.
+"""Retry state fold: the latest retry state per (project, principal), as the runner will read
+it (RetryStateSaved, services/runner/attempts/dbt_retry.py). Its table is `retry_state` and its
+route GET /v1/projects/{project}/retry-state; its projection is named `retry` (the name its
+checkpoint is stored under).
 
 The runner reads the last message on the retry subject; the stream order decides
 which is latest, so a row is only replaced by an event further along the stream.
@@ -8,10 +11,10 @@ from __future__ import annotations
 
 from shared import events as ev
 
-__all__ = ["RetryFold"]
+__all__ = ["RetryStateFold"]
 
 
-class RetryFold:
+class RetryStateFold:
     name = "retry"
 
     async def apply(self, conn, event: ev.Event, seq: int) -> None:

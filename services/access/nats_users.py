@@ -43,11 +43,9 @@ from pathlib import Path
 from services.access.local import ADMIN, access_dir, users_file, write_private
 from shared import contract as contract_mod
 from shared import identity, subjects
-from shared.bus import COMMANDS, EVENTS, SCHEDULES_STREAM, inbox_prefix
-from shared.identity import BUCKET as IDENTITY
+from shared.bus import inbox_prefix
 from shared.pid_files import signal_server
-from shared.run_logs import STREAM as LOGS
-from shared.webhooks import SECRETS_BUCKET as HOOK_SECRETS
+from shared.streams import COMMANDS, EVENTS, HOOK_SECRETS, IDENTITY, LOGS, SCHEDULES_STREAM
 
 __all__ = [
     "SERVICE_USERS",
@@ -134,11 +132,11 @@ _NEVER = [
     f"$KV.{IDENTITY}.>",
 ]
 _FACTS = [
-    "dbt.evt.>",
+    subjects.ALL_EVENTS,
     # Jobs' message schedules (DBT_SCHEDULES): a runner stores each definition it checked.
     # No user publishes `dbt.fire.>`: only the server fires there.
-    f"{subjects.SCHEDULES}.>",
-    "dbt.log.>",
+    subjects.ALL_SCHEDULES,
+    subjects.ALL_LOGS,
     *[f"{prefix}.>" for prefix, _ in _buckets()],
     # Retention: a pruned run's log lines and objects (deleting an object purges its chunks).
     f"$JS.API.STREAM.PURGE.{LOGS}",
@@ -193,14 +191,13 @@ def _durable_reads(user: str) -> list[str]:
 def _system_commands(principal: str, projects: list[str], role: str) -> list[str]:
     """The command subjects a system may publish: its own principal's, for its projects, and
     only the verbs its role grants (a `runner` never deploys)."""
-    tok = subjects.token(principal)
     verbs = [v for v in subjects.COMMAND_VERBS if identity.role_allows(role, VERB_ROLES[v])]
     found = []
     for verb in verbs:
         if "*" in projects:
-            found.append(f"dbt.cmd.{verb}.*.{tok}")
+            found.append(subjects.command_of_any_project(verb, principal))
         else:
-            found += [f"dbt.cmd.{verb}.{subjects.token(p)}.{tok}" for p in projects]
+            found += [subjects.command(verb, p, principal) for p in projects]
     return found
 
 
@@ -222,14 +219,14 @@ def permissions(name: str, user: dict) -> dict:
     allow = {
         "runner": [*_READ, *_READ_EVENTS, *_FACTS, *_durable_reads("runner")],
         "projector": [*_READ, *_READ_EVENTS],
-        "api": [*_READ, *_READ_EVENTS, subjects.API_COMMANDS, f"{subjects.HOOK_CONTROL}.>"],
+        "api": [*_READ, *_READ_EVENTS, subjects.API_COMMANDS, subjects.ALL_HOOK_CONTROL],
         # It reads events and publishes its runs' commands, and nothing else.
         "triggers": [*_READ, *_READ_EVENTS, *_durable_reads("triggers"), subjects.TRIGGER_COMMANDS],
         "notifier": [
             *_READ,
             *_bucket_reads(f"KV_{HOOK_SECRETS}"),
             f"$KV.{HOOK_SECRETS}.>",
-            "dbt.evt.hook.>",
+            subjects.family_pattern("hook"),
             *_durable_reads("notifier"),
         ],
     }[name]
@@ -238,7 +235,7 @@ def permissions(name: str, user: dict) -> dict:
         deny += _bucket_reads(f"KV_{IDENTITY}")
     if name != "notifier":  # the hooks' secrets are the notifier's alone
         deny += [*_bucket_reads(f"KV_{HOOK_SECRETS}"), f"$KV.{HOOK_SECRETS}.>"]
-    subscribe = [inbox, f"{subjects.HOOK_CONTROL}.>"] if name == "notifier" else [inbox]
+    subscribe = [inbox, subjects.ALL_HOOK_CONTROL] if name == "notifier" else [inbox]
     # Every user subscribes to its inbox only: no core interest on a fact or command subject
     # exists, so no push consumer can deliver there (runners follow cancels from the log).
     # The notifier also hears hook requests, and may answer each (on its reply subject only).
@@ -279,12 +276,12 @@ def _imports(account: str) -> list[dict]:
     allow its own only: a system added later changes users, which the server reloads,
     never imports, which it does not rewire for an account it did not start with."""
     if account == SYSTEMS:
-        return [{"service": "dbt.cmd.>"}, {"service": f"{subjects.INTAKE}.>"}]
+        return [{"service": subjects.ALL_COMMANDS}, {"service": subjects.ALL_INTAKE}]
     name = {"API": "api", "PROJECTOR": "projector", "TRIGGERS": "triggers"}[account]
     found = [{"service": s} for s in _JS_SERVICES]
     if name == "api":
         found.append({"service": subjects.API_COMMANDS})
-        found.append({"service": f"{subjects.HOOK_CONTROL}.>"})
+        found.append({"service": subjects.ALL_HOOK_CONTROL})
     if name == "triggers":
         found.append({"service": subjects.TRIGGER_COMMANDS})
     found.append({"stream": f"{inbox_prefix(name)}.>"})
@@ -301,9 +298,9 @@ def _exports() -> list[dict]:
         for s in _JS_SERVICES
     ]
     found += [
-        {"service": "dbt.cmd.>", "accounts": ["API", "TRIGGERS", SYSTEMS]},
-        {"service": f"{subjects.INTAKE}.>", "accounts": [SYSTEMS]},
-        {"service": f"{subjects.HOOK_CONTROL}.>", "accounts": ["API"]},
+        {"service": subjects.ALL_COMMANDS, "accounts": ["API", "TRIGGERS", SYSTEMS]},
+        {"service": subjects.ALL_INTAKE, "accounts": [SYSTEMS]},
+        {"service": subjects.ALL_HOOK_CONTROL, "accounts": ["API"]},
     ]
     found += [{"stream": f"{inbox_prefix(u)}.>", "accounts": [account_of(u, {})]} for u in services]
     return found

@@ -20,16 +20,15 @@ from nats.js.errors import NotFoundError
 
 from services.api import auth
 from services.api.boundary import error, path
-from services.cli.client import RUN_FINAL
 from shared import events as ev
 from shared import logging as jlog
 from shared import subjects
 from shared.bus import Bus
 from shared.reader import last_matching, stream_seq
+from shared.streams import EVENTS
 
-__all__ = ["add_event_stream_routes", "KEEPALIVE_SECONDS", "STREAM", "MAX_EVENT_ID"]
+__all__ = ["add_event_stream_routes", "KEEPALIVE_SECONDS", "MAX_EVENT_ID"]
 
-STREAM = "DBT_EVENTS"
 # A comment line this often keeps proxies from closing an idle stream and tells the
 # server that a client went away while a run sits between nodes.
 KEEPALIVE_SECONDS = 15.0
@@ -60,7 +59,7 @@ def last_event_id(request: web.Request) -> int:
 
 def _is_final(data: bytes) -> bool:
     try:
-        return isinstance(ev.decode(data), RUN_FINAL)
+        return isinstance(ev.decode(data), ev.RUN_ENDS)
     except msgspec.DecodeError:  # a type this API does not know yet never ends a stream
         return False
 
@@ -69,16 +68,16 @@ async def _final_seq(js, run_id: str) -> int:
     """The sequence of the run's final event, 0 while it has none (events such as a prune
     may follow it, so the run's newest event is not necessarily its end)."""
     found = 0
-    for final in RUN_FINAL:
-        subject = subjects.run_event_of_any_project(run_id, final._kind)
-        found = max(found, await last_matching(js, STREAM, subject))
+    for kind in ev.RUN_END_KINDS:
+        subject = subjects.run_event_of_any_project(run_id, kind)
+        found = max(found, await last_matching(js, EVENTS, subject))
     return found
 
 
 def _frame(seq: int, subject: str, data: bytes) -> bytes:
     """One SSE message: the sequence as id, the event's family.kind as its name, the event's
     JSON (one line: msgspec never writes a newline) as data."""
-    family, kind = subject.split(".")[2], subject.rsplit(".", 1)[-1]
+    family, kind = subjects.event_family(subject), subjects.event_kind(subject)
     return b"id: %d\nevent: %s.%s\ndata: %s\n\n" % (seq, family.encode(), kind.encode(), data)
 
 
@@ -91,13 +90,13 @@ def add_event_stream_routes(app: web.Application, bus: Bus) -> None:
             return error(400, str(exc))
         pattern = subjects.run_pattern(None, run_id)
         wanted = subjects.SubjectFilter(
-            [f"dbt.evt.{family}.*.{subjects.token(run_id)}.>" for family in _FAMILIES]
+            [subjects.run_family_pattern(family, run_id) for family in _FAMILIES]
         )
         try:
             # Found by its run events: another family's subject (a retry state's principal)
             # may hold the same word where a run's subject holds its id.
             newest = await bus.js.get_last_msg(
-                STREAM, subjects.run_event_of_any_project(run_id, "*")
+                EVENTS, subjects.run_event_of_any_project(run_id, "*")
             )
         except NotFoundError:
             return error(404, f"run {run_id!r} has no events (yet)")
@@ -134,12 +133,12 @@ def add_event_stream_routes(app: web.Application, bus: Bus) -> None:
                 ended.set_result(False)
                 return
             sent += 1
-            if msg.subject.split(".")[2] == "run" and _is_final(msg.data):
+            if subjects.event_family(msg.subject) == "run" and _is_final(msg.data):
                 ended.set_result(True)
 
         sub = await bus.js.subscribe(
             pattern,
-            stream=STREAM,
+            stream=EVENTS,
             cb=on_msg,
             ordered_consumer=True,
             config=api.ConsumerConfig(

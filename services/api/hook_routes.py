@@ -15,9 +15,9 @@ from aiohttp import web
 
 from services.api import auth, schemas
 from services.api.boundary import error, page, path, query, respond
-from services.cli.client import NotifierAway, ask_notifier
 from shared import webhooks
 from shared.bus import Bus
+from shared.hook_control import NotifierAway, ask_notifier
 
 __all__ = ["add_hook_routes", "HOOKS_PAGE"]
 

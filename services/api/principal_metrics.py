@@ -9,16 +9,20 @@ from __future__ import annotations
 from collections import Counter
 
 from shared import subjects
-from shared.bus import COMMANDS
+from shared.streams import COMMANDS, INTAKE
 
 __all__ = ["principal_metrics"]
 
-INTAKE = "DBT_INTAKE"
 _METRICS = (
-    (COMMANDS, "dbt.cmd.>", "jetdbt_principal_commands", "Commands stored, by principal."),
+    (
+        COMMANDS,
+        subjects.ALL_COMMANDS,
+        "jetdbt_principal_commands",
+        "Commands stored, by principal.",
+    ),
     (
         INTAKE,
-        f"{subjects.INTAKE}.>",
+        subjects.ALL_INTAKE,
         "jetdbt_principal_declared_writes",
         "Declared writes in the intake, by publisher.",
     ),

@@ -6,15 +6,16 @@ projection's `runs`, like every answer of the API."""
 from __future__ import annotations
 
 from services.api.run_metrics import histogram, histogram_sql
+from shared.run_status import QUEUED, RUNNING
 
 __all__ = ["queue_metrics", "WAIT_BUCKETS"]
 
 WAIT_BUCKETS = (0.1, 1, 5, 15, 60, 300, 900, 3600)  # seconds; +Inf is added
 
 _READ = (
-    "SELECT count(*) FILTER (WHERE status = 'queued') AS queued,"
-    " count(*) FILTER (WHERE status = 'running') AS running,"
-    " coalesce(max(extract(epoch FROM now() - queued_at)) FILTER (WHERE status = 'queued'), 0)"
+    f"SELECT count(*) FILTER (WHERE status = '{QUEUED}') AS queued,"
+    f" count(*) FILTER (WHERE status = '{RUNNING}') AS running,"
+    f" coalesce(max(extract(epoch FROM now() - queued_at)) FILTER (WHERE status = '{QUEUED}'), 0)"
     " AS oldest FROM runs"
 )
 _WAITS = histogram_sql("queued_seconds", "runs", "queued_seconds IS NOT NULL", WAIT_BUCKETS)

@@ -15,7 +15,7 @@ from aiohttp import web
 
 from services.api.boundary import error
 
-__all__ = ["DIST", "UI_PATHS", "add_ui_routes", "viewer_url"]
+__all__ = ["DIST", "UI_PATHS", "add_ui_routes"]
 
 # An installed wheel carries the built viewer beside this module (setup.py); a checkout
 # serves what `make ui` built.
@@ -39,11 +39,6 @@ _POLICY = (
     " img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'"
 )
 _NOT_BUILT = "the run viewer is not built: run `make ui` (node and npm), then reload"
-
-
-def viewer_url(api_url: str, run_id: str | None = None) -> str:
-    """Where a person opens the viewer: a run's page, or the list of projects."""
-    return f"{api_url}/ui/#/runs/{run_id}" if run_id else f"{api_url}/ui/"
 
 
 def add_ui_routes(app: web.Application, dist: Path = DIST) -> None:

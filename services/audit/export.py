@@ -20,9 +20,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from shared import events, subjects
-from shared.bus import EVENTS, Bus
+from shared.bus import Bus
 from shared.events import heads_its_subject
 from shared.reader import Slice, seq_at
+from shared.streams import EVENTS
 
 __all__ = ["SCHEMA", "Exported", "export", "parse_time"]
 

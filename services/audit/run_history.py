@@ -17,11 +17,12 @@ from typing import Any
 import msgspec
 from nats.js.errors import NotFoundError
 
-from shared import event_blobs, subjects
+from shared import event_blobs, run_status, subjects
 from shared import events as ev
-from shared.bus import COMMANDS, EVENTS, Bus
+from shared.bus import Bus
 from shared.outcomes import precedence
 from shared.reader import Slice
+from shared.streams import COMMANDS, EVENTS
 
 __all__ = ["Entry", "Attempt", "NodeOutcome", "RunHistory", "run_history", "render"]
 
@@ -190,18 +191,18 @@ def _summarise(typed: list[ev.Event]) -> dict[str, Any]:
     """Status, attempts, final node outcomes and superseded ones, from the typed events."""
     attempts: dict[int, Attempt] = {}
     finished: dict[str, list[NodeOutcome]] = {}
-    status, refused, deferred = "requested", None, None
+    status, refused, deferred = run_status.REQUESTED, None, None
     for e in typed:
         if isinstance(e, ev.RunStarted):
             attempts[e.attempt] = Attempt(
                 attempt=e.attempt, runner=e.runner, version=e.version, started_at=e.at
             )
-            status = "running"
+            status = run_status.RUNNING
         elif isinstance(e, ev.RunAttemptLost):
             lost = attempts.get(e.attempt) or Attempt(attempt=e.attempt)
             attempts[e.attempt] = msgspec.structs.replace(lost, ended="lost", ended_at=e.at)
         elif isinstance(e, ev.RunRefused):
-            status, refused = "refused", e.reason
+            status, refused = run_status.REFUSED, e.reason
         elif isinstance(e, ev.NodeFinished):
             _add(finished, e.attempt, e.node)
         elif isinstance(e, ev.RunFinished):
@@ -232,18 +233,18 @@ def _rank(n: NodeOutcome) -> tuple[int, int]:
     return precedence(n.attempt, n.round)
 
 
-def _add(finished: dict[str, list[NodeOutcome]], attempt: int, node: ev.NodeResult) -> None:
+def _add(finished: dict[str, list[NodeOutcome]], attempt_number: int, node: ev.NodeResult) -> None:
     """One outcome per (attempt, round): RunFinished repeats what NodeFinished said live."""
     outcome = NodeOutcome(
         unique_id=node.unique_id,
-        attempt=attempt,
+        attempt=attempt_number,
         round=node.round,
         status=node.status,
         outcome=node.outcome,
         message=node.message,
     )
     seen = finished.setdefault(node.unique_id, [])
-    seen[:] = [n for n in seen if (n.attempt, n.round) != (attempt, node.round)] + [outcome]
+    seen[:] = [n for n in seen if (n.attempt, n.round) != (attempt_number, node.round)] + [outcome]
 
 
 def _json(value) -> str:

@@ -15,6 +15,7 @@ from services.cli.common import EXIT_FAILED, CliError, open_bus
 from shared import commands, subjects
 from shared import events as ev
 from shared.config import Settings
+from shared.run_status import CANCELLED, ended_as
 
 __all__ = ["cmd_cancel"]
 
@@ -37,15 +38,14 @@ async def _cancel(bus, run_id: str, timeout: float) -> int:
 
     async def collect(msg) -> None:
         event = ev.decode(msg.data)
-        if isinstance(event, client.RUN_FINAL):
+        if isinstance(event, ev.RUN_ENDS):
             ended.put_nowait(event)
 
     # Subscribed before the check: a run ending in between is seen either way.
     sub = await bus.follow(subjects.run_pattern(project, run_id), collect)
     try:
-        for kind in ("finished", "refused"):
-            if await bus.last_event(subjects.run_event(project, run_id, kind)) is not None:
-                raise CliError(f"run {run_id!r} has ended ({kind}): nothing to cancel")
+        if (end := await bus.run_end(project, run_id)) is not None:
+            raise CliError(f"run {run_id!r} has ended ({ended_as(end)}): nothing to cancel")
         by = client.principal()
         cmd = commands.CancelCommand(run_id=run_id, requested_by=by)
         await bus.publish_command("cancel", project, cmd, run_id, principal=by)
@@ -57,9 +57,8 @@ async def _cancel(bus, run_id: str, timeout: float) -> int:
             ) from None
     finally:
         await sub.unsubscribe()
-    if isinstance(final, ev.RunFinished) and final.result.status == "cancelled":
+    if ended_as(final) == CANCELLED:
         print(f"run {run_id} cancelled by {final.result.cancelled_by or 'unknown'}")
         return 0
-    status = final.result.status if isinstance(final, ev.RunFinished) else "refused"
-    print(f"run {run_id} ended {status} before the cancel reached it", file=sys.stderr)
+    print(f"run {run_id} ended {ended_as(final)} before the cancel reached it", file=sys.stderr)
     return EXIT_FAILED

@@ -15,10 +15,8 @@ from pathlib import Path
 
 import msgspec
 import yaml
-from nats.errors import NoRespondersError
-from nats.errors import TimeoutError as NatsTimeout
 
-from shared import bundle, commands, config, event_blobs, subjects, uploads, webhooks
+from shared import bundle, commands, config, event_blobs, subjects, uploads
 from shared import events as ev
 from shared.bus import Bus
 
@@ -29,13 +27,9 @@ __all__ = [
     "project_name",
     "principal",
     "DEPLOY_FINAL",
-    "RUN_FINAL",
-    "ask_notifier",
-    "NotifierAway",
 ]
 
 DEPLOY_FINAL = (ev.Deployed, ev.DeployUnchanged, ev.DeployFailed, ev.DeployRefused)
-RUN_FINAL = (ev.RunFinished, ev.RunRefused)
 
 
 class CommandNotStored(RuntimeError):
@@ -171,7 +165,7 @@ async def run(
             "run", project, command, run_id, principal=command.requested_by
         ),
         lambda e, ack: getattr(e, "run_id", None) == run_id,
-        RUN_FINAL,
+        ev.RUN_ENDS,
         on_event,
         timeout,
     )
@@ -197,7 +191,7 @@ async def job(
     done = (_JOB_DONE[command.action], ev.JobRefused)
     return await _await_final(
         bus,
-        f"dbt.evt.*.{subjects.token(project)}.>",
+        subjects.project_pattern(project),
         lambda: bus.publish_command(
             "job", project, command, uuid.uuid4().hex, principal=command.requested_by
         ),
@@ -206,29 +200,3 @@ async def job(
         None,
         timeout,
     )
-
-
-# How long a hook request waits for the notifier's answer.
-HOOK_REQUEST_SECONDS = 10
-
-
-class NotifierAway(RuntimeError):
-    """No notifier answered a hook request."""
-
-
-async def ask_notifier(bus: Bus, project: str, request: webhooks.HookRequest) -> webhooks.HookReply:
-    """The notifier's answer to one hook request (add or remove); NotifierAway when none
-    answers (no notifier running, or a NATS user that may not ask: only the API's and the
-    operator's may)."""
-    try:
-        msg = await bus.nc.request(
-            subjects.hook_control(project),
-            msgspec.json.encode(request),
-            timeout=HOOK_REQUEST_SECONDS,
-        )
-    except (NoRespondersError, NatsTimeout):
-        raise NotifierAway(
-            f"no notifier answered within {HOOK_REQUEST_SECONDS} s: is `jetdbt serve notifier`"
-            " running, and is this the API's or the operator's NATS user?"
-        ) from None
-    return msgspec.json.decode(msg.data, type=webhooks.HookReply)

@@ -11,13 +11,14 @@ import aiohttp
 import msgspec
 
 from services.access.local import admin_token_file
-from services.api.ui_routes import viewer_url
 from services.cli import client
 from services.cli.watch import Progress, Tally, planned_nodes, result_table
 from services.stack.composition import Stack
 from shared import events as ev
+from shared import run_status, subjects
 from shared.commands import BuildCommand, RunCommand
 from shared.config import Settings
+from shared.links import viewer_url
 
 __all__ = ["demo", "EXAMPLE"]
 
@@ -61,7 +62,7 @@ async def demo(settings: Settings) -> int:
         else:
             print(f"deploy did not succeed: {deployed}")
             return 1
-        latest = await stack.bus.last_event(deployed.subject().rsplit(".", 1)[0] + ".deployed")
+        latest = await stack.bus.last_event(subjects.deploy_event(deployed.project, "deployed"))
         manifest = msgspec.json.decode(await stack.bus.get_blob(latest.manifest_digest))
         _step("building with live per-model progress (one dbt build, events as they happen)")
         progress = Progress(Tally(planned_nodes(manifest)))
@@ -91,7 +92,7 @@ async def demo(settings: Settings) -> int:
         )
         # The home keeps the run, so the viewer shows it once `jetdbt up` serves this home.
         print(f"run viewer (with `jetdbt up`): {viewer_url(up_api, final.run_id)}")
-        return 0 if final.result.status == "passed" else 1
+        return 0 if final.result.status == run_status.PASSED else 1
     finally:
         await stack.stop()
 
@@ -101,6 +102,6 @@ async def _wait_projected(stack: Stack, run_id: str) -> None:
     for _ in range(100):
         async with stack.pool.acquire() as conn:
             status = await conn.fetchval("SELECT status FROM runs WHERE run_id = $1", run_id)
-        if status in ("passed", "failed"):
+        if status in (run_status.PASSED, run_status.FAILED):
             return
         await asyncio.sleep(0.1)

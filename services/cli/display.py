@@ -34,6 +34,8 @@ from services.cli.watch import (
 )
 from shared import events as ev
 from shared import logging as jlog
+from shared import run_status
+from shared.links import viewer_url
 
 __all__ = ["LiveProgress", "print_result", "console_for"]
 
@@ -46,7 +48,11 @@ STYLE = {
     "no_op": "bright_black",
     "unknown": "magenta",
 }
-STATUS_STYLE = {"passed": "bold green", "failed": "bold red", "cancelled": "yellow"}
+STATUS_STYLE = {
+    run_status.PASSED: "bold green",
+    run_status.FAILED: "bold red",
+    run_status.CANCELLED: "yellow",
+}
 # The widest a node's name is shown on its line, so time and rows stay near it.
 NAME_WIDTH = 80
 # The redraw rate of the live area between events (the elapsed time moves on).
@@ -231,9 +237,6 @@ def result_renderable(result: ev.RunResult, run_id: str, api_url: str, width: in
     if result.deferred_to:
         parts.append(Text(f"deferred to the state published by run {result.deferred_to}"))
     parts += [Text(printable(line), "red") for line in error_lines(result)]
-    # The viewer's URL rule lives with the API's routes (and aiohttp): asked for at the end.
-    from services.api.ui_routes import viewer_url
-
     parts.append(Text(f"run id: {run_id}"))
     parts.append(Text(f"viewer: {viewer_url(api_url, run_id)}", "cyan"))
     parts.append(Text(f"api:    {api_url}/v1/runs/{run_id}", "cyan"))

@@ -12,10 +12,10 @@ import sys
 
 import msgspec
 
-from services.cli import client
 from services.cli.common import EXIT_REFUSED, CliError, api_get, open_bus
 from shared import subjects
 from shared.config import Settings
+from shared.hook_control import NotifierAway, ask_notifier
 from shared.webhooks import HookRequest
 
 __all__ = ["cmd_hook"]
@@ -24,8 +24,8 @@ __all__ = ["cmd_hook"]
 async def _ask(settings: Settings, project: str, request: HookRequest) -> int:
     bus = await open_bus(settings)
     try:
-        reply = await client.ask_notifier(bus, project, request)
-    except client.NotifierAway as exc:
+        reply = await ask_notifier(bus, project, request)
+    except NotifierAway as exc:
         raise CliError(str(exc)) from None
     finally:
         await bus.close()

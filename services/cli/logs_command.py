@@ -13,7 +13,7 @@ import sys
 
 from services.cli.common import EXIT_FAILED, EXIT_REFUSED, CliError, open_bus
 from services.cli.watch import printable
-from shared import run_logs
+from shared import run_logs, run_status
 from shared.config import Settings
 
 __all__ = ["cmd_logs"]
@@ -41,7 +41,7 @@ async def cmd_logs(args, settings: Settings) -> int:
         await bus.close()
     if not args.follow:
         return 0
-    if found.status == "passed":
+    if found.status == run_status.PASSED:
         return 0
     print(f"run {found.run_id} {found.status}", file=sys.stderr)
-    return EXIT_REFUSED if found.status == "refused" else EXIT_FAILED
+    return EXIT_REFUSED if found.status == run_status.REFUSED else EXIT_FAILED

@@ -23,7 +23,7 @@ from services.cli.common import (
 )
 from services.cli.deploy_source import marks
 from services.cli.watch import Progress, Tally, planned_nodes, result_table, styled
-from shared import bundle, subjects
+from shared import bundle, run_status, subjects
 from shared import events as ev
 from shared.bus import Bus
 from shared.commands import (
@@ -176,7 +176,7 @@ async def cmd_parse(args, settings: Settings) -> int:
     if isinstance(final, ev.RunRefused):
         print(f"parse {final.run_id} refused: {final.reason}", file=sys.stderr)
         return EXIT_REFUSED
-    if final.result.status != "passed":
+    if final.result.status != run_status.PASSED:
         print(f"parse failed:\n{final.result.error}", file=sys.stderr)
         return EXIT_FAILED
     _, api_url = endpoints(settings)
@@ -295,7 +295,7 @@ async def follow(args, settings: Settings, project: str, command: RunCommand, he
                     {
                         "run_id": final.run_id,
                         "project": project,
-                        "status": "refused",
+                        "status": run_status.REFUSED,
                         "reason": final.reason,
                         "nodes": [],
                     }
@@ -314,4 +314,4 @@ async def follow(args, settings: Settings, project: str, command: RunCommand, he
     else:
         print(result_table(result))
         print(f"run id: {final.run_id}")
-    return 0 if result.status == "passed" else EXIT_FAILED
+    return 0 if result.status == run_status.PASSED else EXIT_FAILED

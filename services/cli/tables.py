@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from services.cli.watch import ORDER, printable
+from services.cli.watch import printable
+from shared.outcomes import attention
 
 __all__ = ["runs_table", "run_table"]
 
@@ -34,7 +35,7 @@ def _counts(run: dict) -> str:
     """Outcome counts, what needs a look first: `1 failed, 18 passed`."""
     totals = run.get("totals") or {}
     shown = [(k, v) for k, v in totals.items() if v]
-    shown.sort(key=lambda kv: ORDER.get(kv[0], 9))
+    shown.sort(key=lambda kv: attention(kv[0]))
     return ", ".join(f"{v} {k}" for k, v in shown)
 
 
@@ -98,7 +99,7 @@ def run_table(run: dict) -> str:
             lines.append(f"  {name + ':':<14}{value}")
     nodes = sorted(
         run.get("nodes") or [],
-        key=lambda n: (ORDER.get(n.get("outcome") or "", 9), n["unique_id"]),
+        key=lambda n: (attention(n.get("outcome")), n["unique_id"]),
     )
     if nodes:
         head = ("outcome", "dbt status", "type", "node", "rows", "time")

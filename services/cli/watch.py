@@ -15,6 +15,8 @@ import sys
 import time
 
 from shared import events as ev
+from shared import run_status
+from shared.outcomes import attention
 
 __all__ = [
     "Tally",
@@ -23,7 +25,6 @@ __all__ = [
     "planned_nodes",
     "styled",
     "MARK",
-    "ORDER",
     "seconds",
     "sorted_nodes",
     "started_line",
@@ -39,8 +40,6 @@ _EXECUTED = {"model", "seed", "snapshot", "test", "unit_test"}
 
 # The word each outcome is shown by, in every display.
 MARK = {"passed": "ok", "failed": "FAIL", "warned": "WARN", "skipped": "skip", "no_op": "no-op"}
-# The result's order: what needs a look first.
-ORDER = {"failed": 0, "warned": 1, "skipped": 2, "unknown": 3, "no_op": 4, "passed": 5}
 
 
 # C0 and C1 control characters but tab and newline: the start of every escape sequence.
@@ -96,14 +95,14 @@ class Tally:
         out: dict[str, int] = {}
         for outcome in self.outcomes.values():
             out[outcome] = out.get(outcome, 0) + 1
-        return dict(sorted(out.items(), key=lambda kv: ORDER.get(kv[0], 9)))
+        return dict(sorted(out.items(), key=lambda kv: attention(kv[0])))
 
     def elapsed(self) -> float:
         return time.monotonic() - self.began
 
     def apply(self, event: ev.Event) -> None:
         self.heard = True
-        self.ended = self.ended or isinstance(event, (ev.RunFinished, ev.RunRefused))
+        self.ended = self.ended or isinstance(event, ev.RUN_ENDS)
         if isinstance(event, ev.RunQueued):
             self.queued = event
         elif isinstance(event, ev.RunStarted):
@@ -162,7 +161,7 @@ class Progress:
 
 
 def sorted_nodes(result: ev.RunResult) -> list[ev.NodeResult]:
-    return sorted(result.nodes, key=lambda n: (ORDER.get(n.outcome, 9), n.unique_id))
+    return sorted(result.nodes, key=lambda n: (attention(n.outcome), n.unique_id))
 
 
 def totals_line(result: ev.RunResult) -> str:
@@ -175,8 +174,8 @@ def totals_line(result: ev.RunResult) -> str:
 
 # What a run that reports no node says instead, by its status: only a passed one matched none.
 _NO_NODES = {
-    "passed": "(the selection matched no nodes: nothing to build)",
-    "cancelled": "(cancelled before any node ran)",
+    run_status.PASSED: "(the selection matched no nodes: nothing to build)",
+    run_status.CANCELLED: "(cancelled before any node ran)",
 }
 # How many of an error's last lines are shown (dbt's reason is a few lines at its end).
 ERROR_LINES = 12

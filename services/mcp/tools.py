@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from services.api import auth, openapi, schemas
-from services.cli.watch import ORDER
 from services.mcp import model_details
 from services.mcp.api_client import Api, route_path
 from services.mcp.tool_schemas import object_schema, operation, route_input_schema
 from shared import identity
+from shared.outcomes import attention
 
 __all__ = ["Tool", "TOOLS", "BY_NAME", "allowed", "needed_role"]
 
@@ -98,7 +98,7 @@ def _route_tool(
 
 def _failures_first(run: dict) -> dict:
     """A run's nodes, failed first, then warned, skipped, ..., passed (the CLI's order)."""
-    run["nodes"].sort(key=lambda n: (ORDER.get(n["outcome"], 9), n["unique_id"]))
+    run["nodes"].sort(key=lambda n: (attention(n["outcome"]), n["unique_id"]))
     return run
 
 

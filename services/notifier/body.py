@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import msgspec
 
-from services.api.ui_routes import viewer_url
 from shared import events as ev
+from shared import run_status
+from shared.links import viewer_url
 
 __all__ = ["body", "MAX_FAILED_NODES", "MAX_MESSAGE_CHARS"]
 
@@ -46,7 +47,7 @@ def body(
             "id": run.run_id,
             "project": run.project,
             "attempt": run.attempt,
-            "outcome": result.status if result else "running",
+            "outcome": result.status if result else run_status.RUNNING,
             "totals": result.totals if result else {},
             "failed_nodes": _failed(result) if result else [],
             "error": ((result.error or "")[:MAX_MESSAGE_CHARS] or None) if result else None,

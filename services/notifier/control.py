@@ -26,7 +26,7 @@ _log = jlog.get("notifier")
 async def answer(bus, settings: Settings, subject: str, data: bytes) -> webhooks.HookReply:
     """Do one request; the reply names what was saved, or why nothing was."""
     try:
-        project = subjects.untoken(subject.split(".")[-1])
+        project = subjects.hook_control_project(subject)
         request = msgspec.json.decode(data, type=webhooks.HookRequest)
         subjects.check_project(project)
         subjects.check_hook_name(request.name)

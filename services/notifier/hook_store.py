@@ -8,9 +8,9 @@ import msgspec
 from nats.js.errors import KeyNotFoundError, NoKeysError
 
 from shared import subjects
-from shared.webhooks import SECRETS_BUCKET as BUCKET
+from shared.streams import HOOK_SECRETS
 
-__all__ = ["BUCKET", "StoredHook", "put", "remove", "of_project", "key_of"]
+__all__ = ["StoredHook", "put", "remove", "of_project", "key_of"]
 
 
 class StoredHook(msgspec.Struct, frozen=True, kw_only=True):
@@ -28,13 +28,13 @@ def key_of(project: str, name: str) -> str:
 
 
 async def put(bus, hook: StoredHook) -> None:
-    kv = await bus.bucket(BUCKET)
+    kv = await bus.bucket(HOOK_SECRETS)
     await kv.put(key_of(hook.project, hook.name), msgspec.json.encode(hook))
 
 
 async def remove(bus, project: str, name: str) -> bool:
     """Forget a hook; False when there was none."""
-    kv = await bus.bucket(BUCKET)
+    kv = await bus.bucket(HOOK_SECRETS)
     try:
         await kv.get(key_of(project, name))
     except KeyNotFoundError:
@@ -44,7 +44,7 @@ async def remove(bus, project: str, name: str) -> bool:
 
 
 async def of_project(bus, project: str) -> list[StoredHook]:
-    kv = await bus.bucket(BUCKET)
+    kv = await bus.bucket(HOOK_SECRETS)
     prefix = f"{subjects.token(project)}."
     try:
         keys = [k for k in await kv.keys() if k.startswith(prefix)]

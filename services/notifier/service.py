@@ -27,10 +27,10 @@ from services.notifier.body import body
 from services.notifier.deliver import Poster, deliver, give_up
 from shared import events as ev
 from shared import logging as jlog
-from shared import subjects, supervise, webhooks
-from shared.bus import EVENTS
+from shared import run_status, subjects, supervise, webhooks
 from shared.config import Settings
 from shared.event_blobs import resolved
+from shared.streams import EVENTS
 
 __all__ = ["Notifier", "CONSUMER", "event_of"]
 
@@ -49,7 +49,7 @@ def event_of(event: ev.Event) -> str | None:
     if isinstance(event, ev.RunStarted) and event.attempt == 1:
         return "start"
     if isinstance(event, ev.RunFinished):
-        return "success" if event.result.status == "passed" else "failure"
+        return "success" if event.result.status == run_status.PASSED else "failure"
     return None
 
 
@@ -91,7 +91,7 @@ class Notifier:
                     except TimeoutError:
                         continue
                     for msg in msgs:
-                        project = msg.subject.split(".")[3]
+                        project = subjects.subject_key(msg.subject)
                         read = asyncio.get_running_loop().create_future()
                         task = asyncio.create_task(
                             self._in_lane(lanes.get(project), read, poster, msg)

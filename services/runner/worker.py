@@ -21,7 +21,7 @@ import msgspec
 from services.runner.admission import admission
 from services.runner.admission.lease import LeaseLost
 from services.runner.admission.principal_rate import PrincipalRate
-from services.runner.attempts.attempt import Cancel, settled
+from services.runner.attempts.attempt import Cancel
 from services.runner.attempts.build import build
 from services.runner.attempts.dbt_retry import retry
 from services.runner.attempts.deploy import deploy
@@ -34,8 +34,9 @@ from services.runner.process.spawn import ForkServerLost
 from shared import commands, identity, subjects, supervise, uploads
 from shared import events as ev
 from shared import logging as jlog
-from shared.bus import COMMANDS, TRANSIENT
+from shared.bus import TRANSIENT
 from shared.quote import quote
+from shared.streams import COMMANDS
 
 __all__ = ["Runner", "CONSUMER"]
 
@@ -132,11 +133,9 @@ class Runner:
             await settle()
 
     async def _dispatch(self, msg) -> None:
-        parts = msg.subject.split(".")
-        verb = parts[2] if len(parts) > 2 else ""
-        raw_project = parts[3] if len(parts) > 3 else ""
-        with contextlib.suppress(ValueError):  # not our encoding: check_project refuses it
-            raw_project = subjects.untoken(raw_project)
+        verb = subjects.command_verb(msg.subject)
+        # Kept as written when it is not our encoding: check_project refuses it.
+        raw_project = subjects.subject_key(msg.subject)
         try:
             subjects.check_project(raw_project)
             problem = None
@@ -235,7 +234,7 @@ class Runner:
         )
         return first.project if first is not None else None
 
-    async def _attempt(self, project: str, run_id: str) -> int:
+    async def _attempt_number(self, project: str, run_id: str) -> int:
         """This attempt's number, from the log: one past the last attempt that started.
         A delivery that only waited for a lease started nothing, so it is not an attempt."""
         started = await self.ctx.bus.last_event(subjects.run_event(project, run_id, "started"))
@@ -276,7 +275,7 @@ class Runner:
             await self._refuse_foreign(project, run_id, seq)
             return
         log = self.log.bind(project=project, run_id=run_id)
-        if await settled(bus, project, run_id) is not None:
+        if await bus.run_end(project, run_id) is not None:
             log.info("run_already_settled")
             return
         await bus.publish(
@@ -319,16 +318,16 @@ class Runner:
         if reason is not None:
             await bus.publish(ev.RunRefused(project=project, run_id=run_id, reason=reason))
             return
-        attempt = await self._attempt(project, run_id)
+        attempt_number = await self._attempt_number(project, run_id)
         key = (project, run_id)
         cancelled = self.active.setdefault(key, Cancel())
         try:
             if isinstance(command, commands.RetryCommand):
-                await retry(self.ctx, project, body, run_id, attempt, cancelled)
+                await retry(self.ctx, project, body, run_id, attempt_number, cancelled)
             elif isinstance(command, commands.ParseCommand):
-                await parse(self.ctx, project, body, run_id, attempt, deployed, cancelled)
+                await parse(self.ctx, project, body, run_id, attempt_number, deployed, cancelled)
             else:
-                await build(self.ctx, project, body, run_id, attempt, deployed, cancelled)
+                await build(self.ctx, project, body, run_id, attempt_number, deployed, cancelled)
         finally:
             self.active.pop(key, None)
 

@@ -41,9 +41,10 @@ import msgspec
 from shared import commands, identity, subjects, supervise
 from shared import events as ev
 from shared import logging as jlog
-from shared.bus import EVENTS, Bus
+from shared.bus import Bus
 from shared.job_index import Armed, JobIndex
 from shared.run_writes import run_writes, written
+from shared.streams import EVENTS
 
 __all__ = ["Triggers", "CONSUMER", "PRINCIPAL", "run_id_for"]
 

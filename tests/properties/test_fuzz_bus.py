@@ -505,7 +505,7 @@ async def test_no_publish_but_a_runners_lands_in_the_fact_stream(door):
     permissions allow, with random reply subjects, headers and payloads: the fact stream
     holds only runners' events (each decodes, is a fact of its subject and carries its
     event id), so no reply, header or payload becomes a fact."""
-    from shared.bus import EVENTS
+    from shared.streams import EVENTS
     from tests.support.helpers import not_runners_events
 
     stack, conns = door

@@ -28,8 +28,9 @@ from services.stack.composition import Stack
 from services.stack.embedded import NatsServer, nats_binary
 from shared import contract, identity, subjects
 from shared import events as ev
-from shared.bus import EVENTS, connect
+from shared.bus import connect
 from shared.config import load
+from shared.streams import EVENTS
 from tests.support.helpers import get_json, wait_for
 from tests.support.paths import DEPLOY
 

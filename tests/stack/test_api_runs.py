@@ -5,7 +5,7 @@ from __future__ import annotations
 import aiohttp
 
 from projections.folds.progress_tables import COUNT_COLUMNS, RUN_COLUMNS
-from shared.bus import COMMANDS
+from shared.streams import COMMANDS
 from tests.support.helpers import auth_headers, get_json, wait_for
 
 

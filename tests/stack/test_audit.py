@@ -17,8 +17,9 @@ import pytest
 from services.audit import run_history as audit
 from shared import events as ev
 from shared import subjects
-from shared.bus import COMMANDS, connect
+from shared.bus import connect
 from shared.environments import Environment
+from shared.streams import COMMANDS
 from tests.support import recorded_log
 from tests.support.recorded_log import recording
 from tests.support.synthetic import T0
@@ -131,7 +132,7 @@ async def test_audit_shows_attempts_retry_rounds_cancels_and_published_state(bus
         status="passed",
         engine="dbt-core-1x",
         engine_version="1.10.4",
-        command="build",
+        mode="build",
         totals={"passed": 1},
         nodes=[_node("success", "passed", 1)],
         exit_code=0,

@@ -14,8 +14,9 @@ from nats.js.errors import APIError
 
 from services.stack.embedded import free_port, nats_binary
 from shared import contract, subjects
-from shared.bus import COMMANDS, EVENTS, SCHEDULES_STREAM, ServerRefused, check_server, connect
+from shared.bus import ServerRefused, check_server, connect
 from shared.events import RunRequested
+from shared.streams import COMMANDS, EVENTS, SCHEDULES_STREAM
 
 SYSTEM_NATS = ("127.0.0.1", 4222)
 DAY = 86400

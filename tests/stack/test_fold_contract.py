@@ -30,8 +30,9 @@ from projections.registry import FOLDS, TABLES
 from projections.replay import replay
 from shared import contract
 from shared import events as ev
-from shared.bus import EVENTS, connect
+from shared.bus import connect
 from shared.config import load
+from shared.streams import EVENTS
 from tests.support.helpers import wait_for
 from tests.support.projection_pools import running, scratch_pool
 from tests.support.recorded_log import Message, publish, put_blobs, recorded, recording

@@ -30,8 +30,8 @@ from services.notifier.service import HOOK_BACKLOG
 from services.stack.composition import Stack
 from shared import commands, subjects, webhooks
 from shared import events as ev
-from shared.bus import EVENTS
 from shared.config import load
+from shared.streams import EVENTS
 from tests.support.access_site import cli, system
 from tests.support.helpers import auth_headers, get_json, use_token, wait_for
 from tests.support.relation_facts import relation_written

@@ -60,7 +60,7 @@ def _history() -> list[ev.Event]:
                 status="passed",
                 engine="dbt-core-1x",
                 engine_version="1.10.4",
-                command="build",
+                mode="build",
                 totals={"passed": 1},
                 nodes=[passed],
                 exit_code=0,

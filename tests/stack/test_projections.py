@@ -11,7 +11,8 @@ import pytest
 from projections.folds.progress import ProgressFold
 from projections.loop import Projector, checkpoint
 from shared import events as ev
-from shared.bus import EVENTS, connect
+from shared.bus import connect
+from shared.streams import EVENTS
 from tests.support.helpers import wait_for
 from tests.support.projection_pools import running, scratch_pool
 
@@ -133,7 +134,7 @@ async def test_an_event_published_twice_is_projected_once(bus, pool):
         status="passed",
         engine="dbt-core-1x",
         engine_version="1.10.4",
-        command="build",
+        mode="build",
         totals=totals,
         nodes=[node_result(i) for i in nodes],
         exit_code=0,
@@ -245,7 +246,7 @@ async def test_an_event_postgres_refuses_is_dead_lettered_whole(bus, pool):
         status="passed",
         engine="dbt-core-1x",
         engine_version="1.10.4",
-        command="build",
+        mode="build",
         totals={"passed": 2},
         nodes=[node_result(0), huge],  # failures is an integer column: 2**40 overflows it
         exit_code=0,

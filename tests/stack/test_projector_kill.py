@@ -21,7 +21,8 @@ from projections.migrate import connect_pool, quote_ident
 from projections.replay import replay
 from services.audit.export import SCHEMA, export
 from shared import contract
-from shared.bus import EVENTS, connect
+from shared.bus import connect
+from shared.streams import EVENTS
 from tests.support import synthetic
 from tests.support.helpers import wait_for
 from tests.support.processes import BIN, FOLDING, with_app_name

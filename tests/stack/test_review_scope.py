@@ -41,8 +41,8 @@ async def test_a_run_id_the_log_gives_by_default_cannot_be_taken_ahead_by_anothe
     naming that id before it would own it, and the run would be refused as a reused id."""
     from nats.js.api import StreamInfo
 
-    from shared.bus import COMMANDS
     from shared.commands import BuildCommand, RunCommand
+    from shared.streams import COMMANDS
 
     info: StreamInfo = await stack.bus.js.stream_info(COMMANDS)
     victim_seq = info.state.last_seq + 2

@@ -30,7 +30,7 @@ def _final() -> ev.RunFinished:
         status="passed",
         engine="dbt-core",
         engine_version="1.11",
-        command="build",
+        mode="build",
         totals={"passed": 2},
         nodes=[],
         exit_code=0,

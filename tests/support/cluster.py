@@ -27,7 +27,8 @@ from nats.js.errors import BadRequestError
 
 from services.stack.embedded import free_port, nats_binary
 from shared import contract
-from shared.bus import EVENTS, TRANSIENT
+from shared.bus import TRANSIENT
+from shared.streams import EVENTS
 
 __all__ = ["NatsCluster", "replicate"]
 

@@ -166,7 +166,7 @@ async def not_runners_events(js, after: int = 0) -> list[str]:
     from nats.js.errors import NotFoundError
 
     from shared import events as ev
-    from shared.bus import EVENTS
+    from shared.streams import EVENTS
 
     found = []
     last = (await js.stream_info(EVENTS)).state.last_seq

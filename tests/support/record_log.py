@@ -55,7 +55,6 @@ from services.cli import client
 from services.stack.composition import Stack
 from shared import events as ev
 from shared import subjects
-from shared.bus import BLOBS, COMMANDS, EVENTS
 from shared.commands import (
     BuildCommand,
     JobCommand,
@@ -66,7 +65,9 @@ from shared.commands import (
     dbt_command,
 )
 from shared.config import load
+from shared.hook_control import ask_notifier
 from shared.reader import last_matching, last_seq
+from shared.streams import BLOBS, COMMANDS, EVENTS
 from shared.webhooks import HookRequest
 from tests.support.helpers import deploy_and_wait
 from tests.support.paths import EXAMPLE, RECORDED
@@ -195,7 +196,7 @@ async def _hooks(stack: Stack) -> None:
         for action, name, on in (("add", "pager", ["start", "failure"]), ("add", "chat", ["end"]),
                                  ("add", "gone", ["start"]), ("remove", "chat", [])):  # fmt: skip
             asked = HookRequest(action=action, name=name, url=url, on=on, principal=PRINCIPAL)
-            reply = await client.ask_notifier(stack.bus, PROJECT, asked)
+            reply = await ask_notifier(stack.bus, PROJECT, asked)
             assert not reply.error, reply
         await stack.bus.publish(ev.RunStarted(project=PROJECT, run_id="hooked", attempt=1,
                                               version="sha256:" + "0" * 64))  # fmt: skip

@@ -24,7 +24,8 @@ from projections import lag
 from services.stack.composition import Stack
 from shared import contract
 from shared import events as ev
-from shared.bus import EVENTS, Bus
+from shared.bus import Bus
+from shared.streams import EVENTS
 from shared.subjects import SubjectFilter
 from tests.support.helpers import wait_for
 from tests.support.record_log import PATH

@@ -24,9 +24,8 @@ from nats.js.errors import NotFoundError
 from services.access.local import access_dir, nats_logins
 from services.stack.composition import Stack
 from shared import contract, identity, subjects
-from shared.bus import COMMANDS, EVENTS
 from shared.config import load
-from shared.webhooks import SECRETS_BUCKET
+from shared.streams import COMMANDS, EVENTS, HOOK_SECRETS
 from tests.support.access_site import (
     ANALYTICS,
     BILLING,
@@ -331,13 +330,13 @@ async def test_hooks_reach_the_notifier_and_only_it_reads_their_secrets(site):
     assert status == 403  # a viewer
     status, answer = await call(site, "POST", path, "alice", json={**body, "on": ["failure"]})
     assert status == 400 and "JETDBT_WEBHOOK_HOSTS" in answer["error"], answer  # its answer
-    kv = await site.stack.bus.js.key_value(SECRETS_BUCKET)
+    kv = await site.stack.bus.js.key_value(HOOK_SECRETS)
     await kv.put("probe.key", b"not for you")
     logins = nats_logins(site.home)
     for user in ("runner", "api", "projector", "notifier"):
         nc, _ = await system(site, user, logins[user])
         try:
-            theirs = await nc.jetstream(timeout=2).key_value(SECRETS_BUCKET)
+            theirs = await nc.jetstream(timeout=2).key_value(HOOK_SECRETS)
             if user == "notifier":
                 assert (await theirs.get("probe.key")).value == b"not for you"
             else:

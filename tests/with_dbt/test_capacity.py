@@ -26,8 +26,9 @@ from services.stack.composition import Stack
 from shared import commands, identity
 from shared import events as ev
 from shared import logging as jlog
-from shared.bus import LEASES, connect
+from shared.bus import connect
 from shared.commands import BuildCommand, RunCommand
+from shared.streams import LEASES
 from tests.support.gate import add_gate
 from tests.support.helpers import auth_headers, deploy_and_wait, get_json, jetdbt, wait_for
 from tests.support.processes import ACK_WAIT, runner_process

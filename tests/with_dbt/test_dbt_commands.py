@@ -45,13 +45,13 @@ async def test_every_dbt_command_gives_its_structured_result(stack, project_copy
 
     seeded = await _run(stack, "seed")
     assert seeded.result.status == "passed", seeded.result.error
-    assert seeded.result.command == "seed"
+    assert seeded.result.mode == "seed"
     assert {n.resource_type for n in seeded.result.nodes} == {"seed"}
     assert seeded.result.totals["passed"] == 3
 
     models = await _run(stack, "run", select=["+orders"], vars={"x": 1})
     assert models.result.status == "passed", [(n.name, n.message) for n in models.result.nodes]
-    assert models.result.command == "run"
+    assert models.result.mode == "run"
     assert {n.name for n in models.result.nodes} == {"stg_orders", "stg_payments", "orders"}
     assert models.result.invocation_args["vars"] == {"x": 1}
     # Its node events were published live, as a build's are.
@@ -59,7 +59,7 @@ async def test_every_dbt_command_gives_its_structured_result(stack, project_copy
     assert isinstance(finished, ev.NodeFinished) and finished.node.resource_type == "model"
 
     tested = await _run(stack, "test", select=["stg_orders"])
-    assert tested.result.command == "test"
+    assert tested.result.mode == "test"
     assert tested.result.nodes and {n.resource_type for n in tested.result.nodes} == {"test"}
 
     nothing = await _run(stack, "test", select=["no_such_model"])
@@ -70,7 +70,7 @@ async def test_every_dbt_command_gives_its_structured_result(stack, project_copy
     assert [n.name for n in snap.result.nodes] == ["orders_snapshot"]
 
     fresh = await _run(stack, "source freshness")
-    assert fresh.result.command == "source_freshness"
+    assert fresh.result.mode == "source_freshness"
     (source,) = fresh.result.nodes
     assert source.unique_id == SOURCE
     assert source.status == "warn" and source.outcome == "warned"
@@ -79,11 +79,11 @@ async def test_every_dbt_command_gives_its_structured_result(stack, project_copy
 
     op = await _run(stack, "run-operation", macro="greet", macro_args={"name": "ops"})
     assert op.result.status == "passed", op.result.error
-    assert op.result.command == "run_operation" and op.result.exit_code == 0
+    assert op.result.mode == "run_operation" and op.result.exit_code == 0
 
     docs = await _run(stack, "docs generate")
     assert docs.result.status == "passed", docs.result.error
-    assert docs.result.command == "docs_generate"
+    assert docs.result.mode == "docs_generate"
 
     shown = await _run(stack, "show", select=["orders"], limit=3)
     assert shown.result.status == "passed", shown.result.error

@@ -64,7 +64,7 @@ async def test_a_job_runs_labelled_and_its_schedule_fires_across_a_restart(stack
     # Run now, by the CLI's door (manual) and the API's (api): each says job and trigger.
     manual = await client.run(stack.bus, PROJECT, RunCommand(command=JobRun(name="ops")))
     assert manual.result.status == "passed", manual.result.error
-    assert manual.result.command == "run_operation"
+    assert manual.result.mode == "run_operation"
     url = f"{stack.api_url}/v1/projects/{PROJECT}/jobs/ops/runs"
     async with (
         aiohttp.ClientSession() as session,

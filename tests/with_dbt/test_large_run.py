@@ -26,8 +26,9 @@ from services.runner.after import results
 from services.stack.embedded import NatsServer
 from shared import event_blobs, subjects
 from shared import events as ev
-from shared.bus import EVENTS, connect
+from shared.bus import connect
 from shared.commands import BuildCommand, RunCommand
+from shared.streams import EVENTS
 from tests.support.helpers import deploy_and_wait, get_json, jetdbt
 from tests.support.paths import EXAMPLE
 from tests.support.projection_pools import scratch_pool
@@ -189,7 +190,7 @@ def test_an_event_over_the_limit_is_never_sent_and_the_error_names_it():
         status="failed",
         engine="dbt-core-1x",
         engine_version="1.10.4",
-        command="build",
+        mode="build",
         totals={"failed": 1},
         nodes=[node] * 5000,
         exit_code=1,

@@ -27,12 +27,12 @@ from nats.js.errors import NotFoundError
 from services.access.local import nats_logins
 from services.audit.export import export
 from services.cli import client
-from services.runner.facts.declared_writes import INTAKE, MAX_DECLARED_WRITE_BYTES
+from services.runner.facts.declared_writes import MAX_DECLARED_WRITE_BYTES
 from services.stack.composition import Stack
 from shared import events as ev
 from shared import identity, subjects
-from shared.bus import EVENTS
 from shared.config import load
+from shared.streams import EVENTS, IDENTITY, INTAKE
 from tests.support.access_site import call, cli, finished, system, tiny_project
 from tests.support.helpers import deploy_and_wait, not_runners_events, wait_for
 from tests.support.paths import GOLDEN
@@ -421,7 +421,7 @@ async def test_service_users_read_no_tokens_and_create_no_durable_consumers(site
         nc, violations = await system(site, user, logins[user])
         try:
             js = nc.jetstream(timeout=2)
-            kv = await js.key_value(identity.BUCKET)
+            kv = await js.key_value(IDENTITY)
             if user == "projector":
                 with pytest.raises(nats.errors.TimeoutError):
                     await kv.get(key)

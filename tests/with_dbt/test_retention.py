@@ -20,6 +20,7 @@ from shared import run_logs, subjects
 from shared.bus import connect
 from shared.commands import BuildCommand, RunCommand
 from shared.environments import Environment
+from shared.streams import RETENTION
 from tests.support.helpers import deploy_and_wait, get_json, wait_for
 
 ENV = Environment(warehouse="main", target="dev", schema="main", database="warehouse")
@@ -49,7 +50,7 @@ async def _record(bus, keep: int, run_id: str, objects: list[str], env=ENV) -> l
 
 
 async def _index(bus, env=ENV) -> list[str]:
-    kv = await bus.js.key_value(retention.BUCKET)
+    kv = await bus.js.key_value(RETENTION)
     entry = await kv.get(retention.index_key("p", env.key()))
     return [k.run_id for k in msgspec.json.decode(entry.value, type=retention.Index).runs]
 

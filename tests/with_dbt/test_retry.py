@@ -73,7 +73,7 @@ async def test_dbt_retry_from_another_runner_rebuilds_only_what_failed(
             on_event=seen,
         )
         assert isinstance(resumed, ev.RunFinished), resumed
-        assert resumed.result.status == "passed" and resumed.result.command == "retry"
+        assert resumed.result.status == "passed" and resumed.result.mode == "retry"
         assert seen.runner == "runner-b"
         assert {uid for _, uid in seen.started} == {
             "model.jaffle_shop.gated",

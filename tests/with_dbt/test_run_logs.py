@@ -13,6 +13,7 @@ from services.cli import client
 from shared import events as ev
 from shared import run_logs, subjects
 from shared.commands import BuildCommand, RunCommand
+from shared.streams import LOGS
 from tests.support.gate import add_gate, until_gate_runs
 from tests.support.helpers import JETDBT, auth_headers, cli_env, deploy_and_wait, get_json, wait_for
 
@@ -102,7 +103,7 @@ async def test_a_runs_log_is_followed_paged_kept_and_read_from_its_object(
 
     assert await every_page() == (printed, {"stream"})
     # DBT_LOGS forgets (7 days, a byte limit): the kept object answers the same pages.
-    await stack.bus.js.purge_stream(run_logs.STREAM, subject=subjects.run_log(RUN))
+    await stack.bus.js.purge_stream(LOGS, subject=subjects.run_log(RUN))
     assert await every_page() == (printed, {"object"})
     # Following an ended run answers the lines after `after`, then the end.
     tail = await _follow_api(f"{logs}?follow=true&after={len(printed) - 1}")

@@ -84,7 +84,7 @@ async def test_empty_and_misspelled_selections_are_refused(stack, project_copy):
 async def test_after_all_runs_then_tests_and_fails_on_error_test(stack, project_copy):
     await _deploy(stack, project_copy, "test_behavior: after_all\n")
     final, ids = await _run(stack, "jaffle_shop")
-    assert final.result.status == "passed" and final.result.command == "after_all"
+    assert final.result.status == "passed" and final.result.mode == "after_all"
     assert (
         "model.jaffle_shop.orders" in ids and "test.jaffle_shop.assert_positive_order_total" in ids
     )
@@ -109,7 +109,7 @@ async def test_none_runs_no_tests_and_placeholders_take_run_args(stack, project_
     missing, _ = await _run(stack, "jaffle_shop")
     assert isinstance(missing, ev.RunRefused) and "{{ fail_tests }}" in missing.reason
     final, ids = await _run(stack, "jaffle_shop", args={"fail_tests": True})
-    assert final.result.status == "passed" and final.result.command == "none"
+    assert final.result.status == "passed" and final.result.mode == "none"
     assert "model.jaffle_shop.orders" in ids and "seed.jaffle_shop.raw_orders" in ids
     assert not any(i.startswith("test.") for i in ids)
     assert final.result.invocation_args["args"] == {"fail_tests": True}

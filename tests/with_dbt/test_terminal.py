@@ -498,7 +498,7 @@ def test_a_hostile_node_name_or_message_is_shown_as_written():
         status="failed",
         engine="dbt-core-1x",
         engine_version="1",
-        command="build",
+        mode="build",
         totals={"failed": 1},
         nodes=[node],
         exit_code=1,

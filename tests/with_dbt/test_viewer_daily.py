@@ -299,7 +299,7 @@ def _cancelled_mid_node(run_id: str):
             status="cancelled",
             engine="dbt-core-1x",
             engine_version="1.10.4",
-            command="build",
+            mode="build",
             totals={},
             nodes=[],
             exit_code=130,

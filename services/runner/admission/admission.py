@@ -37,7 +37,8 @@ import nats.errors
 from services.runner.admission.lease import Lease, LeaseBusy, lease_key
 from shared import logging as jlog
 from shared import supervise
-from shared.bus import LEASES, TRANSIENT, Bus
+from shared.bus import TRANSIENT, Bus
+from shared.streams import LEASES
 
 __all__ = ["Admission", "Blocked", "Mirror", "mirrored", "team_key"]
 

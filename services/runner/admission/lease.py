@@ -20,7 +20,8 @@ import msgspec
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 
 from shared import logging as jlog
-from shared.bus import LEASES, Bus
+from shared.bus import Bus
+from shared.streams import LEASES
 
 __all__ = ["Lease", "LeaseBusy", "LeaseLost", "lease_key", "FENCE"]
 

@@ -15,9 +15,10 @@ from services.runner.after import artifacts
 from shared import events as ev
 from shared import logging as jlog
 from shared import run_logs, subjects
-from shared.bus import BLOBS, Bus
+from shared.bus import Bus
 from shared.environments import Environment
 from shared.reader import Slice
+from shared.streams import BLOBS, LOGS
 
 __all__ = ["EndedRun", "keep"]
 
@@ -55,10 +56,10 @@ async def _keep_log(bus: Bus, ended: EndedRun, produced: dict[str, bytes]) -> ev
     ack = await bus.js.publish(
         subject,
         f"jetdbt: run {ended.run_id} {ended.status} (attempt {ended.attempt})".encode(),
-        stream=run_logs.STREAM,
+        stream=LOGS,
     )
     lines: list[str] = []
-    async with Slice(bus.js, run_logs.STREAM, subject, until=ack.seq) as stored:
+    async with Slice(bus.js, LOGS, subject, until=ack.seq) as stored:
         async for batch in stored:
             lines += [msg.data.decode("utf-8", errors="replace") for _, msg in batch]
     data = run_logs.encode(lines)

@@ -28,14 +28,14 @@ from nats.js.errors import (
 from services.runner.after.kept_log import EndedRun
 from shared import events as ev
 from shared import logging as jlog
-from shared import run_logs, subjects
-from shared.bus import BLOBS, EVENTS, Bus
+from shared import subjects
+from shared.bus import Bus
 from shared.environments import Environment
 from shared.reader import Slice
+from shared.streams import BLOBS, EVENTS, LOGS, RETENTION
 
-__all__ = ["BUCKET", "Kept", "Index", "after_run", "index_key", "record_and_prune"]
+__all__ = ["Kept", "Index", "after_run", "index_key", "record_and_prune"]
 
-BUCKET = "DBT_RETENTION"
 # Compare-and-set tries before giving up (another replica changing the same index).
 _TRIES = 20
 
@@ -130,7 +130,7 @@ async def record_and_prune(
 ) -> list[str]:
     """Record `run` as the newest finished run of (project, scope), then remove the files
     of the runs past the newest `keep`; returns the run ids pruned."""
-    kv = await bus.js.key_value(BUCKET)
+    kv = await bus.js.key_value(RETENTION)
     key = index_key(project, scope)
 
     def add(index: Index | None) -> Index:
@@ -160,7 +160,7 @@ async def record_and_prune(
         )
         # Its lines go too: a pruned run's log is gone from the stream and the object.
         with contextlib.suppress(NotFoundError):
-            await bus.js.purge_stream(run_logs.STREAM, subject=subjects.run_log(kept.run_id))
+            await bus.js.purge_stream(LOGS, subject=subjects.run_log(kept.run_id))
         for name in gone:
             with contextlib.suppress(NotFoundError):
                 await store.delete(name)

@@ -28,12 +28,12 @@ from services.runner.process.containment import MemoryExceeded
 from services.runner.process.dbt_process import DbtInvocation, RunTimedOut
 from services.runner.process.spawn import ForkServerLost
 from services.runner.setup.job_setup import Prepared, Refused, prepare
-from shared import event_blobs, subjects
+from shared import event_blobs, run_status, subjects
 from shared import events as ev
 from shared import logging as jlog
 from shared.commands import DbtCommand, RunCommand
 from shared.identity import team_of
-from shared.outcomes import totals
+from shared.outcomes import NODE_CANCELLED, totals
 from shared.quote import quote
 
 __all__ = ["Attempt", "Cancel", "Failed", "Source", "refuse"]
@@ -50,6 +50,20 @@ class Cancel(asyncio.Event):
     def request(self, by: str) -> None:
         self.by = self.by or by
         self.set()
+
+
+@dataclass(frozen=True)
+class Ending:
+    """How an attempt's steps ended: dbt's exit code (-1: dbt did not say), the error that
+    ended them early (None: none did), and whether a cancel did. A cancel is not an error,
+    so no message a step fails with can be read as one."""
+
+    code: int
+    error: str | None = None
+    cancelled: bool = False
+
+
+_CANCELLED = Ending(-1, cancelled=True)
 
 
 class Failed(Exception):
@@ -69,15 +83,6 @@ class Source:
     resumes: ev.RetryStateSaved | None = None
     # The engine environment the version was deployed with (Deployed.environment_lock).
     environment_lock: dict[str, str] | None = None
-
-
-async def settled(bus, project: str, run_id: str) -> ev.Event | None:
-    """The run's final event (finished or refused), read from the log; None while open."""
-    for kind in ("finished", "refused"):
-        final = await bus.last_event(subjects.run_event(project, run_id, kind))
-        if final is not None:
-            return final
-    return None
 
 
 async def refuse(ctx: RunnerContext, project: str, run_id: str, reason: str) -> ev.RunRefused:
@@ -185,11 +190,11 @@ class Attempt:
             leases = await self._admit(seq, team)
             if leases is None:  # cancelled before it started: dbt never runs for it
                 self.number -= 1  # the last attempt that started, 0 when none did
-                return await self._finish(-1, "cancelled")
+                return await self._finish(_CANCELLED)
             keepers = [asyncio.create_task(x.keep(self._fenced)) for x in leases]
             # While it waited, the run may have ended (a duplicate command) or
             # another attempt of it started: the log says, after the lease.
-            final = await settled(self.ctx.bus, self.project, self.run_id)
+            final = await self.ctx.bus.run_end(self.project, self.run_id)
             if final is not None:
                 return final
             await self._renumber()
@@ -211,9 +216,9 @@ class Attempt:
             self._deadline = (
                 asyncio.get_running_loop().time() + self.ctx.settings.run_timeout_seconds
             )
-            code, error = await self._steps()
-            finished = await self._finish(code, error)
-            log.info("run_finished", status=finished.result.status, exit_code=code)
+            ending = await self._steps()
+            finished = await self._finish(ending)
+            log.info("run_finished", status=finished.result.status, exit_code=ending.code)
             return finished
         finally:
             await admission.withdraw(self.ctx.bus, seq)
@@ -310,25 +315,26 @@ class Attempt:
             "runner": self.ctx.name,
         }
 
-    async def _steps(self) -> tuple[int, str | None]:
-        """The exit code and the error: a cancel, a timeout or a failed step end the run."""
+    async def _steps(self) -> Ending:
+        """How the steps ended: a cancel, a timeout or a failed step end the run early."""
         try:
-            return await self.steps(), None
+            return Ending(await self.steps())
         except Failed as exc:
-            return -1, str(exc)
+            return Ending(-1, str(exc))
         except asyncio.CancelledError:
             if asyncio.current_task().cancelling():
                 raise  # the runner is shutting down: the command is redelivered, not settled
-            return -1, "cancelled"
+            return _CANCELLED
         except (LeaseLost, ForkServerLost):
             raise  # this attempt says nothing more: the command comes back as the next one
         except RunTimedOut:
-            return -1, f"timed out after {self.ctx.settings.run_timeout_seconds}s"
+            return Ending(-1, f"timed out after {self.ctx.settings.run_timeout_seconds}s")
         except MemoryExceeded as exc:
-            return -1, str(exc)
+            return Ending(-1, str(exc))
         except Exception as exc:  # noqa: BLE001 - the run ends saying so, never hangs
             jlog.get("runner", project=self.project, run_id=self.run_id).exception("run_broke")
-            return -1, f"the runner failed: {exc.__class__.__name__}: {quote(str(exc), 300)}"
+            broke = f"the runner failed: {exc.__class__.__name__}: {quote(str(exc), 300)}"
+            return Ending(-1, broke)
 
     async def log(self, line: str) -> None:
         """A line in the run's human-readable log (masked: a secret may be in any line)."""
@@ -425,26 +431,28 @@ class Attempt:
         """What a failed run without a failed node reports: the last lines dbt printed."""
         return self._last.error_tail() if self._last else ""
 
-    def _result(self, code: int, error: str | None) -> ev.RunResult:
+    def _result(self, ending: Ending) -> ev.RunResult:
         """The structured result of how the attempt went, every node in it."""
         prepared, plan = self.prepared, self.prepared.plan
-        if error == "cancelled":
-            self.results.close("cancelled", f"cancelled by {self.cancelled.by or 'a cancel'}")
+        code, error = ending.code, ending.error
+        if ending.cancelled:
+            by = f"cancelled by {self.cancelled.by or 'a cancel'}"
+            self.results.close(NODE_CANCELLED, by)
         elif error is not None:
             self.results.close("error", error)
         nodes = self.results.in_order()
         failed = any(n.outcome == "failed" for n in nodes)
-        if error == "cancelled":
-            status = "cancelled"
+        if ending.cancelled:
+            status = run_status.CANCELLED
         else:
-            status = "passed" if code == 0 and not failed else "failed"
-        if status == "failed" and error is None and not failed:
+            status = run_status.PASSED if code == 0 and not failed else run_status.FAILED
+        if status == run_status.FAILED and error is None and not failed:
             error = self._error_tail() or f"dbt exited with code {code} and printed nothing"
         return ev.RunResult(
             status=status,
             engine=plan.engine,
             engine_version=prepared.engine_version,
-            command=self.mode(),
+            mode=self.mode(),
             totals=totals(n.outcome for n in nodes),
             nodes=nodes,
             exit_code=code,
@@ -453,15 +461,15 @@ class Attempt:
             target=plan.target,
             error=error,
             deferred_to=self.deferred_to(),
-            cancelled_by=(self.cancelled.by or None) if status == "cancelled" else None,
+            cancelled_by=(self.cancelled.by or None) if ending.cancelled else None,
             preview=self.preview,
         )
 
-    async def _finish(self, code: int, error: str | None) -> ev.RunFinished:
+    async def _finish(self, ending: Ending) -> ev.RunFinished:
         """Publish the run's end, always: its result, or, when that cannot be published, a
         small RunFinished that says the run failed and why. Either way the command is
         settled by it, so a failed publish never makes the build run again."""
-        result = self._result(code, error)
+        result = self._result(ending)
         try:
             return await self._publish_end(result)
         except asyncio.CancelledError:
@@ -539,7 +547,9 @@ class Attempt:
             project=self.project,
             run_id=self.run_id,
             attempt=self.number,
-            result=msgspec.structs.replace(result, status="failed", nodes=[], error=reason),
+            result=msgspec.structs.replace(
+                result, status=run_status.FAILED, nodes=[], error=reason
+            ),
         )
         await self.ctx.bus.publish(finished, retry_for=math.inf)
         return finished

@@ -47,7 +47,7 @@ async def build(
     project: str,
     body: RunCommand,
     run_id: str,
-    attempt: int,
+    attempt_number: int,
     deployed: ev.Deployed,
     cancelled: asyncio.Event,
 ) -> ev.Event:
@@ -59,7 +59,7 @@ async def build(
         body.args,
         environment_lock=deployed.environment_lock,
     )
-    return await _Build(ctx, project, body, run_id, attempt, cancelled, source).run()
+    return await _Build(ctx, project, body, run_id, attempt_number, cancelled, source).run()
 
 
 class _Build(Attempt):

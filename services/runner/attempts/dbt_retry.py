@@ -34,7 +34,7 @@ async def retry(
     project: str,
     body: RunCommand,
     run_id: str,
-    attempt: int,
+    attempt_number: int,
     cancelled: asyncio.Event,
 ) -> ev.Event:
     """Resume the run the command names; publish RunFinished, or RunRefused naming why not."""
@@ -65,7 +65,7 @@ async def retry(
         return await refuse(ctx, project, run_id, newer)
     resumed = msgspec.convert(saved.command, AnyDbtCommand)
     source = Source(saved.version, saved.packages_digest, resumed, saved.args, resumes=saved)
-    return await _Retry(ctx, project, body, run_id, attempt, cancelled, source).run()
+    return await _Retry(ctx, project, body, run_id, attempt_number, cancelled, source).run()
 
 
 async def _newer_version(

@@ -25,7 +25,7 @@ async def parse(
     project: str,
     body: RunCommand,
     run_id: str,
-    attempt: int,
+    attempt_number: int,
     deployed: ev.Deployed | None,
     cancelled: asyncio.Event,
 ) -> ev.Event:
@@ -36,7 +36,7 @@ async def parse(
     else:
         version, packages = deployed.version, deployed.packages_digest
     source = Source(version, packages, BuildCommand(vars=command.vars), body.args)
-    return await _Parse(ctx, project, body, run_id, attempt, cancelled, source).run()
+    return await _Parse(ctx, project, body, run_id, attempt_number, cancelled, source).run()
 
 
 class _Parse(Attempt):

@@ -25,11 +25,11 @@ from shared import identity, subjects, supervise
 from shared import logging as jlog
 from shared.quote import quote
 from shared.relations import InvalidRelation, parse
+from shared.streams import INTAKE
 
-__all__ = ["RelationWatch", "CONSUMER", "INTAKE", "MAX_DECLARED_WRITE_BYTES"]
+__all__ = ["RelationWatch", "CONSUMER", "MAX_DECLARED_WRITE_BYTES"]
 
 CONSUMER = "relation_watch"
-INTAKE = "DBT_INTAKE"
 # A declared write is a few hundred bytes; past this it is refused, naming the limit (the
 # intake stream itself refuses anything past its max_msg_size, 64 KiB, at the server).
 MAX_DECLARED_WRITE_BYTES = 16 * 1024

@@ -23,8 +23,8 @@ from services.runner.context import RunnerContext
 from services.runner.facts import trigger_checks
 from shared import commands, identity, subjects
 from shared import events as ev
-from shared.bus import SCHEDULES_STREAM
 from shared.quote import quote
+from shared.streams import SCHEDULES_STREAM
 
 __all__ = [
     "SCHEDULER",

@@ -18,7 +18,7 @@ from services.runner.setup.job_setup import Prepared
 from services.runner.setup.plan import Plan
 from services.runner.setup.selectors import selection_methods
 from shared import events as ev
-from shared import subjects
+from shared import run_status, subjects
 from shared.bus import Bus
 
 __all__ = ["STATE_DIR", "DeferRefused", "load", "defer_args", "publishes", "publish"]
@@ -96,7 +96,7 @@ async def publish(
 ) -> None:
     """A passed build publishes its manifest, and its run results unless node retry
     `recovered` it (those describe the retried slice, not the build)."""
-    if result.status != "passed" or not publishes(plan):
+    if result.status != run_status.PASSED or not publishes(plan):
         return
     if manifest is None or not manifest.exists():
         return

@@ -29,10 +29,10 @@ from services.runner.setup.plan import Plan, PlanRefused, make_plan
 from services.runner.setup.secrets import Resolver, UnresolvedReference
 from services.runner.setup.warehouses import UnknownWarehouse, pick
 from shared import bundle, descriptor
-from shared.bus import BLOBS
 from shared.commands import DbtCommand
 from shared.digests import digest_of
 from shared.quote import quote
+from shared.streams import BLOBS
 
 __all__ = ["Prepared", "Refused", "prepare"]
 
