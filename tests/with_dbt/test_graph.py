@@ -3,7 +3,6 @@ projects, declared writes from plain NATS publishes, run snapshots, retention, c
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import urllib.parse
@@ -181,10 +180,8 @@ def _declared_write(key: str, producer: str, rows: int, at: datetime) -> tuple[s
 
 @pytest.mark.dbt
 async def test_two_projects_and_a_declared_write_share_one_node(stack, tmp_path):
-    await asyncio.gather(
-        _deploy(stack, EXAMPLE, P),
-        _deploy(stack, _write(tmp_path / "reports", REPORTS), "shop_reports"),
-    )
+    await _deploy(stack, EXAMPLE, P)
+    await _deploy(stack, _write(tmp_path / "reports", REPORTS), "shop_reports")
     reports = await project_graph(stack, "shop_reports")
     by_id = {n["unique_id"]: n for n in reports["nodes"]}
     assert by_id["source.shop_reports.jaffle.orders"]["relation"] == "dbt://main/main/orders"
