@@ -215,8 +215,9 @@ async def test_a_memory_bomb_fails_its_run_naming_run_memory_and_spares_the_othe
     )
     calm = _project(root / "calm", "calm_shop", {"a.sql": "select 1 as id"})
     _write(calm, {"jetdbt.yaml": "profile:\n  warehouse: other\n"})
-    for folder, name in ((bomb, "bomb_shop"), (calm, "calm_shop")):
-        await deploy_and_wait(stack.bus, folder, name)
+    await asyncio.gather(
+        deploy_and_wait(stack.bus, bomb, "bomb_shop"), deploy_and_wait(stack.bus, calm, "calm_shop")
+    )
     loop = asyncio.get_running_loop()
     started = loop.time()
     exploded, passed = await asyncio.gather(
