@@ -65,11 +65,13 @@ async def _read(js, stream: str, subject: str) -> list:
     )
     found = []
     try:
-        while True:
-            try:
-                found += await sub.fetch(200, timeout=1)
-            except TimeoutError:
-                return found
+        # Read what the consumer has pending, not until a fetch times out: a read is as
+        # quick as the messages are few (a fire counted in a wait loop is read many times).
+        pending = (await sub.consumer_info()).num_pending
+        while pending:
+            found += await sub.fetch(min(pending, 200), timeout=5)
+            pending = (await sub.consumer_info()).num_pending
+        return found
     finally:
         await sub.unsubscribe()
 
