@@ -123,7 +123,7 @@ def _keep_screen(term: Terminal, name: str) -> None:
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def shop(tmp_path_factory, pg_url, environments_cache):
     """One stack for the module's builds, the example deployed with a model that holds the
-    build open until `release` exists: dbt starts warm after the first build."""
+    build open until `release` exists: one deploy (a dbt parse) for all of them."""
     folder = tmp_path_factory.mktemp("terminal")
     async with shared_stack(folder, pg_url, environments_cache) as stack:
         project = folder / "jaffle_shop"
