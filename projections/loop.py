@@ -218,7 +218,9 @@ class Projector:
         async with self.pool.acquire() as conn:
             after = await checkpoint(conn, self.fold.name)
         self._position = after
-        sub = await self._subscribe(after)
+        sub = await supervise.unless_stopped(self._subscribe(after), stop)
+        if sub is None:
+            return
         self.log.info("projector_started", after=after)
         loop = asyncio.get_running_loop()
         verified = loop.time()

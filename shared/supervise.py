@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 
-__all__ = ["forever", "each_message"]
+__all__ = ["forever", "each_message", "unless_stopped"]
 
 BATCH = 64  # messages fetched at once by each_message
 
@@ -47,13 +47,20 @@ async def each_message(js, consumer: str, stream: str, stop: asyncio.Event, hand
 async def _fetched(sub, stop: asyncio.Event) -> list:
     """The next batch, or none once `stop` is set: a stack that stops does not wait out a
     fetch (messages it would have had stay unacked for the next loop)."""
-    fetch = asyncio.ensure_future(sub.fetch(BATCH, timeout=5))
+    return await unless_stopped(sub.fetch(BATCH, timeout=5), stop) or []
+
+
+async def unless_stopped(work: Awaitable, stop: asyncio.Event):
+    """What `work` returns, or None once `stop` is set first (`work` is then cancelled): a
+    stopping stack does not wait out a request's timeout, such as one sent on a connection
+    that closed under it, which nats-py leaves unanswered until then."""
+    work = asyncio.ensure_future(work)
     stopped = asyncio.ensure_future(stop.wait())
-    await asyncio.wait({fetch, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    await asyncio.wait({work, stopped}, return_when=asyncio.FIRST_COMPLETED)
     stopped.cancel()
-    if not fetch.done():
-        fetch.cancel()
+    if not work.done():
+        work.cancel()
         with contextlib.suppress(asyncio.CancelledError, TimeoutError):
-            await fetch
-        return []
-    return fetch.result()
+            await work
+        return None
+    return work.result()

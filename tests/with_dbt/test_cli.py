@@ -9,12 +9,21 @@ import sys
 from pathlib import Path
 
 import pytest
+import pytest_asyncio
 
 from tests.support.helpers import duckdb_tables, get_json, jetdbt, wait_for
+from tests.support.shared_stack import shared_stack
 
-pytestmark = pytest.mark.dbt
+pytestmark = [pytest.mark.dbt, pytest.mark.asyncio(loop_scope="module")]
 
 BIN = Path(sys.executable).parent
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def stack(tmp_path_factory, pg_url, environments_cache):
+    """One stack for the module: each test deploys a project of its own name."""
+    async with shared_stack(tmp_path_factory.mktemp("stack"), pg_url, environments_cache) as st:
+        yield st
 
 
 @pytest.fixture

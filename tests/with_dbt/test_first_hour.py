@@ -14,10 +14,12 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import pytest_asyncio
 import yaml
 
 from tests.support.helpers import JETDBT, copy_tracked, get_json
 from tests.support.paths import EXAMPLE, ROOT
+from tests.support.shared_stack import shared_stack
 from tests.support.up import STACK_ENV, Up
 
 
@@ -39,6 +41,13 @@ def shop(up, tmp_path_factory) -> tuple[Path, str]:
     ran = up.cli("run", "jaffle_shop", "-s", "+stg_orders", "--json", cwd=project)
     assert ran.returncode == 0, ran.stderr
     return project, json.loads(ran.stdout)["run_id"]
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def stack(tmp_path_factory, pg_url, environments_cache):
+    """One stack for the tests that only read from one (nothing deployed)."""
+    async with shared_stack(tmp_path_factory.mktemp("stack"), pg_url, environments_cache) as st:
+        yield st
 
 
 def _closed_pipe() -> int:
@@ -173,7 +182,8 @@ def test_up_help_lists_what_changes_it():
         assert f"  {setting} " in done.stdout, done.stdout
 
 
-async def test_token_errors_read_alike_in_every_command(stack, tmp_path):
+@pytest.mark.asyncio(loop_scope="module")
+async def test_token_errors_read_alike_in_every_command(stack):
     """A wrong JETDBT_TOKEN: one line in one format from each reading command (it was YAML
     `error: ...` from one, the raw JSON body from another)."""
     from tests.support.helpers import cli_env
@@ -196,6 +206,7 @@ async def test_token_errors_read_alike_in_every_command(stack, tmp_path):
     )
 
 
+@pytest.mark.asyncio(loop_scope="module")
 async def test_an_unknown_relation_is_a_404_naming_it(stack):
     url = f"{stack.api_url}/v1/relations/dbt:%2F%2Fmain%2Fmain%2Fnowhere"
     status, body = await get_json(url)

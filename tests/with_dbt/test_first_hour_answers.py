@@ -148,17 +148,21 @@ async def test_refusals_and_a_failed_parse_leave_nothing_in_the_project_list(
     assert (await jetdbt(stack, "deploy", str(project_copy))).returncode == 0
     built = await jetdbt(stack, "run", "jaffle_shop", "--run-id", "lp1", "-s", "raw_orders")
     assert built.returncode == 0, built.stdout + built.stderr
-    misspelled = await jetdbt(stack, "run", "jaffle_shp")
-    assert misspelled.returncode != 0 and "has no deployed version" in misspelled.stderr
     bad = tmp_path / "bad"
     shutil.copytree(project_copy, bad)
     (bad / "jetdbt.yaml").write_text("no_such_key: 1\n")
-    refused = await jetdbt(stack, "deploy", str(bad), "--project", "bad_descriptor")
-    assert refused.returncode != 0 and "no_such_key" in refused.stderr, refused.stderr
     (project_copy / "models" / "broken.sql").write_text("select * from {{ ref('nope') }}")
-    for name in ("jaffle_shop", "never_deployed"):
-        parsed = await jetdbt(stack, "parse", str(project_copy), "--project", name)
-        assert parsed.returncode != 0, parsed.stdout
+    # At once: none of them waits for another.
+    misspelled, refused, *parsed = await asyncio.gather(
+        jetdbt(stack, "run", "jaffle_shp"),
+        jetdbt(stack, "deploy", str(bad), "--project", "bad_descriptor"),
+        *(jetdbt(stack, "parse", str(project_copy), "--project", name)
+          for name in ("jaffle_shop", "never_deployed")),
+    )  # fmt: skip
+    assert misspelled.returncode != 0 and "has no deployed version" in misspelled.stderr
+    assert refused.returncode != 0 and "no_such_key" in refused.stderr, refused.stderr
+    for done in parsed:
+        assert done.returncode != 0, done.stdout
 
     async def listed():
         code, body = await get_json(f"{stack.api_url}/v1/projects")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,9 +16,12 @@ from pathlib import Path
 import pexpect
 import pyte
 import pytest
+import pytest_asyncio
 
 from tests.support.gate import GATE_MODEL, add_gate
 from tests.support.helpers import JETDBT, cli_env, get_json, jetdbt, wait_for
+from tests.support.paths import EXAMPLE
+from tests.support.shared_stack import shared_stack
 
 ROWS = 200  # tall enough that nothing scrolls off: the whole session stays on the screen
 # The live area's counts: "12/23  10 passed  2 running  0:05" (or "3 finished" unplanned).
@@ -116,22 +120,45 @@ def _keep_screen(term: Terminal, name: str) -> None:
         (Path(folder) / f"{name}.txt").write_text(term.text() + "\n")
 
 
-@pytest.fixture
-async def gated(stack, project_copy, tmp_path):
-    """The example project with a model that holds the build open until `release` exists."""
-    release = tmp_path / "release"
-    add_gate(project_copy, release)
-    # Held on a seed, so the data test a run makes fail (on orders) does not skip it.
-    gate = project_copy / "models" / "marts" / "gate.py"
-    gate.write_text(GATE_MODEL.replace('dbt.ref("orders")', 'dbt.ref("raw_customers")'))
-    deployed = await jetdbt(stack, "deploy", str(project_copy))
-    assert deployed.returncode == 0, deployed.stderr
-    return release
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def shop(tmp_path_factory, pg_url, environments_cache):
+    """One stack for the module's builds, the example deployed with a model that holds the
+    build open until `release` exists: one deploy (a dbt parse) for all of them."""
+    folder = tmp_path_factory.mktemp("terminal")
+    async with shared_stack(folder, pg_url, environments_cache) as stack:
+        project = folder / "jaffle_shop"
+        shutil.copytree(EXAMPLE, project)
+        release = folder / "release"
+        add_gate(project, release)
+        # Held on a seed, so the data test a run makes fail (on orders) does not skip it.
+        gate = project / "models" / "marts" / "gate.py"
+        gate.write_text(GATE_MODEL.replace('dbt.ref("orders")', 'dbt.ref("raw_customers")'))
+        deployed = await jetdbt(stack, "deploy", str(project))
+        assert deployed.returncode == 0, deployed.stderr
+        yield stack, release
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def gated(shop):
+    """The shared stack with its gate closed; after the test every run of it has ended, so
+    the next test's build is the only one."""
+    stack, release = shop
+    release.unlink(missing_ok=True)
+    yield stack, release
+    release.write_text("go")
+
+    async def all_ended():
+        status, body = await get_json(f"{stack.api_url}/v1/projects/jaffle_shop/runs")
+        return status == 200 and all(run["finished_at"] for run in body["runs"])
+
+    await wait_for(all_ended, timeout=180)
 
 
 @pytest.mark.dbt
+@pytest.mark.asyncio(loop_scope="module")
 @pytest.mark.parametrize("cols", [80, 160])
-async def test_live_display_redraws_in_place_and_ends_in_the_result(stack, gated, cols):
+async def test_live_display_redraws_in_place_and_ends_in_the_result(gated, cols):
+    stack, release = gated
     env = _terminal_env(cli_env(stack))
     argv = [JETDBT, "run", "jaffle_shop", "--watch", "--run-id", f"live{cols}"]
     term = Terminal([*argv, "--vars", "{fail_error_test: true}"], env, cols)
@@ -139,10 +166,10 @@ async def test_live_display_redraws_in_place_and_ends_in_the_result(stack, gated
         await term.until(lambda: "gate" in (_running_line(term) or ""))
         assert term.progress_lines() == 1, term.text()
         _keep_screen(term, f"during-{cols}")
-        gated.write_text("go")
+        release.write_text("go")
         code = await term.finish()
     finally:
-        gated.write_text("go")
+        release.write_text("go")
         term.child.close(force=True)
     screen = term.text()
     lines = term.lines()
@@ -170,10 +197,9 @@ async def test_live_display_redraws_in_place_and_ends_in_the_result(stack, gated
 
 
 @pytest.mark.dbt
-async def test_no_color_prints_no_escape_code_and_pipes_get_the_plain_lines(stack):
-    from tests.support.paths import EXAMPLE
-
-    assert (await jetdbt(stack, "deploy", str(EXAMPLE))).returncode == 0
+@pytest.mark.asyncio(loop_scope="module")
+async def test_no_color_prints_no_escape_code_and_pipes_get_the_plain_lines(shop):
+    stack, _ = shop  # the gate is not in the selection
     select = ["-s", "+stg_orders"]
     env = {**_terminal_env(cli_env(stack)), "NO_COLOR": "1"}
     term = Terminal([JETDBT, "run", "jaffle_shop", "--watch", *select, "--run-id", "nc"], env, 80)
@@ -225,7 +251,9 @@ def _assert_plain(output: str, run_id: str) -> None:
 
 
 @pytest.mark.dbt
-async def test_ctrl_c_stops_following_and_the_run_goes_on(stack, gated):
+@pytest.mark.asyncio(loop_scope="module")
+async def test_ctrl_c_stops_following_and_the_run_goes_on(gated):
+    stack, release = gated
     env = _terminal_env(cli_env(stack))
     term = Terminal([JETDBT, "run", "jaffle_shop", "--watch", "--run-id", "detach"], env, 100)
     try:
@@ -233,7 +261,7 @@ async def test_ctrl_c_stops_following_and_the_run_goes_on(stack, gated):
         term.child.sendintr()  # Ctrl-C, as the terminal sends it to the foreground
         code = await term.finish(timeout=30)
     except BaseException:
-        gated.write_text("go")
+        release.write_text("go")
         raise
     finally:
         term.child.close(force=True)
@@ -252,10 +280,10 @@ async def test_ctrl_c_stops_following_and_the_run_goes_on(stack, gated):
     try:
         await follow.until(lambda: "gate" in follow.text())
         assert not follow.eof, follow.text()  # still following: the run waits at the gate
-        gated.write_text("go")
+        release.write_text("go")
         assert await follow.finish(timeout=180) == 0, follow.text()  # the run passed
     finally:
-        gated.write_text("go")
+        release.write_text("go")
         follow.child.close(force=True)
 
     async def passed():
@@ -399,22 +427,26 @@ def _completions(env: dict, line: str, out: Path) -> list[str]:
 
 @pytest.mark.dbt
 async def test_tab_completes_commands_options_and_deployed_projects(stack, tmp_path):
-    from tests.support.paths import EXAMPLE
+    env = cli_env(stack)
 
-    env, out = cli_env(stack), tmp_path / "completions"
-    assert await asyncio.to_thread(_completions, env, "jetdbt ru", out) == ["run"]
-    assert await asyncio.to_thread(_completions, env, "jetdbt run x --wa", out) == ["--watch"]
+    async def offered(*lines: str) -> list[list[str]]:
+        """Each line's offers, asked at once (each its own answer file)."""
+        out = tmp_path / "completions"
+        asked = (asyncio.to_thread(_completions, env, line, out.with_suffix(f".{i}"))
+                 for i, line in enumerate(lines))  # fmt: skip
+        return list(await asyncio.gather(*asked))
 
-    async def projects(line: str) -> list[str]:
-        offered = await asyncio.to_thread(_completions, env, line, out)
-        return [word for word in offered if not word.startswith("-")]
+    def projects(words: list[str]) -> list[str]:
+        return [word for word in words if not word.startswith("-")]
 
-    assert await projects("jetdbt run ") == []
+    command, option, before = await offered("jetdbt ru", "jetdbt run x --wa", "jetdbt run ")
+    assert command == ["run"]
+    assert option == ["--watch"]
+    assert projects(before) == []
     assert (await jetdbt(stack, "deploy", str(EXAMPLE))).returncode == 0
-    assert await projects("jetdbt run ") == ["jaffle_shop"]
-    assert await projects("jetdbt run jaf") == ["jaffle_shop"]
-    assert await projects("jetdbt status --project j") == ["jaffle_shop"]
-    assert await projects("jetdbt run x") == []
+    lines = ("jetdbt run ", "jetdbt run jaf", "jetdbt status --project j", "jetdbt run x")
+    after = [projects(words) for words in await offered(*lines)]
+    assert after == [["jaffle_shop"], ["jaffle_shop"], ["jaffle_shop"], []]
 
 
 async def test_status_imports_no_event_loop_bus_or_http_client(stack):
@@ -446,11 +478,20 @@ def test_commands_that_publish_import_nats_without_aiohttp():
         "entry._command(sys.argv[1])\n"
         "print('nats' in sys.modules, 'aiohttp' in sys.modules)\n"
     )
-    for command, expected in (("run", "True False"), ("cancel", "True False"), ("up", "True True")):
-        done = subprocess.run(
-            [sys.executable, "-c", script, command], capture_output=True, text=True, check=True
-        )
-        assert done.stdout.strip() == expected, (command, done.stdout, done.stderr[-2000:])
+    expected = {"run": "True False", "cancel": "True False", "up": "True True"}
+    started = {  # at once: each is an interpreter importing the CLI
+        command: subprocess.Popen(
+            [sys.executable, "-c", script, command],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        for command in expected
+    }
+    for command, proc in started.items():
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, (command, err[-2000:])
+        assert out.strip() == expected[command], (command, out, err[-2000:])
 
 
 def test_a_queued_run_shows_why_in_the_live_area():
