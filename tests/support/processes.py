@@ -8,7 +8,27 @@ import subprocess
 import sys
 from pathlib import Path
 
+import msgspec
+import yaml
+
+from shared.config import Settings
+
 ACK_WAIT = 4
+
+
+def runners_apart(settings: Settings, tmp_path: Path) -> tuple[Settings, Path]:
+    """Settings for a stack without a runner whose runners are processes of their own
+    (`runner_process`), all building into one DuckDB file; and that warehouses file."""
+    warehouses = tmp_path / "warehouses.yaml"
+    warehouses.write_text(
+        yaml.safe_dump(
+            {"warehouses": {"main": {"type": "duckdb", "path": str(tmp_path / "shared.duckdb")}}}
+        )
+    )
+    base = msgspec.structs.replace(
+        settings, run_ack_wait_seconds=ACK_WAIT, warehouses_file=warehouses
+    )
+    return base, warehouses
 
 
 def runner_process(settings, home: Path, warehouses: Path) -> subprocess.Popen:

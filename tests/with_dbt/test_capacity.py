@@ -31,7 +31,7 @@ from shared.commands import BuildCommand, RunCommand
 from shared.streams import LEASES
 from tests.support.gate import add_gate
 from tests.support.helpers import auth_headers, deploy_and_wait, get_json, jetdbt, wait_for
-from tests.support.processes import ACK_WAIT, runner_process
+from tests.support.processes import runner_process, runners_apart
 
 SLOW_MODEL = """
 import time
@@ -376,15 +376,7 @@ async def test_two_teams_share_the_run_slots(settings, tmp_path):
 async def test_a_killed_runner_s_lease_expires_and_the_waiting_runs_go_on(settings, tmp_path):
     release = tmp_path / "release"
     project = tiny_project(tmp_path / "capa", seconds=0.5, release=release)
-    warehouses = tmp_path / "warehouses.yaml"
-    warehouses.write_text(
-        yaml.safe_dump(
-            {"warehouses": {"main": {"type": "duckdb", "path": str(tmp_path / "shared.duckdb")}}}
-        )
-    )
-    base = msgspec.structs.replace(
-        settings, run_ack_wait_seconds=ACK_WAIT, warehouses_file=warehouses
-    )
+    base, warehouses = runners_apart(settings, tmp_path)
     reader = await Stack(base, runner=False).start()
     runner_a = runner_process(base, tmp_path / "a", warehouses)
     runner_b = None

@@ -11,7 +11,6 @@ import signal
 
 import msgspec
 import pytest
-import yaml
 
 from services.cli import client
 from services.stack.composition import Stack
@@ -19,7 +18,7 @@ from shared import events as ev
 from shared.commands import BuildCommand, RunCommand
 from tests.support.gate import add_gate, until_gate_runs
 from tests.support.helpers import deploy_and_wait, get_json, wait_for
-from tests.support.processes import ACK_WAIT, runner_process, working_in
+from tests.support.processes import runner_process, runners_apart, working_in
 
 pytestmark = pytest.mark.dbt
 
@@ -27,15 +26,7 @@ pytestmark = pytest.mark.dbt
 async def test_a_killed_runner_is_replaced_by_the_next_attempt(settings, tmp_path, project_copy):
     release = tmp_path / "release"
     add_gate(project_copy, release)
-    warehouses = tmp_path / "warehouses.yaml"
-    warehouses.write_text(
-        yaml.safe_dump(
-            {"warehouses": {"main": {"type": "duckdb", "path": str(tmp_path / "shared.duckdb")}}}
-        )
-    )
-    base = msgspec.structs.replace(
-        settings, run_ack_wait_seconds=ACK_WAIT, warehouses_file=warehouses
-    )
+    base, warehouses = runners_apart(settings, tmp_path)
     reader = await Stack(base, runner=False).start()
     runner_a = runner_process(base, tmp_path / "a", warehouses)
     runner_b = None
