@@ -443,7 +443,7 @@ class Attempt:
         nodes = self.results.in_order()
         failed = any(n.outcome == "failed" for n in nodes)
         if ending.cancelled:
-            status = run_status.CANCELLED
+            status = error = run_status.CANCELLED  # what the result has always said of a cancel
         else:
             status = run_status.PASSED if code == 0 and not failed else run_status.FAILED
         if status == run_status.FAILED and error is None and not failed:
