@@ -260,6 +260,12 @@ class Runner:
             # The server fired a due time again (restarted from an older schedule state).
             self.log.info("schedule_fire_repeated", project=project, command_seq=seq)
             return
+        if trigger == "schedule":
+            joined = await jobs.coalesced(bus, project, body.command.name, msg, seq)
+            if joined is not None:
+                self.log.info("schedule_fire_coalesced", project=project, run_id=joined.run_id)
+                await bus.publish(joined)
+                return
         depth = body.depth if trigger in _CAUSED else 0
         body = msgspec.structs.replace(
             body, requested_by=caller.principal, trigger=trigger, depth=depth

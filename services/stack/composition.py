@@ -118,7 +118,7 @@ class Stack:
         if self.runner if self.triggers is None else self.triggers:
             self._serve("triggers", Triggers(self._buses["triggers"]).run(self._stop))
         if self.api:
-            api = create_app(self.pool, self._buses["api"], self.dead_tasks, sandbox)
+            api = create_app(self.pool, self._buses["api"], self.dead_tasks, sandbox, self.settings)
             self._site_runner = web.AppRunner(api, keepalive_timeout=HEADER_TIMEOUT_SECONDS)
             await self._site_runner.setup()
             site = web.TCPSite(self._site_runner, s.api_host, s.api_port)

@@ -19,7 +19,7 @@ import pytest
 import yaml
 from nats.js.errors import KeyNotFoundError
 
-from services.runner.admission import admission
+from services.runner.admission import admission, queue_cap
 from services.runner.admission.lease import Lease
 from services.runner.attempts.attempt import Cancel
 from services.stack.composition import Stack
@@ -197,39 +197,95 @@ async def test_a_lease_renewed_behind_its_back_is_still_released(nats_url):
         await bus.close()
 
 
-async def test_a_run_being_prepared_keeps_its_place(nats_url):
+async def test_a_run_being_prepared_keeps_its_place_in_its_team_only(nats_url):
     """Without dbt: a run announced before it is prepared (its environment not known yet)
-    holds back one submitted after it, on any environment, until its wait entries say
-    where it waits; then the later run on another environment goes."""
+    holds back one of its team submitted after it, on any environment, until its wait
+    entries say where it waits; another team's later run is not held back by it."""
     bus = await connect(nats_url, "admission-test")
     said: list[admission.Blocked] = []
 
     async def heard(blocked):
         said.append(blocked)
 
+    def entrant(run_id: str, seq: int, environment: str, team: str) -> admission.Admission:
+        return admission.Admission(
+            bus, environment=environment, team=team, seq=seq, holder={"run_id": run_id},
+            runs=3, per_team=2,
+        )  # fmt: skip
+
     try:
         async with admission.mirrored(bus, jlog.get("test")):
-            await admission.announce(bus, 1, {"run_id": "slow-to-prepare"})
-            later = admission.Admission(
-                bus, environment="e2", team="t", seq=2, holder={"run_id": "later"},
-                runs=3, per_team=2,
-            )  # fmt: skip
-            going = asyncio.create_task(later.enter(Cancel(), heard))
+            await admission.announce(bus, 1, "t", {"run_id": "slow-to-prepare"})
+            going = asyncio.create_task(entrant("later", 2, "e2", "t").enter(Cancel(), heard))
             await wait_for(lambda: _true(said))
             assert said[-1] == admission.Blocked(
-                "waiting for run 'slow-to-prepare', submitted before it, to start", 2
+                "waiting for run 'slow-to-prepare', submitted before it in team t, to start", 2
             )
+            other = await asyncio.wait_for(entrant("u1", 3, "e3", "u").enter(Cancel(), heard), 10)
             assert not going.done()
-            first = admission.Admission(
-                bus, environment="e1", team="t", seq=1, holder={"run_id": "slow-to-prepare"},
-                runs=3, per_team=2,
-            )  # fmt: skip
+            first = entrant("slow-to-prepare", 1, "e1", "t")
             held = await asyncio.wait_for(first.enter(Cancel(), heard), 10)
-            taken = await asyncio.wait_for(going, 10)  # announcement withdrawn: it goes
-            for lease in [*held, *taken]:
+            taken = await asyncio.wait_for(going, 10)  # the first of its team started: it goes
+            for lease in [*held, *taken, *other]:
                 await lease.release()
     finally:
         await bus.close()
+
+
+async def test_a_freed_slot_goes_to_the_team_holding_fewest_and_queues_are_capped(nats_url):
+    """Without dbt: team a holds both run slots with two more runs queued; team b's run,
+    submitted last, takes the first slot that frees (b holds none, a still one), and a's
+    next run the one after. A team's queue has MAX_QUEUED_RUNS_PER_TEAM places."""
+    bus = await connect(nats_url, "fair-test")
+
+    def enter(run_id: str, seq: int, team: str):
+        entry = admission.Admission(
+            bus, environment=f"env-{run_id}", team=team, seq=seq, holder={"run_id": run_id},
+            runs=2, per_team=2,
+        )  # fmt: skip
+        return asyncio.create_task(entry.enter(Cancel(), _nothing))
+
+    try:
+        async with admission.mirrored(bus, jlog.get("test")):
+            a1 = await asyncio.wait_for(enter("a1", 1, "a"), 10)
+            a2 = await asyncio.wait_for(enter("a2", 2, "a"), 10)
+            a3, a4 = enter("a3", 3, "a"), enter("a4", 4, "a")
+            b1 = enter("b1", 10, "b")
+            await wait_for(lambda: _waiting(bus, 3))
+            for lease in a1:
+                await lease.release()
+            b_leases = await asyncio.wait_for(b1, 10)
+            await asyncio.sleep(2 * admission.RETRY_EVERY)
+            assert not a3.done() and not a4.done()  # a holds a slot, b held none: b went
+            for lease in b_leases:
+                await lease.release()
+            a3_leases = await asyncio.wait_for(a3, 10)
+            assert not a4.done()
+            for lease in [*a2, *a3_leases]:
+                await lease.release()
+            for lease in await asyncio.wait_for(a4, 10):
+                await lease.release()
+
+            places = [await queue_cap.take_place(bus, "a", 2, {"run_id": f"q{i}"}) for i in (1, 2)]
+            with pytest.raises(queue_cap.QueueFull, match="MAX_QUEUED_RUNS_PER_TEAM"):
+                await queue_cap.take_place(bus, "a", 2, {"run_id": "q3"})
+            other_team = await queue_cap.take_place(bus, "b", 2, {"run_id": "b"})
+            await places[0].release()
+            places.append(await queue_cap.take_place(bus, "a", 2, {"run_id": "q3"}))
+            for place in [*places[1:], other_team]:
+                await place.release()
+    finally:
+        await bus.close()
+
+
+async def _nothing(blocked) -> None:
+    """Where a test's waiting run tells its place: nowhere."""
+
+
+async def _waiting(bus, n: int) -> bool:
+    """Whether `n` runs' team wait entries are in the bucket."""
+    kv = await bus.js.key_value(LEASES)
+    return len([k for k in await kv.keys() if k.startswith("wait.team-")]) >= n
 
 
 async def _true(items: list) -> bool:
