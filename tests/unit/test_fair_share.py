@@ -1,18 +1,16 @@
-"""The rule that orders waiting runs for a free run slot (services/runner/admission/fair_share.py),
-read from a copy of DBT_LEASES as a runner holds it: no server needed."""
+"""Whose turn it is (services/runner/admission/fair_share.py), read from a copy of DBT_LEASES
+as a runner holds it: no server needed."""
 
 from __future__ import annotations
 
 from services.runner.admission.admission import team_key
-from services.runner.admission.fair_share import Contender, free_slots, ranked
+from services.runner.admission.fair_share import Contender, Queues, last_key
 from services.runner.admission.lease import lease_key
-
-A, B, C = team_key("a"), team_key("b"), team_key("c")
 
 
 def waiting(entries: dict, team: str, env: str, seq: int, *, prepared: bool = True) -> None:
-    """A run of `team` waiting on `env`, as admission writes it (before it is prepared, only
-    its team's entry, without the environment)."""
+    """A run of `team` waiting on `env`, as admission writes it (before it is prepared, its
+    team's entry only, without the environment)."""
     value = {"run_id": f"{team}{seq}", "team": team, "seq": seq}
     if prepared:
         value["env"] = lease_key(env)
@@ -26,16 +24,20 @@ def holding(entries: dict, team: str, env: str, slot: int, team_slot: int) -> No
     entries[f"{team_key(team)}.{team_slot}"] = {"team": team}
 
 
+def order(queues: Queues, me: Contender | None = None) -> list[tuple[str, int]]:
+    return [(c.team, c.seq) for c in queues.ranked(me)]
+
+
 def test_a_team_holding_fewer_slots_goes_before_a_burst_submitted_first():
     entries: dict = {}
     holding(entries, "a", "ea0", 0, 0)
     for seq in range(1, 101):  # team a's hundred runs, each on an environment of its own
         waiting(entries, "a", f"ea{seq}", seq)
     waiting(entries, "b", "eb", 500)
-    order = ranked(entries, per_team=2)
+    queues = Queues(entries, per_team=2)
     # Only each team's head contends; b holds no slot, so b's run goes first.
-    assert [(c.team, c.seq) for c in order] == [("b", 500), ("a", 1)]
-    assert free_slots(entries, 4) == 3
+    assert order(queues) == [("b", 500), ("a", 1)]
+    assert queues.free_slots(4) == 3
 
 
 def test_ties_go_by_submission_order():
@@ -43,7 +45,7 @@ def test_ties_go_by_submission_order():
     waiting(entries, "b", "eb", 7)
     waiting(entries, "a", "ea", 3)
     waiting(entries, "c", "ec", 5)
-    assert [c.seq for c in ranked(entries, per_team=2)] == [3, 5, 7]
+    assert [seq for _, seq in order(Queues(entries, per_team=2))] == [3, 5, 7]
 
 
 def test_a_run_that_cannot_start_is_no_contender():
@@ -54,20 +56,33 @@ def test_a_run_that_cannot_start_is_no_contender():
     waiting(entries, "b", "busy", 3)  # its environment is held
     waiting(entries, "c", "c-env", 4, prepared=False)  # still being prepared
     waiting(entries, "c", "c-env", 9)  # behind c's run being prepared
-    assert ranked(entries, per_team=2) == []
-    # On a free environment, the first run waiting there is the one that may go.
-    waiting(entries, "b", "shared", 10)
-    waiting(entries, "a", "shared", 1)
-    assert ranked(entries, per_team=3) == [Contender(2, 1, A, "a1", "a")]
+    assert order(Queues(entries, per_team=2)) == []
+
+
+def test_teams_take_a_shared_environment_in_turns():
+    entries: dict = {}
+    for seq in range(1, 100):
+        waiting(entries, "a", "shared", seq)
+    waiting(entries, "b", "shared", 200)
+    queues = Queues(entries, per_team=2)
+    shared = lease_key("shared")
+    assert queues.env_turn(shared).seq == 1  # nobody had it: submission order
+    entries[last_key(shared)] = {"team_key": team_key("a")}
+    assert Queues(entries, per_team=2).env_turn(shared).seq == 200  # a had it: b's turn
+    entries[last_key(shared)] = {"team_key": team_key("b")}
+    assert Queues(entries, per_team=2).env_turn(shared).seq == 1
+    # A team at its slots takes no turn: the environment goes on to another team's run.
+    holding(entries, "a", "elsewhere", 0, 0)
+    holding(entries, "a", "elsewhere2", 1, 1)
+    assert Queues(entries, per_team=2).env_turn(shared).seq == 200
 
 
 def test_the_asking_run_counts_before_its_entries_are_written():
     entries: dict = {}
     holding(entries, "a", "ea0", 0, 0)
     waiting(entries, "a", "ea1", 1)
-    me = Contender(0, 9, B, "b9", "b")
-    assert ranked(entries, per_team=2, me=me) == [me, Contender(1, 1, A, "a1", "a")]
+    me = Contender(0, 9, team_key("b"), "b9", "b", lease_key("eb"))
+    assert order(Queues(entries, per_team=2), me) == [("b", 9), ("a", 1)]
     # Its own team's entries are itself, never a second contender.
     waiting(entries, "b", "eb", 9)
-    assert ranked(entries, per_team=2, me=me)[0] == me
-    assert len(ranked(entries, per_team=2, me=me)) == 2
+    assert order(Queues(entries, per_team=2), me) == [("b", 9), ("a", 1)]

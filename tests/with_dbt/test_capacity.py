@@ -279,6 +279,38 @@ async def test_a_freed_slot_goes_to_the_team_holding_fewest_and_queues_are_cappe
         await bus.close()
 
 
+async def test_teams_take_a_shared_environment_in_turns(nats_url):
+    """Without dbt: one environment for every project (the default DuckDB file). Team a
+    holds it with two more runs queued on it; team b's run, submitted last, has it next,
+    then a's next run: a's queue delays b's run by one run, not by all of a's."""
+    bus = await connect(nats_url, "turns-test")
+
+    def enter(run_id: str, seq: int, team: str):
+        entry = admission.Admission(
+            bus, environment="one file", team=team, seq=seq, holder={"run_id": run_id},
+            runs=4, per_team=2,
+        )  # fmt: skip
+        return asyncio.create_task(entry.enter(Cancel(), _nothing))
+
+    try:
+        async with admission.mirrored(bus, jlog.get("test")):
+            a1 = await asyncio.wait_for(enter("a1", 1, "a"), 10)
+            a2, a3, b1 = enter("a2", 2, "a"), enter("a3", 3, "a"), enter("b1", 10, "b")
+            await wait_for(lambda: _waiting(bus, 3))
+            for lease in a1:
+                await lease.release()
+            b_leases = await asyncio.wait_for(b1, 10)
+            assert not a2.done() and not a3.done()
+            for lease in b_leases:
+                await lease.release()
+            for lease in await asyncio.wait_for(a2, 10):
+                await lease.release()
+            for lease in await asyncio.wait_for(a3, 10):
+                await lease.release()
+    finally:
+        await bus.close()
+
+
 async def _nothing(blocked) -> None:
     """Where a test's waiting run tells its place: nowhere."""
 

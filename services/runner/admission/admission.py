@@ -12,18 +12,19 @@ the lease's beat and lost with its runner (the bucket's TTL):
     wait.env-<hash>.<seq>   a run waiting for that environment (seq: its command's)
     wait.team-<hash>.<seq>  a run waiting in that team's queue; written before the run
                             is prepared, when its environment is not known yet
+    last.env-<hash>         the team that held the environment last (fair_share.py)
 
 A waiting run holds no slot: it keeps its wait entries alive and may try to take only
-when no run submitted before it waits for its environment or in its team, so waiting
-runs start in the order they were submitted, per environment and per team, whichever
-runner holds them. A run announces itself in its team's queue (`announce`) before it is
-prepared, so one of its team submitted after it cannot start first while it still reads
-its descriptor; runs of other teams are not held back by it. When a run slot frees, the
-runs that could start go in the order fair_share.py ranks them: the team holding the
-fewest slots first, then submission order. Deploys and parses come in the same way, each
-with a scope of its own, so they take a team slot and a run slot too. Each runner follows
-the bucket with one watcher (`Mirror`); waiting runs read it and wake when a key
-changes, instead of each asking the server.
+when it heads its team's queue (no run of its team submitted before it waits), so a team's
+runs start in the order they were submitted, whichever runner holds them. A run announces
+itself in its team's queue (`announce`) before it is prepared, so one of its team submitted
+after it cannot start first while it still reads its descriptor; runs of other teams are
+not held back by it. Across teams, fair_share.py says whose turn it is: on an environment
+teams take turns (`last.env-<hash>`: the team that had it last, for the TTL), and a free
+run slot goes to the team holding the fewest slots, then to the run submitted first.
+Deploys and parses come in the same way, each with a scope of its own, so they take a team
+slot and a run slot too. Each runner follows the bucket with one watcher (`Mirror`);
+waiting runs read it and wake when a key changes, instead of each asking the server.
 """
 
 from __future__ import annotations
@@ -183,6 +184,19 @@ async def withdraw(bus: Bus, seq: int, team: str) -> None:
         await kv.delete(_team_waiting_key(team, seq))
 
 
+class _EnvironmentLease(Lease):
+    """An environment's lease that, given up, first says which team had it
+    (fair_share.last_key, for the bucket's TTL): the next turn goes to another team."""
+
+    async def release(self) -> None:
+        if self.revision is not None:
+            with contextlib.suppress(Exception):
+                kv = await self._bucket()
+                team = {"team_key": team_key(msgspec.json.decode(self.value).get("team", ""))}
+                await kv.put(fair_share.last_key(self.key), msgspec.json.encode(team))
+        await super().release()
+
+
 class Admission:
     """One attempt's way in: wait in order, then take every key or none."""
 
@@ -277,30 +291,33 @@ class Admission:
         holder = m.live(self.env_key).get(self.env_key)
         if holder is not None:
             return Blocked(f"waiting for run {holder.get('run_id')!r} {on}", position)
-        if env_ahead:
-            first = env_ahead[min(env_ahead)].get("run_id")
-            return Blocked(f"waiting for run {first!r}, queued before it {on}", position)
-        entries = m.snapshot()
-        held = fair_share.team_slots(entries)[self.team_key]
+        queues = fair_share.Queues(m.snapshot(), self.per_team)
+        held = queues.held[self.team_key]
         if held >= self.per_team:
             return Blocked(f"team {self.team} has {held} of {self.per_team} runs", position)
         if team_ahead:
-            first = team_ahead[min(team_ahead)].get("run_id")
-            if "env" not in team_ahead[min(team_ahead)]:
-                return Blocked(
-                    f"waiting for run {first!r}, submitted before it in team {self.team}, to start",
-                    position,
-                )
+            first = team_ahead[min(team_ahead)]
+            said = "queued before it" if "env" in first else "submitted before it"
+            end = "" if "env" in first else ", to start"
             return Blocked(
-                f"waiting for run {first!r}, queued before it in team {self.team}", position
+                f"waiting for run {first.get('run_id')!r}, {said} in team {self.team}{end}",
+                position,
             )
-        free = fair_share.free_slots(entries, self.runs)
+        me = fair_share.Contender(
+            held, self.seq, self.team_key, str(self.holder.get("run_id", "")), self.team,
+            self.env_key,
+        )  # fmt: skip
+        turn = queues.env_turn(self.env_key, me)
+        if turn != me:
+            return Blocked(
+                f"waiting for run {turn.run_id!r} of team {turn.team}, whose turn {on} comes"
+                " first (teams take an environment in turns)",
+                position,
+            )
+        free = queues.free_slots(self.runs)
         if free <= 0:
             return Blocked(f"all {self.runs} run slots are taken", position)
-        me = fair_share.Contender(
-            held, self.seq, self.team_key, str(self.holder.get("run_id", "")), self.team
-        )
-        order = fair_share.ranked(entries, self.per_team, me)
+        order = queues.ranked(me)
         place = order.index(me)
         if place >= free:
             first = order[0]
@@ -316,7 +333,9 @@ class Admission:
         """Every key or none: the environment, then a team slot, then a run slot."""
         taken: list[Lease] = []
         try:
-            env = Lease(self.bus, self.env_key, f"environment {self.environment}", self.holder)
+            env = _EnvironmentLease(
+                self.bus, self.env_key, f"environment {self.environment}", self.holder
+            )
             await env.take()
             taken.append(env)
             for keys, what in (

@@ -1,12 +1,17 @@
-"""Who takes a free run slot first: the team holding the fewest slots, then the run submitted
-first, so one team's burst delays another team's run by at most one run's length.
+"""Whose turn it is: fair across teams, in submission order within a team, so one team's
+burst delays another team's run by at most one run's length.
 
 Read from a copy of DBT_LEASES (the keys admission.py describes), never from a server, so
-every runner ranks the waiting runs the same way. A contender is the head of its team's
-queue (no run of its team submitted before it waits or is prepared) whose environment is
-free with no run waiting on it from before, and whose team is below MAX_RUNS_PER_TEAM:
-the runs that could start now if a slot were theirs. The first of them, as many as there
-are free slots, try to take one; the others wait.
+every runner ranks the waiting runs the same way. Only the head of a team's queue (no run
+of its team submitted before it waits or is prepared) may go. Two turns:
+
+- an environment one build at a time (one DuckDB file every project writes, say) goes to
+  the first head waiting on it of a team other than the one that had it last (`last.<env>`,
+  written as its lease is given up and kept for the bucket's TTL), then to the first of
+  that team: teams take it in turns, whoever queued more;
+- a free run slot goes to the heads that could start now (their environment's turn, their
+  team below MAX_RUNS_PER_TEAM), the team holding the fewest slots first, then the run
+  submitted first; as many go as there are free slots.
 """
 
 from __future__ import annotations
@@ -14,60 +19,63 @@ from __future__ import annotations
 from collections import Counter
 from typing import NamedTuple
 
-__all__ = ["Contender", "ranked", "free_slots", "team_slots"]
+__all__ = ["Contender", "Queues", "last_key"]
 
 
 class Contender(NamedTuple):
-    """A run that may take a free slot: its rank is (slots its team holds, its seq)."""
+    """A head of its team's queue; it ranks by (slots its team holds, its seq)."""
 
     held: int
     seq: int
     team_key: str
     run_id: str
     team: str
+    env: str
 
 
-def _seq(key: str) -> int:
-    return int(key.rsplit(".", 1)[1])
+def last_key(env_key: str) -> str:
+    """The key saying which team held environment `env_key` last."""
+    return f"last.{env_key}"
 
 
-def free_slots(entries: dict[str, dict], runs: int) -> int:
-    """Run slots no run holds."""
-    return runs - sum(1 for k in entries if k.startswith("slot."))
+class Queues:
+    """The waiting runs and the held keys of one copy of the bucket."""
 
+    def __init__(self, entries: dict[str, dict], per_team: int):
+        self.entries, self.per_team = entries, per_team
+        self.held = Counter(k.rsplit(".", 1)[0] for k in entries if k.startswith("team-"))
+        self.heads: dict[str, Contender] = {}  # team key -> the first run of its queue
+        for key, value in entries.items():
+            _, owner, _ = key.split(".", 2) if key.startswith("wait.team-") else ("", "", "")
+            seq = int(key.rsplit(".", 1)[1]) if owner else 0
+            if owner and (owner not in self.heads or seq < self.heads[owner].seq):
+                self.heads[owner] = Contender(
+                    self.held[owner],
+                    seq,
+                    owner,
+                    str(value.get("run_id", "")),
+                    str(value.get("team", "")),
+                    str(value.get("env", "")),  # "" while it is prepared: it cannot go yet
+                )
 
-def team_slots(entries: dict[str, dict]) -> Counter:
-    """Slots held, by team key (`team-<hash>.<i>` keys)."""
-    return Counter(k.rsplit(".", 1)[0] for k in entries if k.startswith("team-"))
+    def free_slots(self, runs: int) -> int:
+        """Run slots no run holds."""
+        return runs - sum(1 for k in self.entries if k.startswith("slot."))
 
+    def _with(self, me: Contender | None) -> list[Contender]:
+        heads = dict(self.heads)
+        if me is not None:  # its entries may not be written yet: it counts as its team's head
+            heads[me.team_key] = me
+        return [h for h in heads.values() if h.env and self.held[h.team_key] < self.per_team]
 
-def ranked(entries: dict[str, dict], per_team: int, me: Contender | None = None) -> list:
-    """The contenders in the order they take free slots; `me` counts as a contender too
-    (its entries may not be written yet), when it is one."""
-    heads: dict[str, tuple[int, dict]] = {}  # team key -> its first waiting run
-    first_on_env: dict[str, int] = {}  # environment key -> the first run waiting on it
-    for key, value in entries.items():
-        if not key.startswith("wait."):
-            continue
-        _, owner, _ = key.split(".", 2)
-        seq = _seq(key)
-        if owner.startswith("team-"):
-            if owner not in heads or seq < heads[owner][0]:
-                heads[owner] = (seq, value)
-        elif seq < first_on_env.get(owner, seq + 1):
-            first_on_env[owner] = seq
-    held = team_slots(entries)
-    found = {me.seq: me} if me is not None else {}
-    for team_key, (seq, value) in heads.items():
-        env = value.get("env", "")  # "" while the run is prepared: it cannot take a slot yet
-        if (
-            env
-            and env not in entries
-            and first_on_env.get(env, seq) >= seq
-            and held[team_key] < per_team
-            and (me is None or team_key != me.team_key)
-        ):
-            found[seq] = Contender(
-                held[team_key], seq, team_key, str(value.get("run_id", "")), value.get("team", "")
-            )
-    return sorted(found.values())
+    def env_turn(self, env: str, me: Contender | None = None) -> Contender | None:
+        """The head whose turn it is on environment `env` once it is free, or None."""
+        last = self.entries.get(last_key(env), {}).get("team_key")
+        waiting = [h for h in self._with(me) if h.env == env]
+        return min(waiting, key=lambda h: (h.team_key == last, h.seq), default=None)
+
+    def ranked(self, me: Contender | None = None) -> list[Contender]:
+        """The heads that could start now, in the order they take free run slots."""
+        return sorted(
+            h for h in self._with(me) if h.env not in self.entries and self.env_turn(h.env, me) == h
+        )
