@@ -240,11 +240,7 @@ async def test_a_freed_slot_goes_to_the_team_holding_fewest_and_queues_are_cappe
     bus = await connect(nats_url, "fair-test")
 
     def enter(run_id: str, seq: int, team: str):
-        entry = admission.Admission(
-            bus, environment=f"env-{run_id}", team=team, seq=seq, holder={"run_id": run_id},
-            runs=2, per_team=2,
-        )  # fmt: skip
-        return asyncio.create_task(entry.enter(Cancel(), _nothing))
+        return _entering(bus, run_id, seq, team, f"env-{run_id}", runs=2)
 
     try:
         async with admission.mirrored(bus, jlog.get("test")):
@@ -286,11 +282,7 @@ async def test_teams_take_a_shared_environment_in_turns(nats_url):
     bus = await connect(nats_url, "turns-test")
 
     def enter(run_id: str, seq: int, team: str):
-        entry = admission.Admission(
-            bus, environment="one file", team=team, seq=seq, holder={"run_id": run_id},
-            runs=4, per_team=2,
-        )  # fmt: skip
-        return asyncio.create_task(entry.enter(Cancel(), _nothing))
+        return _entering(bus, run_id, seq, team, "one file", runs=4)
 
     try:
         async with admission.mirrored(bus, jlog.get("test")):
@@ -309,6 +301,15 @@ async def test_teams_take_a_shared_environment_in_turns(nats_url):
                 await lease.release()
     finally:
         await bus.close()
+
+
+def _entering(bus, run_id: str, seq: int, team: str, environment: str, runs: int):
+    """A run of `team` entering admission (2 slots a team), as a task giving its leases."""
+    entry = admission.Admission(
+        bus, environment=environment, team=team, seq=seq, holder={"run_id": run_id},
+        runs=runs, per_team=2,
+    )  # fmt: skip
+    return asyncio.create_task(entry.enter(Cancel(), _nothing))
 
 
 async def _nothing(blocked) -> None:
