@@ -60,13 +60,15 @@ class Runner:
         stop = stop or asyncio.Event()
         self._tasks: set[asyncio.Task] = set()
         spawn.warm_up()  # dbt imported and rehearsed before the first command asks for it
-        try:
-            async with admission.mirrored(self.ctx.bus, self.log):
+        async with admission.mirrored(self.ctx.bus, self.log):
+            try:
                 await supervise.forever(self._serve, stop, self.log, "runner_loop_failed")
-        finally:
-            for task in self._tasks:
-                task.cancel()
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+            finally:
+                # Inside the mirror: a run still being admitted must not find it gone, fail
+                # and lose its command; cancelled, its command comes back to another runner.
+                for task in self._tasks:
+                    task.cancel()
+                await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def _serve(self, stop: asyncio.Event) -> None:
         js = self.ctx.bus.js

@@ -40,8 +40,8 @@ class Place:
     async def release(self) -> None:
         """Give the place up (idempotent): the run started, or ends without starting."""
         self._keeper.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._keeper
+        # gather, not a suppressed await: a cancel of the caller itself must go on.
+        await asyncio.gather(self._keeper, return_exceptions=True)
         await self.lease.release()
 
 

@@ -165,15 +165,25 @@ class Attempt:
 
     async def run(self) -> ev.Event:
         """Run to the end and publish RunFinished, or RunRefused when the run cannot start."""
-        log = jlog.get("runner", project=self.project, run_id=self.run_id, attempt=self.number)
-        s = self.source
         seq, team = await self._requested()
         try:
             place = await self._place(team)
         except QueueFull as exc:
             return await refuse(self.ctx, self.project, self.run_id, str(exc))
-        # Announced before it is prepared: a run of its team submitted later cannot start first.
-        await admission.announce(self.ctx.bus, seq, team, self._holder())
+        try:
+            # Announced before it is prepared: a run of its team submitted later cannot start
+            # first.
+            await admission.announce(self.ctx.bus, seq, team, self._holder())
+            return await self._prepared_run(seq, team, place)
+        finally:
+            await admission.withdraw(self.ctx.bus, seq, team)
+            if place is not None:
+                await place.release()
+
+    async def _prepared_run(self, seq: int, team: str, place: Place | None) -> ev.Event:
+        """Prepare, wait for admission (giving up `place` once it is let in), run, finish."""
+        log = jlog.get("runner", project=self.project, run_id=self.run_id, attempt=self.number)
+        s = self.source
         try:
             self.prepared = await prepare(
                 self.ctx,
@@ -184,9 +194,6 @@ class Attempt:
                 args=s.args,
             )
         except Refused as exc:
-            await admission.withdraw(self.ctx.bus, seq, team)
-            if place is not None:
-                await place.release()
             return await refuse(self.ctx, self.project, self.run_id, str(exc))
         leases: list[Lease] = []
         keepers: list[asyncio.Task] = []
@@ -230,9 +237,6 @@ class Attempt:
             log.info("run_finished", status=finished.result.status, exit_code=ending.code)
             return finished
         finally:
-            await admission.withdraw(self.ctx.bus, seq, team)
-            if place is not None:
-                await place.release()
             for keeper in keepers:
                 keeper.cancel()
             for lease in leases or ():
