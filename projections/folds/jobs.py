@@ -2,8 +2,8 @@
 
 A job's row is its last JobSaved, removed by a JobDeleted further along the stream. A
 schedule's row is its last ScheduleSaved; each ScheduleFired, and each ScheduleCoalesced (a
-fire that joined its previous fire's run), counts once (its own stream sequence is past the
-row's) and says when the server fires it next.
+fire that joined its previous fire's run, counted in `coalesced` too), counts once as a fire
+(its own stream sequence is past the row's) and says when the server fires it next.
 """
 
 from __future__ import annotations
@@ -57,11 +57,13 @@ class JobsFold:
             )
         elif isinstance(event, ev.ScheduleCoalesced):
             await conn.execute(
-                "UPDATE job_schedules SET coalesced = coalesced + 1,"
-                " next_at = CASE WHEN state = 'active' THEN $3::timestamptz END,"
-                " stream_seq = $4 WHERE project = $1 AND job = $2 AND stream_seq < $4",
+                "UPDATE job_schedules SET fires = fires + 1, coalesced = coalesced + 1,"
+                " last_fired_at = $3,"
+                " next_at = CASE WHEN state = 'active' THEN $4::timestamptz END,"
+                " stream_seq = $5 WHERE project = $1 AND job = $2 AND stream_seq < $5",
                 event.project,
                 event.job,
+                event.fired_at,
                 event.next_at,
                 seq,
             )
