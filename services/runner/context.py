@@ -7,7 +7,8 @@ import socket
 from dataclasses import dataclass, field
 
 from services.runner.process.containment import Containment
-from services.runner.setup.secrets import Masker, Resolver, load_variables
+from services.runner.setup.masking import Masker
+from services.runner.setup.secrets import Resolver, load_variables
 from services.runner.setup.warehouses import Warehouse, load_warehouses
 from shared import logging as jlog
 from shared.bus import Bus

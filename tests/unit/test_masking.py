@@ -8,7 +8,7 @@ import urllib.parse
 
 import pytest
 
-from services.runner.setup.secrets import MASK, Masker
+from services.runner.setup.masking import MASK, Masker
 
 SECRET = "pA55-w0rd/with+odd=chars"
 
@@ -60,3 +60,49 @@ def test_a_url_never_carries_its_user_info_even_one_never_resolved():
     out = Masker().mask_bytes(said)
     assert b"t0ken-9" not in out and b"deploy@" not in out
     assert b"https://***@index.example/simple/x" in out and json.loads(out)
+
+
+@pytest.mark.parametrize(
+    "said",
+    [
+        "-".join(SECRET),  # the attack's spelling: r-t-c-a-…
+        " ".join(SECRET),
+        "\n".join(SECRET),
+        f"select '{SECRET[:9]}' || '{SECRET[9:]}'",
+        f'"{SECRET[:9]}" "{SECRET[9:]}"',
+        f"'{SECRET[:12]}' +\n    '{SECRET[12:]}'",
+        "\n".join(
+            base64.b64encode(f"x{SECRET}".encode()).decode()[i : i + 8] for i in range(0, 36, 8)
+        ),
+    ],
+    ids=[
+        "dashes",
+        "spaces",
+        "lines",
+        "sql concat",
+        "adjacent strings",
+        "across a line",
+        "wrapped base64",
+    ],
+)
+def test_spaced_and_split_spellings_are_masked_in_text_and_in_json(said):
+    """Found with separators or joints between its letters, in a line and in an event,
+    whose JSON stays JSON."""
+    masker = Masker()
+    masker.add(SECRET)
+    out = masker.mask(f"Conversion Error: {said}!")
+    assert out.startswith("Conversion Error: ") and out.endswith("!") and MASK in out, out
+    event = masker.mask_bytes(json.dumps({"message": said, "n": 1}).encode())
+    decoded = json.loads(event)
+    assert decoded["n"] == 1 and MASK in decoded["message"], decoded
+    assert "pA55" not in out and "pA55" not in decoded["message"]
+
+
+def test_bytes_that_are_not_text_are_masked_only_as_written():
+    """An archive (not UTF-8) is not searched for spaced letters, which its bytes would
+    spell by chance; the secret as written is still masked there."""
+    masker = Masker()
+    masker.add(SECRET)
+    spaced = b"\xff\x00" + "\x01".join(SECRET).encode() + b"\xfe"
+    assert masker.mask_bytes(spaced) == spaced
+    assert SECRET.encode() not in masker.mask_bytes(b"\xff" + SECRET.encode())

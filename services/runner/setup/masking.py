@@ -1,0 +1,146 @@
+"""Masking what a runner resolved: every secret, in every spelling it may leave in.
+
+A spelling is found by its letters and digits, in order, in any case, with up to MAX_GAP
+other characters between any two of them: punctuation, whitespace, quotes, `+`, `||`, and
+JSON's escapes such as `\\n` or `\\u0022` (each one character). So one pattern per spelling
+finds it plain, upper-cased, spaced by separators (`r-t-c-a`, `r t c a`, `r\\t\\c\\a`), and
+split into pieces (`'rtc' || 'a42'`, `"rtc" "a42"`, `'rtc' +` and `'a42'` on the next
+line), in plain text and inside a JSON string alike. The spellings: the secret as is and
+reversed, its hex, its URL-encodings and its base64 (standard or URL-safe, padded or not,
+at each of the three byte alignments it may have inside a longer encoded text). A defence
+in depth only: the sandbox, not this list, keeps secrets from a project's code.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import urllib.parse
+
+__all__ = ["MASK", "MAX_GAP", "MIN_SECRET", "Masker"]
+
+MASK = "****"
+# Fewer letters and digits (a port, "true") are not worth masking and would garble lines.
+MIN_SECRET = 4
+# The most characters between two letters of a spelling (`' ||\n    '` is 10).
+MAX_GAP = 24
+# A URL's user info (`https://user:token@index/`): credentials whoever wrote them, known to
+# this runner or not (an operator's index or mirror URL in a resolver's message).
+_USERINFO = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://)[^/\s@\"'\\]+@")
+# One character between two letters: anything but a letter or digit, or a JSON escape
+# whose letters are not the secret's (a backslash alone is a gap too: in plain text).
+_GAP = r"(?:\\u[0-9A-Fa-f]{4}|\\[bfnrt]|[\W_])"
+_NOT_LETTERS = re.compile(r"[\W_]")
+# JSON's escapes, read from the left as a JSON reader does (`\\\\n` is a backslash and n).
+_ESCAPES = re.compile(r"\\(?:u[0-9A-Fa-f]{4}|[\\\"/bfnrt])")
+_KEPT = re.compile(rf"(?P<letters>[^\W_]+)|(?:{_ESCAPES.pattern}|[\W_])+")
+_NOT_ASCII_LETTERS = bytes(b for b in range(256) if not (b < 128 and chr(b).isalnum()))
+
+
+def _base64_cores(data: bytes) -> set[str]:
+    """What base64 writes for `data` wherever it stands in a longer text: for each of the
+    three alignments, the characters that depend on `data` alone."""
+    cores = set()
+    for shift in range(3):
+        encoded = base64.b64encode(b"\0" * shift + data).decode()
+        start = -(-shift * 4 // 3)  # characters that still carry the padding bytes
+        end = ((shift + len(data)) // 3) * 4
+        cores.add(encoded[start:end])  # URL-safe differs only in `+/`, which are gaps
+    return cores
+
+
+def _spellings(secret: str) -> set[str]:
+    data = secret.encode()
+    return {secret, secret[::-1], data.hex(), urllib.parse.quote(secret, safe=""),
+            urllib.parse.quote_plus(secret), *_base64_cores(data)}  # fmt: skip
+
+
+def _ascii_letters(text: str) -> str:
+    """The ASCII letters and digits of `text`, lower-cased: what a spelling's own must stand
+    in, in a row, for its pattern to be worth trying (a byte table is some twenty times
+    faster than the pattern)."""
+    data = text.encode("utf-8", "surrogateescape").translate(None, _NOT_ASCII_LETTERS)
+    return data.lower().decode()
+
+
+def _pattern(letters: str) -> re.Pattern:
+    gap = f"{_GAP}{{0,{MAX_GAP}}}"
+    return re.compile(gap.join(re.escape(c) for c in letters), re.IGNORECASE)
+
+
+def _hidden(found: re.Match) -> str:
+    """A found spelling masked. One holding a quote or a backslash keeps those (and every
+    other character but its letters) where they stood, so a JSON document stays one; a
+    first letter that a lone backslash escapes (`\\n`) is that escape's, and kept too."""
+    text, at, string = found.group(), found.start(), found.string
+    escaped = string[at - 1 : at] == "\\" and string[at - 2 : at - 1] != "\\"
+    if not escaped and '"' not in text and "\\" not in text:
+        return MASK
+    kept = text[0] if escaped else ""
+    return kept + _KEPT.sub(lambda m: MASK if m["letters"] else m.group(), text[len(kept) :])
+
+
+class Masker:
+    """Every secret this runner resolved, in every spelling (see the module). One instance
+    per runner, applied where anything leaves it (events, log lines, blobs, logs).
+
+    A spelling with fewer than MIN_SECRET letters and digits (a secret of punctuation) is
+    masked only as written, as is the JSON escape of a secret that is not ASCII; so is every
+    spelling in bytes that are not UTF-8 text (a package archive), where letters spaced by
+    other bytes would be found by chance."""
+
+    def __init__(self):
+        self._known: set[str] = set()
+        # Per spelling: its letters but the first (a quick test on a text's letters, read
+        # plain and read as JSON: the first may be an escape's), and its pattern.
+        self._spaced: dict[str, tuple[str, re.Pattern]] = {}
+        # Spellings as written, longest first: every one (for bytes that are not text), and
+        # those no pattern finds (for text).
+        self._exact: list[str] = []
+        self._unspaced: list[str] = []
+
+    def add(self, secret: str) -> None:
+        if len(secret) < MIN_SECRET or secret in self._known:
+            return
+        self._known.add(secret)
+        for spelling in _spellings(secret):
+            letters = _NOT_LETTERS.sub("", spelling).lower()
+            if len(letters) >= MIN_SECRET and letters not in self._spaced:
+                self._spaced[letters] = (_ascii_letters(letters[1:]), _pattern(letters))
+        self._spaced = dict(sorted(self._spaced.items(), key=lambda s: -len(s[0])))
+        exact = {secret, secret[::-1], secret.upper(), secret.lower()}
+        exact |= {json.dumps(v)[1:-1] for v in exact}
+        self._exact = sorted({*self._exact, *exact}, key=len, reverse=True)
+        self._unspaced = [s for s in self._exact if not self._finds(s)]
+
+    def _finds(self, spelling: str) -> bool:
+        spaced = self._spaced.get(_NOT_LETTERS.sub("", spelling).lower())
+        return spaced is not None and spaced[1].fullmatch(spelling) is not None
+
+    def mask(self, text: str) -> str:
+        return self._mask(text, spaced=True)
+
+    def _mask(self, text: str, *, spaced: bool) -> str:
+        if "://" in text:
+            text = _USERINFO.sub(r"\1***@", text)
+        if spaced and self._spaced:
+            plain = _ascii_letters(text)
+            unescaped = _ascii_letters(_ESCAPES.sub("", text)) if "\\" in text else ""
+            for tail, found in self._spaced.values():
+                if tail in plain or tail in unescaped:
+                    text = found.sub(_hidden, text)
+        for spelling in self._unspaced if spaced else self._exact:
+            if spelling in text:
+                text = text.replace(spelling, MASK)
+        return text
+
+    def mask_bytes(self, data: bytes) -> bytes:
+        if not self._exact and b"://" not in data:
+            return data
+        try:
+            text, spaced = data.decode(), True
+        except UnicodeDecodeError:
+            text, spaced = data.decode("utf-8", errors="surrogateescape"), False
+        masked = self._mask(text, spaced=spaced)
+        return data if masked == text else masked.encode("utf-8", errors="surrogateescape")
