@@ -679,7 +679,8 @@ class HookRemoved(Event, frozen=True, kw_only=True, tag="hook.removed.v1"):
 
 class HookDelivered(Event, frozen=True, kw_only=True, tag="hook.delivery.v1"):
     """One attempt of one delivery (a run event to a hook), and what the receiver answered:
-    `status` its HTTP code (0: no answer, `error` says why). `state` is `delivered`,
+    `status` its HTTP code (0: no answer), `error` why the attempt failed in jetdbt's own
+    words (shared/hook_reasons.py: never the answer's bytes). `state` is `delivered`,
     `retrying` (another attempt follows after a delay) or `dead` (the last attempt failed:
     the delivery gave up, a dead letter of the hook)."""
 
