@@ -36,7 +36,7 @@ class RunnerContext:
             )
         self.containment = self.containment or Containment(self.settings)
         # Everything this runner publishes or logs passes the one masking function.
-        self.bus.mask = self.masker.mask_bytes
+        self.bus.mask, self.bus.mask_line = self.masker.mask_bytes, self.masker.mask_line
         jlog.add_mask(self.masker.mask)
 
     def resolver(self) -> Resolver:

@@ -106,3 +106,35 @@ def test_bytes_that_are_not_text_are_masked_only_as_written():
     spaced = b"\xff\x00" + "\x01".join(SECRET).encode() + b"\xfe"
     assert masker.mask_bytes(spaced) == spaced
     assert SECRET.encode() not in masker.mask_bytes(b"\xff" + SECRET.encode())
+
+
+def test_a_log_line_is_masked_in_values_that_are_not_strings():
+    """The runner's own log: a secret inside a list or a mapping it logs is masked too."""
+    import io
+
+    from shared import logging as jlog
+
+    masker, out = Masker(), io.StringIO()
+    masker.add(SECRET)
+    jlog.add_mask(masker.mask)
+    jlog.configure("info", stream=out)
+    try:
+        jlog.get("t").info("seen", plain=SECRET, nested={"args": ["-".join(SECRET)]})
+    finally:
+        jlog.configure("warning")
+        jlog._masks.remove(masker.mask)
+    line = json.loads(out.getvalue())
+    assert line["plain"] == MASK and line["nested"] == {"args": [MASK]}, line
+
+
+def test_a_spelling_wrapped_onto_the_next_log_line_is_masked_there():
+    """Postgres wraps base64 at 76 characters, and dbt prints each line apart: the line
+    that ends the spelling is masked from its start, so the two joined do not give it back."""
+    masker = Masker()
+    masker.add(SECRET)
+    wrapped = base64.encodebytes(f"a longer value, so that its base64 wraps: {SECRET}".encode())
+    first, second = wrapped.decode().split()
+    assert masker.mask(first) == first and masker.mask(second) == second  # apart: pieces
+    masked = masker.mask_line(second, first)
+    assert masked.startswith(MASK) and second[:8] not in masked, masked
+    assert masker.mask_line("no secret here", first) == "no secret here"

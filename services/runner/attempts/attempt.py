@@ -121,6 +121,7 @@ class Attempt:
         self._deadline = float("inf")
         self._fenced = asyncio.Event()  # set when the environment lease could not be kept
         self._log_subject = subjects.run_log(run_id)
+        self._last_line = ""  # as dbt wrote it: a spelling may begin there and end in the next
         self.preview: list[dict] = []  # the rows a show's dbt printed
 
     def mode(self) -> str:
@@ -337,8 +338,10 @@ class Attempt:
             return Ending(-1, broke)
 
     async def log(self, line: str) -> None:
-        """A line in the run's human-readable log (masked: a secret may be in any line)."""
-        await self.ctx.bus.publish_line(self._log_subject, line)
+        """A line in the run's human-readable log (masked: a secret may be in any line, or
+        begin in the line before it)."""
+        previous, self._last_line = self._last_line, line
+        await self.ctx.bus.publish_line(self._log_subject, line, previous)
 
     async def invoke(self, inv: DbtInvocation, round_: int = 0) -> int:
         """Run one of this attempt's invocations, its nodes published as node retry round

@@ -119,18 +119,44 @@ class Masker:
         return spaced is not None and spaced[1].fullmatch(spelling) is not None
 
     def mask(self, text: str) -> str:
-        return self._mask(text, spaced=True)
+        return self._mask(text, self._worth_trying(text), self._unspaced)
 
-    def _mask(self, text: str, *, spaced: bool) -> str:
+    def mask_line(self, line: str, previous: str) -> str:
+        """`line` masked, and its start too when it ends a spelling that `previous` (the
+        line before it in the same log, published already) began: a spelling wrapped onto
+        a second line (base64 at 76 characters, a message broken in two) is not read back
+        by joining the two."""
+        if not previous:
+            return self.mask(line)
+        joined, cut = f"{previous}\n{line}", len(previous) + 1
+        worth = self._worth_trying(joined)  # what `line` alone has is among these
+        end = max(
+            (
+                m.end()
+                for found in worth
+                for m in found.finditer(joined)
+                if m.start() < cut < m.end()
+            ),
+            default=cut,
+        )
+        return (MASK if end > cut else "") + self._mask(line[end - cut :], worth, self._unspaced)
+
+    def _worth_trying(self, text: str) -> list[re.Pattern]:
+        """The patterns of the spellings whose letters `text` has in a row."""
+        if not self._spaced:
+            return []
+        plain = _ascii_letters(text)
+        unescaped = _ascii_letters(_ESCAPES.sub("", text)) if "\\" in text else ""
+        return [
+            found for tail, found in self._spaced.values() if tail in plain or tail in unescaped
+        ]
+
+    def _mask(self, text: str, worth: list[re.Pattern], exact: list[str]) -> str:
         if "://" in text:
             text = _USERINFO.sub(r"\1***@", text)
-        if spaced and self._spaced:
-            plain = _ascii_letters(text)
-            unescaped = _ascii_letters(_ESCAPES.sub("", text)) if "\\" in text else ""
-            for tail, found in self._spaced.values():
-                if tail in plain or tail in unescaped:
-                    text = found.sub(_hidden, text)
-        for spelling in self._unspaced if spaced else self._exact:
+        for found in worth:
+            text = found.sub(_hidden, text)
+        for spelling in exact:
             if spelling in text:
                 text = text.replace(spelling, MASK)
         return text
@@ -139,8 +165,9 @@ class Masker:
         if not self._exact and b"://" not in data:
             return data
         try:
-            text, spaced = data.decode(), True
+            text = data.decode()
+            masked = self.mask(text)
         except UnicodeDecodeError:
-            text, spaced = data.decode("utf-8", errors="surrogateescape"), False
-        masked = self._mask(text, spaced=spaced)
+            text = data.decode("utf-8", errors="surrogateescape")
+            masked = self._mask(text, [], self._exact)
         return data if masked == text else masked.encode("utf-8", errors="surrogateescape")
