@@ -53,6 +53,13 @@ def test_short_values_are_not_worth_masking():
     assert masker.mask("abc abc") == "abc abc"
 
 
+def test_a_short_value_is_masked_only_as_written():
+    """A port resolved from a reference: spaced, its digits would be in every timestamp."""
+    masker = Masker()
+    masker.add("5432")
+    assert masker.mask("05:43:21 connect localhost:5432") == "05:43:21 connect localhost:****"
+
+
 def test_a_url_never_carries_its_user_info_even_one_never_resolved():
     """An index or mirror URL an operator set with credentials, echoed by uv or dbt into a
     refusal: its user info is masked, the rest of the URL stays readable."""

@@ -18,11 +18,14 @@ import json
 import re
 import urllib.parse
 
-__all__ = ["MASK", "MAX_GAP", "MIN_SECRET", "Masker"]
+__all__ = ["MASK", "MAX_GAP", "MIN_SECRET", "MIN_SPACED", "Masker"]
 
 MASK = "****"
-# Fewer letters and digits (a port, "true") are not worth masking and would garble lines.
+# Shorter values (a port, "true") are not worth masking and would garble lines.
 MIN_SECRET = 4
+# A spelling with fewer letters and digits is masked only as written: spaced, its digits
+# would be found in every timestamp (a port's 5432 in 05:43:21).
+MIN_SPACED = 6
 # The most characters between two letters of a spelling (`' ||\n    '` is 10).
 MAX_GAP = 24
 # A URL's user info (`https://user:token@index/`): credentials whoever wrote them, known to
@@ -35,6 +38,7 @@ _NOT_LETTERS = re.compile(r"[\W_]")
 # JSON's escapes, read from the left as a JSON reader does (`\\\\n` is a backslash and n).
 _ESCAPES = re.compile(r"\\(?:u[0-9A-Fa-f]{4}|[\\\"/bfnrt])")
 _KEPT = re.compile(rf"(?P<letters>[^\W_]+)|(?:{_ESCAPES.pattern}|[\W_])+")
+_URL_SAFE = str.maketrans("+/", "-_")
 _NOT_ASCII_LETTERS = bytes(b for b in range(256) if not (b < 128 and chr(b).isalnum()))
 
 
@@ -85,10 +89,10 @@ class Masker:
     """Every secret this runner resolved, in every spelling (see the module). One instance
     per runner, applied where anything leaves it (events, log lines, blobs, logs).
 
-    A spelling with fewer than MIN_SECRET letters and digits (a secret of punctuation) is
-    masked only as written, as is the JSON escape of a secret that is not ASCII; so is every
-    spelling in bytes that are not UTF-8 text (a package archive), where letters spaced by
-    other bytes would be found by chance."""
+    A spelling with fewer than MIN_SPACED letters and digits is masked only as written (and
+    upper-cased), as is the JSON escape of a secret that is not ASCII; so is every spelling
+    in bytes that are not UTF-8 text (a package archive), where letters spaced by other
+    bytes would be found by chance."""
 
     def __init__(self):
         self._known: set[str] = set()
@@ -104,13 +108,15 @@ class Masker:
         if len(secret) < MIN_SECRET or secret in self._known:
             return
         self._known.add(secret)
-        for spelling in _spellings(secret):
-            letters = _NOT_LETTERS.sub("", spelling).lower()
-            if len(letters) >= MIN_SECRET and letters not in self._spaced:
-                self._spaced[letters] = (_ascii_letters(letters[1:]), _pattern(letters))
-        self._spaced = dict(sorted(self._spaced.items(), key=lambda s: -len(s[0])))
         exact = {secret, secret[::-1], secret.upper(), secret.lower()}
         exact |= {json.dumps(v)[1:-1] for v in exact}
+        for spelling in _spellings(secret):
+            letters = _NOT_LETTERS.sub("", spelling).lower()
+            if len(letters) >= MIN_SPACED and letters not in self._spaced:
+                self._spaced[letters] = (_ascii_letters(letters[1:]), _pattern(letters))
+            elif len(letters) < MIN_SPACED and len(spelling) >= MIN_SECRET:
+                exact |= {spelling, spelling.upper(), spelling.translate(_URL_SAFE)}
+        self._spaced = dict(sorted(self._spaced.items(), key=lambda s: -len(s[0])))
         self._exact = sorted({*self._exact, *exact}, key=len, reverse=True)
         self._unspaced = [s for s in self._exact if not self._finds(s)]
 
