@@ -32,7 +32,8 @@ SEPARATORS = st.characters(
     blacklist_categories=("Lu", "Ll", "Lt", "Lm", "Lo", "Nd", "Nl", "No", "Cs"),
     blacklist_characters="*",
 )
-JOINTS = st.text(" \t\n'\"`+|,()", min_size=1, max_size=MAX_GAP // 2)
+# Two joints around a secret's own punctuation stay within MAX_GAP of each other's letters.
+JOINTS = st.text(" \t\n'\"`+|,()", min_size=1, max_size=(MAX_GAP - 1) // 2)
 
 
 @st.composite

@@ -145,3 +145,13 @@ def test_a_spelling_wrapped_onto_the_next_log_line_is_masked_there():
     masked = masker.mask_line(second, first)
     assert masked.startswith(MASK) and second[:8] not in masked, masked
     assert masker.mask_line("no secret here", first) == "no secret here"
+
+
+def test_an_event_is_masked_string_by_string_keeping_its_shape():
+    """Letters of a secret in a value's end and the next key are no spelling: found across
+    the JSON, the key would be masked and the event lose a field (found by the property)."""
+    masker = Masker()
+    masker.add("abc123xyz")
+    said = {"message": "ends abc123", "xyz": 1, "other": "a-b-c-1-2-3-x-y-z"}
+    out = json.loads(masker.mask_bytes(json.dumps(said).encode()))
+    assert out == {"message": "ends abc123", "xyz": 1, "other": MASK}, out

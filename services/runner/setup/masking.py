@@ -18,6 +18,8 @@ import json
 import re
 import urllib.parse
 
+import msgspec
+
 __all__ = ["MASK", "MAX_GAP", "MIN_SECRET", "MIN_SPACED", "Masker"]
 
 MASK = "****"
@@ -32,10 +34,11 @@ MAX_GAP = 24
 # this runner or not (an operator's index or mirror URL in a resolver's message).
 _USERINFO = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://)[^/\s@\"'\\]+@")
 # One character between two letters: anything but a letter or digit, or a JSON escape
-# whose letters are not the secret's (a backslash alone is a gap too: in plain text).
-_GAP = r"(?:\\u[0-9A-Fa-f]{4}|\\[bfnrt]|[\W_])"
+# (`\"`, `\n`, `\u0022`: one character too, so a gap counts alike in a JSON document and
+# in the string it holds; a backslash alone is a gap as well, in plain text).
+_GAP = r'(?:\\[\\"/bfnrt]|\\u[0-9A-Fa-f]{4}|(?!\\[\\"/])[\W_])'
 _NOT_LETTERS = re.compile(r"[\W_]")
-# JSON's escapes, read from the left as a JSON reader does (`\\\\n` is a backslash and n).
+# JSON's escapes, read from the left as a JSON reader does (`\\n` is a backslash, an n).
 _ESCAPES = re.compile(r"\\(?:u[0-9A-Fa-f]{4}|[\\\"/bfnrt])")
 _KEPT = re.compile(rf"(?P<letters>[^\W_]+)|(?:{_ESCAPES.pattern}|[\W_])+")
 _URL_SAFE = str.maketrans("+/", "-_")
@@ -168,12 +171,30 @@ class Masker:
         return text
 
     def mask_bytes(self, data: bytes) -> bytes:
+        """`data` masked: a JSON document string by string (a spelling found across two of
+        them, or reaching a key, would change the document's shape), other text as text,
+        and bytes that are not text only where a spelling stands as written."""
         if not self._exact and b"://" not in data:
             return data
         try:
             text = data.decode()
-            masked = self.mask(text)
         except UnicodeDecodeError:
             text = data.decode("utf-8", errors="surrogateescape")
             masked = self._mask(text, [], self._exact)
-        return data if masked == text else masked.encode("utf-8", errors="surrogateescape")
+            return data if masked == text else masked.encode("utf-8", errors="surrogateescape")
+        masked = self.mask(text)
+        if masked == text:
+            return data
+        try:
+            return msgspec.json.encode(self._in_strings(msgspec.json.decode(data)))
+        except msgspec.DecodeError:
+            return masked.encode()
+
+    def _in_strings(self, value):
+        if isinstance(value, str):
+            return self.mask(value)
+        if isinstance(value, list):
+            return [self._in_strings(v) for v in value]
+        if isinstance(value, dict):
+            return {self.mask(k): self._in_strings(v) for k, v in value.items()}
+        return value
