@@ -89,6 +89,3 @@ class Resolver:
         resolved = str(source[name])
         self.masker.add(resolved)
         return resolved
-
-    def mask(self, text: str) -> str:
-        return self.masker.mask(text)
