@@ -18,7 +18,15 @@ from services.stack.composition import Stack
 from shared import events as ev
 from shared import logging as jlog
 from shared.commands import BuildCommand, RunCommand
-from tests.support.helpers import collect_everything, deploy_and_wait, duckdb_tables, pg_parts
+from tests.support.helpers import (
+    collect_everything,
+    deploy_and_wait,
+    duckdb_tables,
+    jetdbt,
+    pg_parts,
+    wait_for,
+)
+from tests.support.hook_receiver import Receiver
 
 CANARY = "canary-" + uuid.uuid4().hex
 # Models whose Postgres error quotes the secret in every spelling the masker knows: as is,
@@ -157,9 +165,12 @@ async def test_own_profiles_yml_with_password_from_descriptor_env(
 ):
     """The canary reaches dbt only through a reference the operator allows, and the models
     that quote it (in every spelling of LEAKS) in their Postgres errors fail with the
-    secret masked in every event, log line, blob, projection row and runner log."""
+    secret masked in every event, log line, blob, projection row, runner log and the
+    webhook's body."""
     monkeypatch.setenv("JETDBT_TEST_SECRET", CANARY)
-    settings = msgspec.structs.replace(settings, env_references=("JETDBT_TEST_*",))
+    settings = msgspec.structs.replace(
+        settings, env_references=("JETDBT_TEST_*",), webhook_hosts=("127.0.0.1",)
+    )
     for name, spelled in LEAKS.items():
         (project_copy / "models" / f"{name}.sql").write_text(
             f"{{{{ config(materialized='table') }}}}\nselect cast({spelled} as integer) as leaked"
@@ -189,8 +200,13 @@ async def test_own_profiles_yml_with_password_from_descriptor_env(
         "env:\n  SHOP_PG_PASSWORD: $env:JETDBT_TEST_SECRET\n"
     )
 
+    receiver = Receiver(200)
+
     async def body(st):
         await deploy_and_wait(st.bus, project_copy, "jaffle_shop")
+        added = await jetdbt(st, "hook", "add", "pager", "--project", "jaffle_shop",
+                             "--url", await receiver.start(), "--on", "failure")  # fmt: skip
+        assert added.returncode == 0, added.stderr
         build = BuildCommand(exclude=list(LEAKS))
         final = await client.run(st.bus, "jaffle_shop", RunCommand(command=build))
         assert final.result.status == "passed", final.result.error
@@ -199,8 +215,12 @@ async def test_own_profiles_yml_with_password_from_descriptor_env(
         failed = await client.run(st.bus, "jaffle_shop", RunCommand(command=leaky))
         messages = {n.name: n.message or "" for n in failed.result.nodes}
         assert set(messages) == set(LEAKS) and all("****" in m for m in messages.values()), messages
+        # The webhook's body is made of the masked result: each failed node's message.
+        [(_, sent)] = await wait_for(lambda: _got(receiver), timeout=30)
+        told = msgspec.json.decode(sent)["run"]["failed_nodes"]
+        assert len(told) == len(LEAKS) and all("****" in n["message"] for n in told), told
         await asyncio.sleep(0.5)
-        return await collect_everything(st)
+        return [*await collect_everything(st), sent]
 
     try:
         found = await _with_stack(
@@ -212,7 +232,12 @@ async def test_own_profiles_yml_with_password_from_descriptor_env(
         assert {"orders", "customers"} <= await _pg_tables(pg_url, schema)
     finally:
         await _drop_schema(pg_url, schema)
+        await receiver.runner.cleanup()
     _assert_no_canary(found, captured_logs.getvalue())
+
+
+async def _got(receiver: Receiver) -> list:
+    return receiver.got
 
 
 async def test_unknown_warehouse_and_unconfigured_engine_are_refused(stack, project_copy):

@@ -17,7 +17,6 @@ import urllib.parse
 import aiohttp
 import msgspec
 import pytest
-from aiohttp import web
 
 from projections.replay import replay
 from services.cli import client
@@ -33,33 +32,12 @@ from tests.support.helpers import (
     jetdbt,
     wait_for,
 )
+from tests.support.hook_receiver import Receiver
 
 pytestmark = pytest.mark.dbt
 
 PROJECT = "jaffle_shop"
 BROKEN = "select * from a_table_nobody_made"
-
-
-class Receiver:
-    """A real HTTP server answering each POST with the next status of `statuses` (the last
-    one from then on), keeping what it was sent."""
-
-    def __init__(self, *statuses: int):
-        self.statuses, self.got = list(statuses), []
-
-    async def start(self) -> str:
-        app = web.Application()
-        app.router.add_post("/hook", self._post)
-        self.runner = web.AppRunner(app)
-        await self.runner.setup()
-        site = web.TCPSite(self.runner, "127.0.0.1", 0)
-        await site.start()
-        return f"http://127.0.0.1:{self.runner.addresses[0][1]}/hook"
-
-    async def _post(self, request: web.Request) -> web.Response:
-        self.got.append((dict(request.headers), await request.read()))
-        status = self.statuses.pop(0) if len(self.statuses) > 1 else self.statuses[0]
-        return web.Response(status=status)
 
 
 def _closed_port() -> int:
