@@ -24,7 +24,7 @@ from services.runner.process.dbt_env import dbt_env, package_hub
 from services.runner.process.dbt_process import DbtInvocation
 from services.runner.provision import engine, environments
 from services.runner.provision.packages import PackageCache, PackagesRefused, declared
-from services.runner.setup import workspace
+from services.runner.setup import run_credentials, workspace
 from services.runner.setup.plan import Plan, PlanRefused, make_plan
 from services.runner.setup.secrets import Resolver, UnresolvedReference
 from services.runner.setup.warehouses import UnknownWarehouse, pick
@@ -89,6 +89,7 @@ class Prepared:
     packages: PackageCache
     sandbox: JobSandbox | None = None
     environment: environments.EngineEnvironment | None = None  # None: jetdbt's own
+    login: run_credentials.Login | None = None  # the run's own, on a per_run warehouse
 
     def cleanup(self) -> None:
         """Keep what dbt parsed for the next job of the same kind, then remove this job."""
@@ -107,7 +108,7 @@ class Prepared:
         which needs none and has the machine's network, runs before it exists."""
         profile = self.job.profiles / "profiles.yml"
         if not profile.exists():
-            profile.write_text(self.plan.profiles_text)
+            profile.write_text(self._profile_text())
         return DbtInvocation(
             command,
             args,
@@ -119,6 +120,17 @@ class Prepared:
             environment=self.environment,
             **kw,
         )
+
+    def _profile_text(self) -> str:
+        if self.login is None:
+            return self.plan.profiles_text
+        return run_credentials.into_profile(self.plan, self.login)
+
+    def use_login(self, login: run_credentials.Login) -> None:
+        """The run's own credential in the profile every later invocation reads."""
+        self.login = login
+        self.job.profiles.mkdir(parents=True, exist_ok=True)
+        (self.job.profiles / "profiles.yml").write_text(self._profile_text())
 
     def deps(self) -> DbtInvocation:
         """`dbt deps` in this job: the network it fetches packages over, git locked down."""

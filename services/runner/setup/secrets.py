@@ -76,16 +76,22 @@ class Masker:
 
     def __init__(self):
         self._spellings: list[str] = []
-        self._known: set[str] = set()
+        self._known: dict[str, set[str]] = {}  # each secret: its spellings
 
     def add(self, secret: str) -> None:
         if len(secret) < MIN_SECRET or secret in self._known:
             return
-        self._known.add(secret)
         variants = {secret, secret[::-1], secret.upper(), secret.lower()}
         variants |= {json.dumps(v)[1:-1] for v in variants}
-        variants |= _encoded(secret)
-        self._spellings = sorted(set(self._spellings) | variants, key=len, reverse=True)
+        self._known[secret] = variants | _encoded(secret)
+        self._spellings = sorted(set(self._spellings) | self._known[secret], key=len, reverse=True)
+
+    def forget(self, secret: str) -> None:
+        """Stop looking for a secret that is dead (a run's own credential, once dropped),
+        so a long-lived runner's list does not grow with every run."""
+        if self._known.pop(secret, None) is not None:
+            kept = set().union(*self._known.values())
+            self._spellings = sorted(kept, key=len, reverse=True)
 
     def mask(self, text: str) -> str:
         if "://" in text:

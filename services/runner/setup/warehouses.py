@@ -15,7 +15,7 @@ from typing import Any, Literal
 import msgspec
 import yaml
 
-from services.runner.setup import connections
+from services.runner.setup import connections, run_credentials
 from services.runner.setup.secrets import Resolver
 
 __all__ = [
@@ -51,6 +51,9 @@ class Warehouse(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     sslmode: str | None = None
     output: dict[str, Any] | None = None
     connection: dict[str, Any] | None = None
+    # per_run: each run logs in as a role of its own, made and dropped by the runner
+    # (services/runner/setup/run_credentials.py); configured: the login above, as is.
+    credentials: Literal["configured", "per_run"] = "configured"
 
     def adapter(self) -> str:
         if self.type == "dbt_profile":
@@ -74,6 +77,7 @@ class UnknownWarehouse(LookupError):
 
 
 def _check(wh: Warehouse) -> Warehouse:
+    run_credentials.check(wh)
     if wh.type == "duckdb" and not wh.path:
         raise ValueError(f"warehouse {wh.name!r}: a duckdb warehouse needs 'path'")
     if wh.type in connections.CONNECTION_TYPES:
@@ -133,6 +137,8 @@ def render_output(
     elif wh.type in connections.CONNECTION_TYPES:
         place = where if wh.connection is None else f"{where}.connection"
         out = connections.render(wh.type, wh.connection_keys(), resolver, place)
+        if wh.credentials == run_credentials.PER_RUN:
+            out = run_credentials.login_left_out(out)
     else:
         out = resolver.resolve(dict(wh.output or {}), f"{where}.output")
     out["threads"] = threads or out.get("threads") or wh.threads

@@ -1,0 +1,310 @@
+"""A warehouse credential of each run's own (`credentials: per_run`), dropped with the run.
+
+The operator's long-lived credential never leaves the runner: with it, before dbt starts,
+the runner makes a LOGIN role for the run alone, with a random password, valid until the
+run's deadline and a member of its environment's writer role (a command that builds) or
+reader role (one that only reads). dbt's profile holds only that role, and sets the group
+role on every connection (dbt-postgres's `role`), so what a build creates is owned by the
+writer role and the next run's role can replace it. The role is dropped when the run ends;
+one a dead runner left is dropped by the next attempt of its run, or by the sweep of
+expired run roles when a runner starts. Postgres only: other warehouses keep the
+operator's credential (docs/security.md).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+import asyncpg
+import msgspec
+import yaml
+
+from services.runner.setup import connections
+from services.runner.setup.secrets import Resolver
+from shared.commands import DbtCommand
+from shared.environments import Environment
+
+if TYPE_CHECKING:
+    from services.runner.setup.plan import Plan
+    from services.runner.setup.warehouses import Warehouse
+
+__all__ = [
+    "CredentialRefused",
+    "ISSUE_FAILURES",
+    "Login",
+    "PER_RUN",
+    "check",
+    "drop",
+    "group_roles",
+    "into_profile",
+    "issue",
+    "login_left_out",
+    "places",
+    "run_role",
+    "sweep",
+    "sweep_all",
+    "writes",
+]
+
+PER_RUN = "per_run"
+ISSUING = ("postgres",)  # the warehouse types that can issue a run its own role
+RUN_PREFIX = "jetdbt_run_"
+WRITER_PREFIX = "jetdbt_w_"
+READER_PREFIX = "jetdbt_r_"
+# The commands whose runs build (and so write) in their environment; every other one
+# (test, show, docs generate, source freshness) only reads. A macro exists to change the
+# warehouse (grants, clean-ups), so run-operation writes too.
+WRITING = frozenset({"build", "run", "seed", "snapshot", "run_operation"})
+CONNECT_TIMEOUT = 10.0  # seconds to reach the warehouse before the run fails saying so
+# Every change to the roles of one warehouse, one at a time: concurrent GRANTs on one
+# object fail in Postgres ("tuple concurrently updated").
+_LOCK = "SELECT pg_advisory_xact_lock(hashtext('jetdbt run credentials'))"
+
+
+class CredentialRefused(ValueError):
+    """The run cannot have a credential of its own; the message says why."""
+
+
+# What making or dropping a role can fail with: a refusal, the warehouse's own error, or
+# the warehouse out of reach.
+ISSUE_FAILURES = (CredentialRefused, asyncpg.PostgresError, asyncpg.InterfaceError, OSError)
+
+
+class Login(msgspec.Struct, frozen=True, kw_only=True):
+    """A run's own credential: the login role, its password, the group role it acts as."""
+
+    user: str
+    password: str
+    role: str
+
+
+def check(wh: Warehouse) -> None:
+    """Raise ValueError when `wh` asks for per-run credentials its type cannot issue."""
+    if wh.credentials == PER_RUN and wh.type not in ISSUING:
+        raise ValueError(
+            f"warehouse {wh.name!r}: credentials: per_run needs a warehouse that can issue"
+            f" a role per run ({', '.join(ISSUING)}); a {wh.type} warehouse keeps the"
+            " configured credential (remove the key)"
+        )
+
+
+def writes(cmd: DbtCommand) -> bool:
+    return cmd.label in WRITING
+
+
+def login_left_out(output: dict[str, Any]) -> dict[str, Any]:
+    """A profile output without the operator's login: the run's own is put in when issued,
+    and a deploy's parse connects to nothing."""
+    return {**output, "user": "", "password": ""}
+
+
+def into_profile(plan: Plan, login: Login) -> str:
+    """The plan's profiles.yml text with the run's own login in its target's output."""
+    doc = yaml.safe_load(plan.profiles_text)
+    output = doc[plan.profile]["outputs"][plan.target]
+    output.pop("pass", None)
+    output.update(user=login.user, password=login.password, role=login.role)
+    return yaml.safe_dump(doc, sort_keys=False)
+
+
+def _name(prefix: str, *parts: str, readable: str = "") -> str:
+    digest = hashlib.sha256("\0".join(parts).encode()).hexdigest()
+    slug = re.sub(r"[^a-z0-9_]", "", readable.lower())[:24]
+    return f"{prefix}{slug}_{digest[:8]}" if slug else f"{prefix}{digest[:16]}"
+
+
+def group_roles(environment: Environment) -> tuple[str, str]:
+    """The writer and reader roles of an environment (its database and schema)."""
+    parts = (environment.database, environment.schema)
+    readable = environment.schema
+    return _name(WRITER_PREFIX, *parts, readable=readable), _name(
+        READER_PREFIX, *parts, readable=readable
+    )
+
+
+def _run_prefix(project: str, run_id: str) -> str:
+    return _name(RUN_PREFIX, project, run_id) + "_"
+
+
+def run_role(project: str, run_id: str, attempt: int) -> str:
+    """The login role of a run's attempt; the run's part names every attempt of it."""
+    return f"{_run_prefix(project, run_id)}{attempt}"
+
+
+def _ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _literal(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+async def _connect(wh: Warehouse, resolver: Resolver) -> asyncpg.Connection:
+    """The operator's own connection to the warehouse: only ever in the runner."""
+    keys = connections.render(wh.type, wh.connection_keys(), resolver, f"warehouse {wh.name!r}")
+    ssl = keys.get("sslmode")
+    return await asyncpg.connect(
+        host=keys.get("host"),
+        port=keys.get("port"),
+        user=keys.get("user"),
+        password=keys.get("password") or keys.get("pass") or None,
+        database=keys.get("dbname"),
+        timeout=CONNECT_TIMEOUT,
+        **({"ssl": ssl} if ssl else {}),
+    )
+
+
+async def _ensure(conn: asyncpg.Connection, environment: Environment) -> tuple[str, str]:
+    """The environment's writer and reader roles, made when missing, with what a dbt build
+    needs: the writer creates schemas in the database and owns the environment's schema
+    and what it builds; the reader reads all the writer makes (default privileges)."""
+    writer, reader = group_roles(environment)
+    have = {r["rolname"] for r in await conn.fetch(
+        "SELECT rolname FROM pg_roles WHERE rolname = ANY($1::text[])", [writer, reader]
+    )}  # fmt: skip
+    for role in (writer, reader):
+        if role not in have:
+            await conn.execute(f"CREATE ROLE {_ident(role)} NOLOGIN")
+    w, r = _ident(writer), _ident(reader)
+    db, schema = _ident(environment.database), _ident(environment.schema)
+    await conn.execute(
+        f"GRANT {r} TO {w};"
+        f"GRANT CONNECT, CREATE, TEMPORARY ON DATABASE {db} TO {w};"
+        f"GRANT CONNECT ON DATABASE {db} TO {r};"
+        f"CREATE SCHEMA IF NOT EXISTS {schema} AUTHORIZATION {w};"
+        f"GRANT USAGE, CREATE ON SCHEMA {schema} TO {w};"
+        f"GRANT USAGE ON SCHEMA {schema} TO {r};"
+        f"ALTER DEFAULT PRIVILEGES FOR ROLE {w} GRANT SELECT ON TABLES TO {r};"
+        f"ALTER DEFAULT PRIVILEGES FOR ROLE {w} GRANT USAGE ON SCHEMAS TO {r};"
+    )
+    if len(have) < 2:  # new roles: what the schema already holds is readable too
+        await conn.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA {schema} TO {r}")
+    return writer, reader
+
+
+async def _drop_roles(conn: asyncpg.Connection, names: Iterable[str]) -> None:
+    """Drop login roles: their sessions ended, anything they own given to the writer role
+    they belonged to (dbt sets that role; project code might not), then dropped."""
+    for name in names:
+        groups = await conn.fetch(
+            "SELECT g.rolname FROM pg_auth_members m JOIN pg_roles g ON g.oid = m.roleid"
+            " JOIN pg_roles r ON r.oid = m.member WHERE r.rolname = $1",
+            name,
+        )
+        await conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1", name
+        )
+        heir = next((g["rolname"] for g in groups if g["rolname"].startswith(WRITER_PREFIX)), None)
+        role = _ident(name)
+        reassign = f"REASSIGN OWNED BY {role} TO {_ident(heir)};" if heir else ""
+        await conn.execute(f"{reassign}DROP OWNED BY {role}; DROP ROLE {role}")
+
+
+def places(plan: Plan) -> list[Environment]:
+    """Where a run's login acts: the environment it runs in, then, for a run in a scratch
+    schema, its profile's own environment, which a deferral reads. Raises
+    CredentialRefused when the run's environment is known only once dbt runs."""
+    if plan.environment is None:
+        raise CredentialRefused(
+            f"warehouse {plan.warehouse!r} gives each run a role of its own (credentials:"
+            f" per_run), which needs the run's schema known before dbt runs: {plan.unlocated}"
+        )
+    home = plan.home if plan.scratch_schema and plan.home != plan.environment else None
+    return [plan.environment, *([home] if home else [])]
+
+
+async def issue(
+    wh: Warehouse,
+    resolver: Resolver,
+    places: list[Environment],
+    *,
+    project: str,
+    run_id: str,
+    attempt: int,
+    writes: bool,
+    seconds: float,
+) -> Login:
+    """Make the login role of attempt `attempt` of a run, valid for `seconds`.
+
+    Args:
+        wh: the warehouse (`credentials: per_run`), whose configured login makes the role.
+        places: the environment the run acts in, then those it only reads (`places`).
+        writes: a member of the first place's writer role (True) or of its reader role.
+        seconds: the run's time left; the role cannot log in after it.
+
+    Earlier attempts' roles of the same run are dropped first: their runner is gone.
+    Raises asyncpg's errors or OSError when the warehouse refuses or cannot be reached.
+    """
+    user, password = run_role(project, run_id, attempt), secrets.token_urlsafe(24)
+    conn = await _connect(wh, resolver)
+    try:
+        async with conn.transaction():
+            await conn.execute(_LOCK)
+            made = [await _ensure(conn, place) for place in places]
+            groups = [made[0][0] if writes else made[0][1], *(r for _, r in made[1:])]
+            earlier = await conn.fetch(
+                "SELECT rolname FROM pg_roles WHERE starts_with(rolname, $1)",
+                _run_prefix(project, run_id),
+            )
+            await _drop_roles(conn, [r["rolname"] for r in earlier])
+            until = await conn.fetchval("SELECT now() + make_interval(secs => $1)", seconds)
+            await conn.execute(
+                f"CREATE ROLE {_ident(user)} LOGIN PASSWORD {_literal(password)}"
+                f" VALID UNTIL {_literal(until.isoformat())}"
+                f" IN ROLE {', '.join(_ident(g) for g in groups)}"
+            )
+    finally:
+        await conn.close()
+    resolver.masker.add(password)
+    return Login(user=user, password=password, role=groups[0])
+
+
+async def drop(wh: Warehouse, resolver: Resolver, login: Login) -> None:
+    """Drop the run's role: what its code could take dies with the run."""
+    conn = await _connect(wh, resolver)
+    try:
+        async with conn.transaction():
+            await conn.execute(_LOCK)
+            exists = await conn.fetchval("SELECT 1 FROM pg_roles WHERE rolname = $1", login.user)
+            if exists:
+                await _drop_roles(conn, [login.user])
+    finally:
+        await conn.close()
+    resolver.masker.forget(login.password)
+
+
+async def sweep(wh: Warehouse, resolver: Resolver) -> list[str]:
+    """Drop every run role of the warehouse past its validity (its run is over, however it
+    ended); returns their names."""
+    conn = await _connect(wh, resolver)
+    try:
+        async with conn.transaction():
+            await conn.execute(_LOCK)
+            expired = [r["rolname"] for r in await conn.fetch(
+                "SELECT rolname FROM pg_roles WHERE starts_with(rolname, $1)"
+                " AND rolvaliduntil < now()",
+                RUN_PREFIX,
+            )]  # fmt: skip
+            await _drop_roles(conn, expired)
+    finally:
+        await conn.close()
+    return expired
+
+
+async def sweep_all(warehouses: Iterable[Warehouse], resolver: Resolver, log) -> None:
+    """The sweep of every per_run warehouse, as a runner starts; one out of reach is said
+    and left for the next runner's start (its roles cannot log in anyway)."""
+    for wh in warehouses:
+        if wh.credentials != PER_RUN:
+            continue
+        try:
+            dropped = await sweep(wh, resolver)
+        except ISSUE_FAILURES as exc:
+            log.warning("run_roles_not_swept", warehouse=wh.name, error=str(exc)[:300])
+            continue
+        if dropped:
+            log.info("run_roles_swept", warehouse=wh.name, roles=dropped)
