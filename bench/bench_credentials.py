@@ -86,7 +86,7 @@ async def _logins(file: Path, n: int) -> tuple[list[float], list[float]]:
     for i in range(n + 1):
         started = time.perf_counter()
         login = await run_credentials.issue(
-            wh, resolver, [place], project="bench", run_id=f"r{i}", attempt=1, writes=True,
+            wh, resolver, [place], scope="bench", holder=f"bench run {i}", writes=True,
             seconds=3600,
         )  # fmt: skip
         between = time.perf_counter()

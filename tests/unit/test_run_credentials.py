@@ -89,9 +89,9 @@ def test_role_names_fit_postgres_and_keep_environments_and_attempts_apart():
         *run_credentials.group_roles(env("Analytics")),
         *run_credentials.group_roles(env("analytics", "other")),
         *run_credentials.group_roles(env('we"ird-' + "x" * 80)),
-        run_credentials.run_role("p", "r" * 200, 1),
-        run_credentials.run_role("p", "r" * 200, 2),
-        run_credentials.run_role("q", "r" * 200, 1),
+        run_credentials.run_role(env("analytics").key()),
+        run_credentials.run_role(env("analytics", "other").key()),
+        run_credentials.run_role("run " + "r" * 200),
     }
     assert len(names) == 11
     assert all(len(n) <= 63 and n.replace("_", "").isalnum() and n.islower() for n in names)

@@ -144,7 +144,10 @@ async def test_a_build_logs_in_as_a_role_of_its_own_gone_after_the_run(stack, wa
             )
 
         login = await wait_for(held_by, timeout=120)
-        assert login == run_credentials.run_role("creds", run_id, 1)
+        environment = Environment(
+            warehouse="pg", target="main", schema=SCHEMA, database=warehouse["database"]
+        )
+        assert login == run_credentials.run_role(environment.key())
         until = (await _roles(admin, login))[login]
         left = (until - await admin.fetchval("SELECT now()")).total_seconds()
         assert 0 < left <= stack.settings.run_timeout_seconds, left
@@ -152,11 +155,7 @@ async def test_a_build_logs_in_as_a_role_of_its_own_gone_after_the_run(stack, wa
         profile = yaml.safe_load((job / "profiles" / "profiles.yml").read_text())
         output = profile["creds"]["outputs"]["main"]
         assert output["user"] == login and output["password"] not in ("", CANARY)
-        writer, reader = run_credentials.group_roles(
-            Environment(
-                warehouse="pg", target="main", schema=SCHEMA, database=warehouse["database"]
-            )
-        )
+        writer, reader = run_credentials.group_roles(environment)
         assert output["role"] == writer
         await admin.execute("SELECT pg_advisory_unlock($1)", HOLD)
         final = await second
@@ -168,7 +167,7 @@ async def test_a_build_logs_in_as_a_role_of_its_own_gone_after_the_run(stack, wa
             "SELECT DISTINCT tableowner FROM pg_tables WHERE schemaname = $1", SCHEMA
         )
         assert [r["tableowner"] for r in owners] == [writer]
-        assert await _roles(admin, run_credentials.RUN_PREFIX + login[11:27]) == {}
+        assert await _roles(admin, login) == {}
     finally:
         await admin.close()
     found = await collect_everything(stack)
@@ -177,8 +176,7 @@ async def test_a_build_logs_in_as_a_role_of_its_own_gone_after_the_run(stack, wa
 
 @pytest.mark.dbt
 async def test_a_shows_role_only_reads(stack, warehouse, pg_url):
-    run_id = uuid.uuid4().hex
-    show = RunCommand(command=ShowCommand(select=["probe"]), run_id=run_id)
+    show = RunCommand(command=ShowCommand(select=["probe"]))
     final = await client.run(stack.bus, "creds", show)
     assert final.result.status == "failed"
     said = " ".join([final.result.error or "", *(n.message or "" for n in final.result.nodes)])
@@ -188,7 +186,8 @@ async def test_a_shows_role_only_reads(stack, warehouse, pg_url):
     admin = await _admin(pg_url, warehouse["database"])
     try:
         assert not await admin.fetchval("SELECT to_regclass($1)", f"{SCHEMA}.probe_wrote")
-        assert await _roles(admin, run_credentials.run_role("creds", run_id, 1)) == {}
+        left = set(await _roles(admin, run_credentials.RUN_PREFIX))
+        assert not left - {warehouse["alive"], warehouse["expired"]}, left  # the show's gone
     finally:
         await admin.close()
 
@@ -206,30 +205,34 @@ async def test_expired_run_roles_are_swept_when_a_runner_starts(stack, warehouse
         await admin.close()
 
 
-async def test_a_later_attempt_drops_the_role_an_earlier_one_left(warehouse, pg_url):
-    """A runner that died left attempt 1's role; attempt 2's login replaces it, and a
+async def test_a_later_holder_replaces_a_dead_ones_role_and_only_its_own_end_drops_it(
+    warehouse, pg_url
+):
+    """A runner that died left its run's role; the next run of the scope makes it anew,
+    and the dead attempt's end (fenced off, still finishing) leaves the new one alone. A
     reading command's role is a member of its environment's reader role alone."""
     wh = load_warehouses(warehouse["file"], Path("unused.duckdb"))["pg"]
     place = Environment(warehouse="pg", target="main", schema="reads", database=wh.dbname)
     issued = [
         await run_credentials.issue(
-            wh, Resolver(), [place], project="creds", run_id="r1", attempt=n, writes=False,
+            wh, Resolver(), [place], scope="reads", holder=f"attempt {n}", writes=False,
             seconds=60,
         )
         for n in (1, 2)
     ]  # fmt: skip
+    name = run_credentials.run_role("reads")
     admin = await _admin(pg_url, warehouse["database"])
     try:
-        run_roles = await _roles(admin, run_credentials.run_role("creds", "r1", 0)[:-1])
-        assert set(run_roles) == {issued[1].user}
         groups = await admin.fetch(
             "SELECT g.rolname FROM pg_auth_members m JOIN pg_roles g ON g.oid = m.roleid"
             " WHERE m.member = (SELECT oid FROM pg_roles WHERE rolname = $1)",
-            issued[1].user,
+            name,
         )
         writer, reader = run_credentials.group_roles(place)
         assert [g["rolname"] for g in groups] == [reader] == [issued[1].role]
+        await run_credentials.drop(wh, Resolver(), issued[0])
+        assert set(await _roles(admin, name)) == {name}
         await run_credentials.drop(wh, Resolver(), issued[1])
-        assert await _roles(admin, issued[1].user) == {}
+        assert await _roles(admin, name) == {}
     finally:
         await admin.close()

@@ -363,9 +363,8 @@ class Attempt:
                 wh,
                 self.prepared.resolver,
                 run_credentials.places(self.prepared.plan),
-                project=self.project,
-                run_id=self.run_id,
-                attempt=self.number,
+                scope=self.scope(),
+                holder=f"{self.project} run {self.run_id} attempt {self.number}",
                 writes=run_credentials.writes(self.source.cmd),
                 seconds=self._time_left(),
             )

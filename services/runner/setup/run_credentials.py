@@ -6,9 +6,14 @@ run's deadline and a member of its environment's writer role (a command that bui
 reader role (one that only reads). dbt's profile holds only that role, and sets the group
 role on every connection (dbt-postgres's `role`), so what a build creates is owned by the
 writer role and the next run's role can replace it. The role is dropped when the run ends;
-one a dead runner left is dropped by the next attempt of its run, or by the sweep of
+one a dead runner left is dropped by the next run that takes its name, or by the sweep of
 expired run roles when a runner starts. Postgres only: other warehouses keep the
 operator's credential (docs/security.md).
+
+A login is named for what its run holds alone (the environment's lease, attempt.scope):
+the next run there makes the same name anew, so dbt, whose partial parse compares the
+profile's user, need not parse the project again for every run. Its comment names the
+attempt that made it, so only that attempt's end drops it.
 """
 
 from __future__ import annotations
@@ -75,11 +80,13 @@ ISSUE_FAILURES = (CredentialRefused, asyncpg.PostgresError, asyncpg.InterfaceErr
 
 
 class Login(msgspec.Struct, frozen=True, kw_only=True):
-    """A run's own credential: the login role, its password, the group role it acts as."""
+    """A run's own credential: the login role, its password, the group role it acts as,
+    and the attempt that made it (the role's comment)."""
 
     user: str
     password: str
     role: str
+    holder: str = ""
 
 
 def check(wh: Warehouse) -> None:
@@ -126,13 +133,9 @@ def group_roles(environment: Environment) -> tuple[str, str]:
     )
 
 
-def _run_prefix(project: str, run_id: str) -> str:
-    return _name(RUN_PREFIX, project, run_id) + "_"
-
-
-def run_role(project: str, run_id: str, attempt: int) -> str:
-    """The login role of a run's attempt; the run's part names every attempt of it."""
-    return f"{_run_prefix(project, run_id)}{attempt}"
+def run_role(scope: str) -> str:
+    """The login role of the run that holds `scope` (one at a time)."""
+    return _name(RUN_PREFIX, scope)
 
 
 def _ident(name: str) -> str:
@@ -222,55 +225,58 @@ async def issue(
     resolver: Resolver,
     places: list[Environment],
     *,
-    project: str,
-    run_id: str,
-    attempt: int,
+    scope: str,
+    holder: str,
     writes: bool,
     seconds: float,
 ) -> Login:
-    """Make the login role of attempt `attempt` of a run, valid for `seconds`.
+    """Make the login role of the run that holds `scope`, valid for `seconds`.
 
     Args:
         wh: the warehouse (`credentials: per_run`), whose configured login makes the role.
         places: the environment the run acts in, then those it only reads (`places`).
+        scope: what the run holds alone (its environment's lease): names the role.
+        holder: the attempt that makes it (project, run, attempt), the role's comment.
         writes: a member of the first place's writer role (True) or of its reader role.
         seconds: the run's time left; the role cannot log in after it.
 
-    Earlier attempts' roles of the same run are dropped first: their runner is gone.
+    A role of the same name is an earlier holder's whose runner is gone: dropped first.
     Raises asyncpg's errors or OSError when the warehouse refuses or cannot be reached.
     """
-    user, password = run_role(project, run_id, attempt), secrets.token_urlsafe(24)
+    user, password = run_role(scope), secrets.token_urlsafe(24)
     conn = await _connect(wh, resolver)
     try:
         async with conn.transaction():
             await conn.execute(_LOCK)
             made = [await _ensure(conn, place) for place in places]
             groups = [made[0][0] if writes else made[0][1], *(r for _, r in made[1:])]
-            earlier = await conn.fetch(
-                "SELECT rolname FROM pg_roles WHERE starts_with(rolname, $1)",
-                _run_prefix(project, run_id),
-            )
-            await _drop_roles(conn, [r["rolname"] for r in earlier])
+            if await conn.fetchval("SELECT 1 FROM pg_roles WHERE rolname = $1", user):
+                await _drop_roles(conn, [user])
             until = await conn.fetchval("SELECT now() + make_interval(secs => $1)", seconds)
             await conn.execute(
                 f"CREATE ROLE {_ident(user)} LOGIN PASSWORD {_literal(password)}"
                 f" VALID UNTIL {_literal(until.isoformat())}"
-                f" IN ROLE {', '.join(_ident(g) for g in groups)}"
+                f" IN ROLE {', '.join(_ident(g) for g in groups)};"
+                f"COMMENT ON ROLE {_ident(user)} IS {_literal(holder)}"
             )
     finally:
         await conn.close()
     resolver.masker.add(password)
-    return Login(user=user, password=password, role=groups[0])
+    return Login(user=user, password=password, role=groups[0], holder=holder)
 
 
 async def drop(wh: Warehouse, resolver: Resolver, login: Login) -> None:
-    """Drop the run's role: what its code could take dies with the run."""
+    """Drop the run's role, unless a later holder of its scope made it anew (this attempt
+    was fenced off): what the run's code could take dies with the run."""
     conn = await _connect(wh, resolver)
     try:
         async with conn.transaction():
             await conn.execute(_LOCK)
-            exists = await conn.fetchval("SELECT 1 FROM pg_roles WHERE rolname = $1", login.user)
-            if exists:
+            made_by = await conn.fetchval(
+                "SELECT shobj_description(oid, 'pg_authid') FROM pg_roles WHERE rolname = $1",
+                login.user,
+            )
+            if made_by == login.holder:
                 await _drop_roles(conn, [login.user])
     finally:
         await conn.close()
