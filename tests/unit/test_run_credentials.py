@@ -51,14 +51,12 @@ def test_the_plans_profile_holds_no_login_until_the_run_has_its_own(tmp_path):
 
     built = plan(BuildCommand())
     assert CANARY not in built.profiles_text and "admin" not in built.profiles_text
-    login = run_credentials.Login(user="jetdbt_run_x_1", password="p4ssw0rd", role="jetdbt_w_a")
+    template = yaml.safe_load(built.profiles_text)["jaffle_shop"]["outputs"]["main"]
+    user = run_credentials.run_role(built.lease_scope)
+    assert (template["user"], template["password"]) == (user, "")
+    login = run_credentials.Login(user=user, password="p4ssw0rd", role="jetdbt_w_a")
     output = yaml.safe_load(run_credentials.into_profile(built, login))["jaffle_shop"]["outputs"]
-    assert {k: output["main"][k] for k in ("user", "password", "role", "schema")} == {
-        "user": "jetdbt_run_x_1",
-        "password": "p4ssw0rd",
-        "role": "jetdbt_w_a",
-        "schema": "analytics",
-    }
+    assert output["main"] == {**template, "password": "p4ssw0rd"}
     assert run_credentials.places(built) == [built.environment]
     scratch = plan(BuildCommand(schema="ci_pr_7", defer=True))
     assert [p.schema for p in run_credentials.places(scratch)] == ["ci_pr_7", "analytics"]

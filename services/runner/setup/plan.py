@@ -14,6 +14,7 @@ import msgspec
 import yaml
 
 from services.runner.process.dbt_env import dbt_env
+from services.runner.setup import run_credentials
 from services.runner.setup.secrets import Resolver
 from services.runner.setup.selectors import (
     STATE_METHODS,
@@ -342,6 +343,8 @@ def make_plan(
     home, home_unlocated = _environment(wh.name, target, home_output)
     unlocated = unlocated or (home_unlocated if scratch else None)
     lease_scope = _lease_scope(wh.name, target, output, environment)
+    if not desc.profile.profiles_yml and wh.credentials == run_credentials.PER_RUN:
+        text = render_profiles(profile, target, run_credentials.login_left_out(output, lease_scope))
     overridden = narrowed or bool(cmd and (cmd.vars or cmd.full_refresh or scratch))
     plan = Plan(
         engine=engine,

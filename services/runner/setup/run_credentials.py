@@ -3,12 +3,12 @@
 The operator's long-lived credential never leaves the runner: with it, before dbt starts,
 the runner makes a LOGIN role for the run alone, with a random password, valid until the
 run's deadline and a member of its environment's writer role (a command that builds) or
-reader role (one that only reads). dbt's profile holds only that role, and sets the group
-role on every connection (dbt-postgres's `role`), so what a build creates is owned by the
-writer role and the next run's role can replace it. The role is dropped when the run ends;
-one a dead runner left is dropped by the next run that takes its name, or by the sweep of
-expired run roles when a runner starts. Postgres only: other warehouses keep the
-operator's credential (docs/security.md).
+reader role (one that only reads). dbt's profile holds only that role, whose own setting
+makes every session act as the group role (`ALTER ROLE … SET role`), so what a build
+creates is owned by the writer role and the next run's role can replace it. The role is
+dropped when the run ends; one a dead runner left is dropped by the next run that takes
+its name, or by the sweep of expired run roles when a runner starts. Postgres only: other
+warehouses keep the operator's credential (docs/security.md).
 
 A login is named for what its run holds alone (the environment's lease, attempt.scope):
 the next run there makes the same name anew, so dbt, whose partial parse compares the
@@ -103,18 +103,21 @@ def writes(cmd: DbtCommand) -> bool:
     return cmd.label in WRITING
 
 
-def login_left_out(output: dict[str, Any]) -> dict[str, Any]:
-    """A profile output without the operator's login: the run's own is put in when issued,
-    and a deploy's parse connects to nothing."""
-    return {**output, "user": "", "password": ""}
+def login_left_out(output: dict[str, Any], scope: str) -> dict[str, Any]:
+    """A profile output without the operator's login: the user is the login of the run that
+    holds `scope` (its lease), its password put in when issued; a deploy's parse connects
+    to nothing. dbt's partial parse compares the user, so it is the same from run to run."""
+    out = {**output, "user": run_role(scope), "password": ""}
+    out.pop("pass", None)
+    return out
 
 
 def into_profile(plan: Plan, login: Login) -> str:
-    """The plan's profiles.yml text with the run's own login in its target's output."""
+    """The plan's profiles.yml text with the run's own login in its target's output. The
+    group role is the login's own setting, not the profile's (`role`, which dbt's partial
+    parse would compare): a build's and a test's profiles differ in the password alone."""
     doc = yaml.safe_load(plan.profiles_text)
-    output = doc[plan.profile]["outputs"][plan.target]
-    output.pop("pass", None)
-    output.update(user=login.user, password=login.password, role=login.role)
+    doc[plan.profile]["outputs"][plan.target].update(user=login.user, password=login.password)
     return yaml.safe_dump(doc, sort_keys=False)
 
 
@@ -257,6 +260,7 @@ async def issue(
                 f"CREATE ROLE {_ident(user)} LOGIN PASSWORD {_literal(password)}"
                 f" VALID UNTIL {_literal(until.isoformat())}"
                 f" IN ROLE {', '.join(_ident(g) for g in groups)};"
+                f"ALTER ROLE {_ident(user)} SET role = {_literal(groups[0])};"
                 f"COMMENT ON ROLE {_ident(user)} IS {_literal(holder)}"
             )
     finally:

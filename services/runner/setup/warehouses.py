@@ -137,8 +137,6 @@ def render_output(
     elif wh.type in connections.CONNECTION_TYPES:
         place = where if wh.connection is None else f"{where}.connection"
         out = connections.render(wh.type, wh.connection_keys(), resolver, place)
-        if wh.credentials == run_credentials.PER_RUN:
-            out = run_credentials.login_left_out(out)
     else:
         out = resolver.resolve(dict(wh.output or {}), f"{where}.output")
     out["threads"] = threads or out.get("threads") or wh.threads
