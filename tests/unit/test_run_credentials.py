@@ -34,6 +34,15 @@ def test_a_warehouse_that_cannot_issue_a_role_refuses_per_run(tmp_path, kind):
         _warehouses(tmp_path, f"w: {{type: {kind}, credentials: per_run, {body}}}")
 
 
+def test_a_per_run_warehouse_sets_no_role_of_its_own(tmp_path):
+    with pytest.raises(ValueError, match="acts as its environment's writer or reader role"):
+        _warehouses(
+            tmp_path,
+            "pg: {type: postgres, credentials: per_run,"
+            " connection: {host: db, user: a, dbname: wh, role: analyst}}",
+        )
+
+
 def test_the_plans_profile_holds_no_login_until_the_run_has_its_own(tmp_path):
     project = tmp_path / "shop"
     shutil.copytree(EXAMPLE, project)

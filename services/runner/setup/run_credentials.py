@@ -97,6 +97,11 @@ def check(wh: Warehouse) -> None:
             f" a role per run ({', '.join(ISSUING)}); a {wh.type} warehouse keeps the"
             " configured credential (remove the key)"
         )
+    if wh.credentials == PER_RUN and "role" in wh.connection_keys():
+        raise ValueError(
+            f"warehouse {wh.name!r}: with credentials: per_run each run acts as its"
+            " environment's writer or reader role; remove 'role'"
+        )
 
 
 def writes(cmd: DbtCommand) -> bool:
