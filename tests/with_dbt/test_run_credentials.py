@@ -18,7 +18,7 @@ from services.runner.setup import run_credentials, workspace
 from services.runner.setup.secrets import Resolver
 from services.runner.setup.warehouses import load_warehouses
 from shared import events as ev
-from shared.commands import BuildCommand, RunCommand, ShowCommand
+from shared.commands import BuildCommand, CancelCommand, RunCommand, ShowCommand
 from shared.environments import Environment
 from tests.support.helpers import (
     collect_everything,
@@ -125,6 +125,18 @@ async def _run(stack, command) -> ev.RunFinished:
     return final
 
 
+async def _held(admin: asyncpg.Connection) -> str:
+    """The login of the build held at the `held` model, once it waits there."""
+
+    async def held_by() -> str | None:
+        return await admin.fetchval(
+            "SELECT usename FROM pg_stat_activity WHERE query LIKE '%xact_lock_shared%'"
+            " AND wait_event_type = 'Lock'"
+        )
+
+    return await wait_for(held_by, timeout=120)
+
+
 @pytest.mark.dbt
 async def test_a_build_logs_in_as_a_role_of_its_own_gone_after_the_run(stack, warehouse, pg_url):
     admin = await _admin(pg_url, warehouse["database"])
@@ -136,14 +148,7 @@ async def test_a_build_logs_in_as_a_role_of_its_own_gone_after_the_run(stack, wa
         run_id = uuid.uuid4().hex
         command = RunCommand(command=BUILD, run_id=run_id)
         second = asyncio.create_task(client.run(stack.bus, "creds", command))
-
-        async def held_by() -> str | None:
-            return await admin.fetchval(
-                "SELECT usename FROM pg_stat_activity WHERE query LIKE '%xact_lock_shared%'"
-                " AND wait_event_type = 'Lock'"
-            )
-
-        login = await wait_for(held_by, timeout=120)
+        login = await _held(admin)
         environment = Environment(
             warehouse="pg", target="main", schema=SCHEMA, database=warehouse["database"]
         )
@@ -188,6 +193,29 @@ async def test_a_shows_role_only_reads(stack, warehouse, pg_url):
         assert not await admin.fetchval("SELECT to_regclass($1)", f"{SCHEMA}.probe_wrote")
         left = set(await _roles(admin, run_credentials.RUN_PREFIX))
         assert not left - {warehouse["alive"], warehouse["expired"]}, left  # the show's gone
+    finally:
+        await admin.close()
+
+
+@pytest.mark.dbt
+async def test_a_cancelled_runs_role_is_gone_with_its_sessions(stack, warehouse, pg_url):
+    """dbt killed mid-query leaves a session waiting on the server: it is ended with the
+    role, before the run's end is published."""
+    admin = await _admin(pg_url, warehouse["database"])
+    try:
+        await admin.execute("SELECT pg_advisory_lock($1)", HOLD)
+        run_id = uuid.uuid4().hex
+        command = RunCommand(command=BUILD, run_id=run_id)
+        build = asyncio.create_task(client.run(stack.bus, "creds", command))
+        login = await _held(admin)
+        by = client.principal()
+        cancel = CancelCommand(run_id=run_id, requested_by=by)
+        await stack.bus.publish_command("cancel", "creds", cancel, run_id, principal=by)
+        final = await build
+        assert final.result.status == "cancelled", final.result
+        assert await _roles(admin, login) == {}
+        sessions = "SELECT count(*) FROM pg_stat_activity WHERE usename = $1"
+        assert await admin.fetchval(sessions, login) == 0
     finally:
         await admin.close()
 
