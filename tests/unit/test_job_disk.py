@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from services.runner.process.containment import BoundExceeded, Containment, JobSandbox
 from services.runner.process.job_disk import DiskBound
+from shared.config import load
 
 needs_root = pytest.mark.skipif(
     os.geteuid() != 0 or not shutil.which("mkfs.ext4"), reason="needs root and mkfs.ext4"
@@ -106,21 +108,31 @@ def test_a_killed_runners_job_folders_are_swept_when_the_next_one_starts(tmp_pat
     assert _settled(lambda: not [f for f in _loop_files() if "killed-job" in f]), _loop_files()
 
 
-def test_where_the_runner_cannot_mount_the_job_folder_is_watched(tmp_path):
-    disk = DiskBound(16 * MB, tmp_path)
+def test_where_the_runner_cannot_mount_an_invocation_filling_its_job_folder_is_stopped(tmp_path):
+    containment = Containment(load({"JETDBT_HOME": str(tmp_path), "RUN_DISK": "16m"}))
+    disk = containment.disk
     disk.mode, disk.why_watched = "watch", "the runner is not root"
     root = tmp_path / "jobs" / "a-job"
     assert disk.attach(root) is None and root.is_dir()
     assert "measured while dbt runs" in disk.describe() and "not root" in disk.describe()
+    ended = []
 
-    async def fill_and_watch() -> float:
-        watching = asyncio.create_task(disk.watch(root))
-        await asyncio.sleep(0.2)
-        assert not watching.done() and not disk.full(root)
-        (root / "big").write_bytes(b"x" * 20 * MB)
+    async def invocation() -> int:
+        """Stands in for dbt: writes a megabyte every 10 ms, forever."""
+        try:
+            with open(root / "big", "wb") as fh:
+                while True:
+                    fh.write(b"x" * MB)
+                    fh.flush()
+                    await asyncio.sleep(0.01)
+        finally:
+            ended.append(time.monotonic())
+
+    async def fill() -> float:
         started = time.monotonic()
-        await asyncio.wait_for(watching, 5)
+        with pytest.raises(BoundExceeded, match="the job folder is full: RUN_DISK=16m"):
+            await JobSandbox(containment, root, None).watched(invocation())
         return time.monotonic() - started
 
-    assert asyncio.run(fill_and_watch()) < 3
+    assert asyncio.run(fill()) < 3 and ended, "the invocation was not stopped"
     assert disk.full(root)

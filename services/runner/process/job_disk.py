@@ -177,10 +177,8 @@ class DiskBound:
         return fs.f_bavail * fs.f_frsize < _FULL_BELOW or fs.f_favail == 0
 
     async def watch(self, root: Path) -> None:
-        """Return once job folder `root` holds more than RUN_DISK; never when it is a
-        filesystem of its own (that one cannot)."""
-        if self.mode == "mount":
-            await asyncio.Event().wait()
+        """Return once job folder `root` holds more than RUN_DISK (where it is not a
+        filesystem of its own, which cannot)."""
         while True:
             started = time.monotonic()
             if await asyncio.to_thread(used, root) > self.size:
