@@ -33,6 +33,7 @@ from tests.support.helpers import (
     use_token,
     wait_for,
 )
+from tests.support.processes import mounted_under
 
 pytestmark = [pytest.mark.dbt, pytest.mark.asyncio(loop_scope="module")]
 
@@ -285,11 +286,9 @@ async def test_a_disk_filler_fails_its_run_naming_run_disk_and_leaves_no_mount(s
             return session.sql('select 1 as id')
     """
     await _fails_naming(stack, root, "filler_shop", model, "RUN_DISK=64m")
-    jobs = str(stack.settings.runner_cache / "jobs")
 
     async def unmounted() -> bool:
-        with open("/proc/self/mountinfo") as fh:
-            return not [line for line in fh if line.split()[4].startswith(jobs)]
+        return not mounted_under(stack.settings.runner_cache)
 
     await wait_for(unmounted, timeout=10)
 
