@@ -222,6 +222,11 @@ DECLARED: tuple[Setting, ...] = (
             " cgroup)", _SANDBOX, _bytes, stack=True),
     Setting("RUN_CPUS", "run_cpus", float, "2", "CPUs of each dbt invocation (its own cgroup)",
             _SANDBOX, _number(0.01, "CPUs")),
+    Setting("RUN_PIDS", "run_pids", int, "1024", "processes and threads of each dbt invocation"
+            " (its own cgroup's pids.max)", _SANDBOX, _positive),
+    Setting("RUN_DISK", "run_disk", int, "4g", "what each job folder may hold: its project,"
+            " dbt's target and logs (a filesystem of its own when the runner is root)", _SANDBOX,
+            _bytes, stack=True),
     Setting("JETDBT_CGROUP", "cgroup", Path | None, None, "an operator's delegated cgroup v2"
             " folder the invocations' groups are made in", _SANDBOX, _path,
             shown="cgroup v1's controllers, or the runner's own v2 group"),

@@ -24,7 +24,7 @@ from services.runner.admission.admission import Admission, Blocked
 from services.runner.admission.lease import Lease, LeaseLost
 from services.runner.after import artifacts, kept_log, results, retention
 from services.runner.context import RunnerContext
-from services.runner.process.containment import MemoryExceeded
+from services.runner.process.containment import BoundExceeded
 from services.runner.process.dbt_process import DbtInvocation, RunTimedOut
 from services.runner.process.spawn import ForkServerLost
 from services.runner.setup import run_credentials
@@ -334,7 +334,7 @@ class Attempt:
             raise  # this attempt says nothing more: the command comes back as the next one
         except RunTimedOut:
             return Ending(-1, f"timed out after {self.ctx.settings.run_timeout_seconds}s")
-        except MemoryExceeded as exc:
+        except BoundExceeded as exc:
             return Ending(-1, str(exc))
         except Exception as exc:  # noqa: BLE001 - the run ends saying so, never hangs
             jlog.get("runner", project=self.project, run_id=self.run_id).exception("run_broke")

@@ -16,7 +16,7 @@ from nats.js.errors import ObjectNotFoundError
 from services.runner import graph
 from services.runner.admission import admission
 from services.runner.context import RunnerContext
-from services.runner.process.containment import MemoryExceeded
+from services.runner.process.containment import BoundExceeded
 from services.runner.process.dbt_env import package_hub
 from services.runner.provision import packages
 from services.runner.setup.job_setup import Prepared, Refused, prepare
@@ -85,7 +85,7 @@ async def deploy(
                 await bus.publish(final)
                 return final
             return await _parse(ctx, project, cmd, deploy_id, prepared, seq, team)
-    except MemoryExceeded as exc:
+    except BoundExceeded as exc:
         final = ev.DeployFailed(
             project=project, deploy_id=deploy_id, version=cmd.bundle_digest, reason=str(exc)
         )

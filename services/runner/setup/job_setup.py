@@ -7,6 +7,7 @@ becomes one `Refused` whose message names the cause.
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import tarfile
@@ -22,6 +23,7 @@ from services.runner.context import RunnerContext
 from services.runner.process.containment import JobSandbox, SandboxMissing
 from services.runner.process.dbt_env import dbt_env, package_hub
 from services.runner.process.dbt_process import DbtInvocation
+from services.runner.process.job_disk import DiskUnavailable
 from services.runner.provision import engine, environments
 from services.runner.provision.packages import PackageCache, PackagesRefused, declared
 from services.runner.setup import run_credentials, workspace
@@ -208,7 +210,8 @@ async def prepare(
     except SandboxMissing as exc:
         raise Refused(str(exc)) from None
     try:
-        job = await workspace.prepare(ctx.bus, ctx.settings.runner_cache, version, name)
+        disk = ctx.containment.disk if ctx.containment.enabled else None
+        job = await workspace.prepare(ctx.bus, ctx.settings.runner_cache, version, name, disk)
     except bundle.BundleRefused as exc:
         raise Refused(str(exc)) from None
     except ObjectNotFoundError:
@@ -217,6 +220,12 @@ async def prepare(
         ) from None
     except (ValueError, tarfile.TarError) as exc:  # a digest mismatch, a torn archive
         raise Refused(f"version {version} cannot be materialised: {quote(str(exc), 200)}") from None
+    except DiskUnavailable as exc:
+        raise Refused(f"the job's folder cannot be made: {exc}") from None
+    except OSError as exc:
+        if exc.errno != errno.ENOSPC:
+            raise
+        raise Refused(f"version {version} does not fit: {ctx.containment.disk_error()}") from None
     try:
         desc = descriptor.load(job.project)
         wh = pick(ctx.warehouses, desc.profile.warehouse_name())
