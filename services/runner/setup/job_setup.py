@@ -1,7 +1,7 @@
 """Everything a dbt invocation needs before it starts, shared by deploys and runs.
 
-Materialise the version, read its descriptor, pick the warehouse and engine,
-plan the invocation and write profiles.yml. Any reason the job cannot start
+Materialise the version, read its descriptor, pick the warehouse (one the project's team
+is granted) and engine, plan the invocation and write profiles.yml. Any reason the job cannot start
 becomes one `Refused` whose message names the cause.
 """
 
@@ -28,7 +28,7 @@ from services.runner.setup import workspace
 from services.runner.setup.plan import Plan, PlanRefused, make_plan
 from services.runner.setup.secrets import Resolver, UnresolvedReference
 from services.runner.setup.warehouses import UnknownWarehouse, pick
-from shared import bundle, descriptor
+from shared import bundle, descriptor, warehouse_grants
 from shared.commands import DbtCommand
 from shared.digests import digest_of
 from shared.quote import quote
@@ -45,6 +45,7 @@ _REFUSALS = (
     bundle.BundleRefused,
     descriptor.DescriptorError,
     UnknownWarehouse,
+    warehouse_grants.NotGranted,
     UnresolvedReference,
     engine.EngineUnavailable,
     environments.EnvironmentUnavailable,
@@ -187,10 +188,13 @@ async def prepare(
     version: str,
     name: str,
     *,
+    team: str,
     packages_digest: str | None = None,
     cmd: DbtCommand | None = None,
     args: dict[str, Any] | None = None,
 ) -> Prepared:
+    """The job of `version`, ready for dbt, or Refused naming why. `team` is the project's:
+    the warehouse its descriptor names must be granted to it."""
     try:
         await ctx.containment.check()
     except SandboxMissing as exc:
@@ -208,6 +212,7 @@ async def prepare(
     try:
         desc = descriptor.load(job.project)
         wh = pick(ctx.warehouses, desc.profile.warehouse_name())
+        warehouse_grants.check(wh.name, team, wh.teams)
         engine_name = desc.engine or ctx.settings.default_engine
         executable = engine.command(engine_name, ctx.settings.engines_dir)
         resolver = ctx.resolver()
