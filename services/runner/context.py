@@ -29,6 +29,7 @@ class RunnerContext:
     masker: Masker = field(default_factory=Masker)
     containment: Containment | None = None
     database_url: str = ""
+    own_database: own_database.Place | None = field(default=None, init=False)
 
     def __post_init__(self):
         self.name = (
@@ -38,11 +39,11 @@ class RunnerContext:
             self.warehouses = load_warehouses(
                 self.settings.warehouses_file, self.settings.default_duckdb
             )
-        own = self.database_url or self.settings.database_url or ""
+        url = self.database_url or self.settings.database_url
+        self.own_database = own_database.place_of_url(url) if url else None
         # A throwaway resolver: a host behind a reference is no secret to mask runner-wide.
-        own_database.check(
-            self.warehouses, own, Resolver(load_variables(self.settings.variables_file))
-        )
+        resolver = Resolver(load_variables(self.settings.variables_file))
+        own_database.check(self.warehouses, self.own_database, resolver)
         self.containment = self.containment or Containment(self.settings)
         # Everything this runner publishes or logs passes the one masking function.
         self.bus.mask = self.masker.mask_bytes

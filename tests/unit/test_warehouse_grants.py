@@ -66,7 +66,7 @@ def test_malformed_teams_are_refused_naming_the_warehouse(tmp_path, teams, said)
 def test_a_warehouse_on_jetdbts_own_database_is_refused_naming_both(tmp_path, connection):
     path = _file(tmp_path, {"pgwh": {"type": "postgres", "user": "beta", **connection}})
     with pytest.raises(OwnDatabase) as refused:
-        check(load_warehouses(path, tmp_path / "x"), OWN, Resolver({}))
+        check(load_warehouses(path, tmp_path / "x"), place_of_url(OWN), Resolver({}))
     said = str(refused.value)
     assert "warehouse 'pgwh' reaches jetdbt's own database" in said
     assert "database 'jetdbt' on localhost:5433" in said
@@ -83,7 +83,7 @@ def test_a_warehouse_on_jetdbts_own_database_is_refused_naming_both(tmp_path, co
 )
 def test_another_database_passes(tmp_path, connection):
     path = _file(tmp_path, {"pgwh": {"type": "postgres", "user": "beta", **connection}})
-    check(load_warehouses(path, tmp_path / "x"), OWN, Resolver({}))
+    check(load_warehouses(path, tmp_path / "x"), place_of_url(OWN), Resolver({}))
 
 
 def test_the_same_socket_is_the_same_database_and_a_reference_is_resolved(tmp_path, monkeypatch):
@@ -96,4 +96,4 @@ def test_the_same_socket_is_the_same_database_and_a_reference_is_resolved(tmp_pa
     output = {"type": "postgres", "host": "$env:WH_HOST", "user": "u", "dbname": "postgres"}
     path = _file(tmp_path, {"raw": {"type": "dbt_profile", "output": output}})
     with pytest.raises(OwnDatabase, match="warehouse 'raw' reaches .* on socket "):
-        check(load_warehouses(path, tmp_path / "x"), own, Resolver({}))
+        check(load_warehouses(path, tmp_path / "x"), place_of_url(own), Resolver({}))

@@ -307,3 +307,19 @@ async def test_a_warehouse_on_jetdbts_own_database_is_refused_at_start(settings,
         await _with_stack(settings, tmp_path, {"pgwh": pgwh}, lambda st: None)
     assert "warehouse 'pgwh' reaches jetdbt's own database" in str(refused.value)
     assert f"database {parts['dbname']!r} on socket {parts['host']}" in str(refused.value)
+
+
+async def test_a_projects_own_profile_on_jetdbts_own_database_is_refused(stack, project_copy):
+    """The same attack through a project's own profiles.yml, which no start check sees: its
+    deploy is refused before dbt runs, naming jetdbt's database."""
+    parts = pg_parts(stack.settings.database_url)
+    output = {"type": "postgres", **parts, "schema": "beta", "threads": 1, "password": ""}
+    profiles = {"jaffle_shop": {"target": "x", "outputs": {"x": output}}}
+    (project_copy / "profiles.yml").write_text(yaml.safe_dump(profiles))
+    (project_copy / "jetdbt.yaml").write_text(
+        "profile:\n  profiles_yml: profiles.yml\n  warehouse: main\n"
+    )
+    _, refused = await client.deploy(stack.bus, project_copy, "jaffle_shop")
+    assert isinstance(refused, ev.DeployRefused), refused
+    assert "this project's profile reaches jetdbt's own database" in refused.reason
+    assert f"database {parts['dbname']!r} on socket {parts['host']}" in refused.reason

@@ -24,7 +24,7 @@ from services.runner.process.dbt_env import dbt_env, package_hub
 from services.runner.process.dbt_process import DbtInvocation
 from services.runner.provision import engine, environments
 from services.runner.provision.packages import PackageCache, PackagesRefused, declared
-from services.runner.setup import workspace
+from services.runner.setup import own_database, workspace
 from services.runner.setup.plan import Plan, PlanRefused, make_plan
 from services.runner.setup.secrets import Resolver, UnresolvedReference
 from services.runner.setup.warehouses import UnknownWarehouse, pick
@@ -217,6 +217,7 @@ async def prepare(
         executable = engine.command(engine_name, ctx.settings.engines_dir)
         resolver = ctx.resolver()
         plan = make_plan(desc, cmd, args, wh, resolver, job.project, engine_name)
+        own_database.check_job(plan.place, ctx.own_database)
         ctx.containment.check_writable(plan)
         # An engine binary carries its adapters; the installed dbt-core needs one for it.
         environment = None

@@ -5,7 +5,8 @@ Two connections reach the same database when they name the same unix socket (its
 and port) or the same host and port, and the same database name; localhost, 127.0.0.1 and
 ::1 are one host. jetdbt's database is DATABASE_URL, or the embedded Postgres the stack
 started. A forwarder or another name of the same host is not seen: the warehouse's own
-credentials are what bound it, and the operator writes them.
+credentials are what bound it, and the operator writes them. A project's own profiles.yml
+is checked likewise before each of its jobs (`check_job`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from urllib.parse import parse_qs, urlsplit
 from services.runner.setup.secrets import Resolver, UnresolvedReference
 from services.runner.setup.warehouses import Warehouse, render_output
 
-__all__ = ["OwnDatabase", "Place", "check", "place_of_output", "place_of_url"]
+__all__ = ["OwnDatabase", "Place", "check", "check_job", "place_of_output", "place_of_url"]
 
 _LOCAL = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
 _PORT = 5432  # Postgres's, when none is named
@@ -74,10 +75,17 @@ def place_of_output(output: dict[str, Any]) -> Place | None:
     )
 
 
-def check(warehouses: dict[str, Warehouse], database_url: str, resolver: Resolver) -> None:
-    """Raise OwnDatabase naming the first warehouse that reaches `database_url`'s database.
-    A warehouse whose references do not resolve yet is left to its runs, which refuse it."""
-    own = place_of_url(database_url) if database_url else None
+def _refusal(what: str, own: Place) -> OwnDatabase:
+    return OwnDatabase(
+        f"{what} reaches jetdbt's own database ({own}): a project's SQL there would run as"
+        " jetdbt's own user, over every team's runs"
+    )
+
+
+def check(warehouses: dict[str, Warehouse], own: Place | None, resolver: Resolver) -> None:
+    """Raise OwnDatabase naming the first warehouse that reaches jetdbt's database `own`
+    (None: unknown). A warehouse whose references do not resolve yet is left to its runs,
+    whose profiles `check_job` sees."""
     if own is None:
         return
     for wh in warehouses.values():
@@ -88,8 +96,11 @@ def check(warehouses: dict[str, Warehouse], database_url: str, resolver: Resolve
         except (UnresolvedReference, ValueError):
             continue
         if place == own:
-            raise OwnDatabase(
-                f"warehouse {wh.name!r} reaches jetdbt's own database ({own}): a project's SQL"
-                " there would run as jetdbt's own user, over every team's runs; point the"
-                " warehouse at another database (JETDBT_WAREHOUSES)"
-            )
+            raise _refusal(f"warehouse {wh.name!r}", own) from None
+
+
+def check_job(place: Place | None, own: Place | None) -> None:
+    """Raise OwnDatabase when a job's profile (a project's own profiles.yml among them)
+    lands at `place`, jetdbt's own database."""
+    if own is not None and place == own:
+        raise _refusal("this project's profile", own)
