@@ -487,6 +487,8 @@ async def test_the_api_refuses_a_run_on_a_warehouse_not_granted_to_the_projects_
         site, "POST", f"/v1/projects/{ON_ALPHA_WH}/runs", "bea", data=_run_body("wh-api-b")
     )
     assert status == 403 and NOT_GRANTED in body["error"], body
+    status, body = await call(site, "POST", f"/v1/projects/{ON_ALPHA_WH}/jobs/any/runs", "bea")
+    assert status == 403 and NOT_GRANTED in body["error"], body
     said = await site.stack.bus.last_event(subjects.run_event(ON_ALPHA_WH, "wh-api-b", "requested"))
     assert said is None
     folder = _on_alpha_wh(site.root / "alpha_wh_shop", "alpha_wh_shop")
