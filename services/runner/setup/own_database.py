@@ -44,14 +44,14 @@ class Place(NamedTuple):
 def _place(host: Any, port: Any, dbname: Any) -> Place | None:
     if not host or not dbname:
         return None
-    host = str(host).strip().lower()
+    host = str(host).strip()
     if host.startswith("/"):
-        host = os.path.realpath(host)
-    elif host in _LOCAL:
-        host = "localhost"
+        host = os.path.realpath(host)  # a socket's folder: its case is the file system's
+    else:
+        host = "localhost" if host.lower() in _LOCAL else host.lower()
     try:
         return Place(host, int(port or _PORT), str(dbname))
-    except ValueError:
+    except (TypeError, ValueError):
         return None
 
 
