@@ -1,8 +1,8 @@
 """Everything a dbt invocation needs before it starts, shared by deploys and runs.
 
-Materialise the version, read its descriptor, pick the warehouse (one the project's team
-is granted) and engine, plan the invocation and write profiles.yml. Any reason the job cannot start
-becomes one `Refused` whose message names the cause.
+Materialise the version, read its descriptor, pick the warehouse (one granted to the
+project's team) and engine, plan the invocation and write profiles.yml. Any reason the job
+cannot start becomes one `Refused` whose message names the cause.
 """
 
 from __future__ import annotations
