@@ -338,11 +338,11 @@ async def _forward(reader, writer, path: str) -> None:
 
 
 async def test_a_networked_warehouse_is_reached_through_the_relay_by_its_own_name(
-    settings, tmp_path, project_copy, pg_url
+    settings, tmp_path, project_copy, warehouse_pg_url
 ):
     """The warehouse is `localhost:<port>` over TCP (a forwarder to the suite's Postgres):
     dbt's profile is as written, the sandbox has no network but the relay to it."""
-    parts = pg_parts(pg_url)
+    parts = pg_parts(warehouse_pg_url)
     socket_path = f"{parts['host']}/.s.PGSQL.{parts['port']}"
     server = await asyncio.start_server(lambda r, w: _forward(r, w, socket_path), "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
@@ -357,6 +357,6 @@ async def test_a_networked_warehouse_is_reached_through_the_relay_by_its_own_nam
             final, nodes = await _build(st, project_copy, "jaffle_shop")
         assert final.result.status == "passed", final.result.error
         assert nodes["customers"]["outcome"] == "passed"
-        assert '"postgres"' in nodes["customers"]["relation"]
+        assert f'"{parts["dbname"]}"' in nodes["customers"]["relation"]
     finally:
         await st.stop()

@@ -34,7 +34,7 @@ from shared import event_blobs, run_status, subjects
 from shared import events as ev
 from shared import logging as jlog
 from shared.commands import DbtCommand, RunCommand
-from shared.identity import team_of
+from shared.identity import project_team, team_of
 from shared.outcomes import NODE_CANCELLED, totals
 from shared.quote import quote
 
@@ -170,6 +170,8 @@ class Attempt:
         log = jlog.get("runner", project=self.project, run_id=self.run_id, attempt=self.number)
         s = self.source
         seq, team = await self._requested()
+        # The warehouse serves the project's team, whoever asked (an operator, an admin).
+        owner = await project_team(self.ctx.bus, self.project) or team
         # Announced before it is prepared: a run submitted later cannot start first.
         await admission.announce(self.ctx.bus, seq, self._holder())
         try:
@@ -177,6 +179,7 @@ class Attempt:
                 self.ctx,
                 s.version,
                 f"{self.run_id}.{self.number}",
+                team=owner,
                 packages_digest=s.packages_digest,
                 cmd=s.cmd,
                 args=s.args,

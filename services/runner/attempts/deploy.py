@@ -69,7 +69,7 @@ async def deploy(
     holder = {"project": project, "run_id": f"deploy {deploy_id}", "runner": ctx.name}
     await admission.announce(bus, seq, holder)
     try:
-        prepared = await prepare(ctx, cmd.bundle_digest, f"deploy-{deploy_id}")
+        prepared = await prepare(ctx, cmd.bundle_digest, f"deploy-{deploy_id}", team=team)
     except Refused as exc:
         await admission.withdraw(bus, seq)
         final = ev.DeployRefused(project=project, deploy_id=deploy_id, reason=str(exc))
@@ -189,6 +189,7 @@ async def _parse(
         command_seq=seq,
         package_lock_digest=resolution.lock_digest if resolution else None,
         environment_lock=prepared.environment_lock,
+        warehouse=prepared.descriptor.profile.warehouse_name(),
     )
     await ctx.bus.publish(final)
     return final

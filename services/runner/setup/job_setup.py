@@ -1,8 +1,8 @@
 """Everything a dbt invocation needs before it starts, shared by deploys and runs.
 
-Materialise the version, read its descriptor, pick the warehouse and engine,
-plan the invocation and write profiles.yml. Any reason the job cannot start
-becomes one `Refused` whose message names the cause.
+Materialise the version, read its descriptor, pick the warehouse (one granted to the
+project's team) and engine, plan the invocation and write profiles.yml. Any reason the job
+cannot start becomes one `Refused` whose message names the cause.
 """
 
 from __future__ import annotations
@@ -26,11 +26,11 @@ from services.runner.process.dbt_process import DbtInvocation
 from services.runner.process.job_disk import DiskUnavailable
 from services.runner.provision import engine, environments
 from services.runner.provision.packages import PackageCache, PackagesRefused, declared
-from services.runner.setup import run_credentials, workspace
+from services.runner.setup import own_database, run_credentials, workspace
 from services.runner.setup.plan import Plan, PlanRefused, make_plan
 from services.runner.setup.secrets import Resolver, UnresolvedReference
 from services.runner.setup.warehouses import UnknownWarehouse, pick
-from shared import bundle, descriptor
+from shared import bundle, descriptor, warehouse_grants
 from shared.commands import DbtCommand
 from shared.digests import digest_of
 from shared.quote import quote
@@ -47,6 +47,7 @@ _REFUSALS = (
     bundle.BundleRefused,
     descriptor.DescriptorError,
     UnknownWarehouse,
+    warehouse_grants.NotGranted,
     UnresolvedReference,
     engine.EngineUnavailable,
     environments.EnvironmentUnavailable,
@@ -201,10 +202,13 @@ async def prepare(
     version: str,
     name: str,
     *,
+    team: str,
     packages_digest: str | None = None,
     cmd: DbtCommand | None = None,
     args: dict[str, Any] | None = None,
 ) -> Prepared:
+    """The job of `version`, ready for dbt, or Refused naming why. `team` is the project's:
+    the warehouse its descriptor names must be granted to it."""
     try:
         await ctx.containment.check()
     except SandboxMissing as exc:
@@ -229,10 +233,12 @@ async def prepare(
     try:
         desc = descriptor.load(job.project)
         wh = pick(ctx.warehouses, desc.profile.warehouse_name())
+        warehouse_grants.check(wh.name, team, wh.teams)
         engine_name = desc.engine or ctx.settings.default_engine
         executable = engine.command(engine_name, ctx.settings.engines_dir)
         resolver = ctx.resolver()
         plan = make_plan(desc, cmd, args, wh, resolver, job.project, engine_name)
+        own_database.check_job(plan.place, ctx.own_database)
         ctx.containment.check_writable(plan)
         # An engine binary carries its adapters; the installed dbt-core needs one for it.
         environment = None
