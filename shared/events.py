@@ -255,6 +255,9 @@ class Deployed(_DeployEvent, frozen=True, kw_only=True, tag="deploy.deployed.v2"
     # The engine environment's every package at its exact version, when the adapter runs in
     # one provisioned for it (services/runner/provision/environments.py); {}: jetdbt's own.
     environment_lock: dict[str, str] = {}
+    # The configured warehouse its descriptor names (profile.warehouse): what the API checks
+    # a run against the warehouse grants before publishing it ("": deployed before this).
+    warehouse: str = ""
     _kind = "deployed"
 
 

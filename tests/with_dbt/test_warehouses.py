@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from services.cli import client
+from services.runner.setup.own_database import OwnDatabase
 from services.stack.composition import Stack
 from shared import events as ev
 from shared import logging as jlog
@@ -131,11 +132,11 @@ def captured_logs():
 
 @pytest.mark.dbt
 async def test_named_postgres_warehouse_with_env_reference(
-    settings, tmp_path, project_copy, pg_url, monkeypatch, captured_logs
+    settings, tmp_path, project_copy, warehouse_pg_url, monkeypatch, captured_logs
 ):
     monkeypatch.setenv("JETDBT_TEST_PG_PASSWORD", CANARY)
     schema = f"wh_{uuid.uuid4().hex[:10]}"
-    parts = pg_parts(pg_url)
+    parts = pg_parts(warehouse_pg_url)
     (project_copy / "jetdbt.yaml").write_text("profile:\n  warehouse: pg\n")
     warehouse = {
         "type": "postgres",
@@ -153,15 +154,15 @@ async def test_named_postgres_warehouse_with_env_reference(
 
     try:
         found = await _with_stack(settings, tmp_path, {"pg": warehouse}, body)
-        assert {"orders", "customers", "stg_orders"} <= await _pg_tables(pg_url, schema)
+        assert {"orders", "customers", "stg_orders"} <= await _pg_tables(warehouse_pg_url, schema)
     finally:
-        await _drop_schema(pg_url, schema)
+        await _drop_schema(warehouse_pg_url, schema)
     _assert_no_canary(found, captured_logs.getvalue())
 
 
 @pytest.mark.dbt
 async def test_own_profiles_yml_with_password_from_descriptor_env(
-    settings, tmp_path, project_copy, pg_url, monkeypatch, captured_logs
+    settings, tmp_path, project_copy, warehouse_pg_url, monkeypatch, captured_logs
 ):
     """The canary reaches dbt only through a reference the operator allows, and the models
     that quote it (in every spelling of LEAKS) in their Postgres errors fail with the
@@ -176,7 +177,7 @@ async def test_own_profiles_yml_with_password_from_descriptor_env(
             f"{{{{ config(materialized='table') }}}}\nselect cast({spelled} as integer) as leaked"
         )
     schema = f"own_{uuid.uuid4().hex[:10]}"
-    parts = pg_parts(pg_url)
+    parts = pg_parts(warehouse_pg_url)
     profiles = {
         "jaffle_shop": {
             "target": "dev",
@@ -229,9 +230,9 @@ async def test_own_profiles_yml_with_password_from_descriptor_env(
             {"main": {"type": "duckdb", "path": str(tmp_path / "unused.duckdb")}},
             body,
         )
-        assert {"orders", "customers"} <= await _pg_tables(pg_url, schema)
+        assert {"orders", "customers"} <= await _pg_tables(warehouse_pg_url, schema)
     finally:
-        await _drop_schema(pg_url, schema)
+        await _drop_schema(warehouse_pg_url, schema)
         await receiver.runner.cleanup()
     _assert_no_canary(found, captured_logs.getvalue())
 
@@ -342,3 +343,30 @@ def test_a_project_reads_no_runner_variable_the_operator_does_not_allow():
         Resolver(variables).resolve("$var:team_b/warehouse_password", "env.X", from_project=True)
     allowed = Resolver(variables, project_env=("team_b/*",))
     assert allowed.resolve("$var:team_b/warehouse_password", "env.X", from_project=True) == CANARY
+
+
+async def test_a_warehouse_on_jetdbts_own_database_is_refused_at_start(settings, tmp_path):
+    """A Postgres warehouse on the very database the stack keeps its projections in (the
+    attack: a project's SQL read jetdbt.runs and failed another team's run, as superuser)."""
+    parts = pg_parts(settings.database_url)
+    pgwh = {"type": "postgres", **parts, "host": parts["host"] + "/", "schema": "beta"}
+    with pytest.raises(OwnDatabase) as refused:
+        await _with_stack(settings, tmp_path, {"pgwh": pgwh}, lambda st: None)
+    assert "warehouse 'pgwh' reaches jetdbt's own database" in str(refused.value)
+    assert f"database {parts['dbname']!r} on socket {parts['host']}" in str(refused.value)
+
+
+async def test_a_projects_own_profile_on_jetdbts_own_database_is_refused(stack, project_copy):
+    """The same attack through a project's own profiles.yml, which no start check sees: its
+    deploy is refused before dbt runs, naming jetdbt's database."""
+    parts = pg_parts(stack.settings.database_url)
+    output = {"type": "postgres", **parts, "schema": "beta", "threads": 1, "password": ""}
+    profiles = {"jaffle_shop": {"target": "x", "outputs": {"x": output}}}
+    (project_copy / "profiles.yml").write_text(yaml.safe_dump(profiles))
+    (project_copy / "jetdbt.yaml").write_text(
+        "profile:\n  profiles_yml: profiles.yml\n  warehouse: main\n"
+    )
+    _, refused = await client.deploy(stack.bus, project_copy, "jaffle_shop")
+    assert isinstance(refused, ev.DeployRefused), refused
+    assert "this project's profile reaches jetdbt's own database" in refused.reason
+    assert f"database {parts['dbname']!r} on socket {parts['host']}" in refused.reason

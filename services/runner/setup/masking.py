@@ -98,9 +98,10 @@ class Masker:
     bytes would be found by chance."""
 
     def __init__(self):
-        self._known: set[str] = set()
-        # Per spelling: its letters but the first (a quick test on a text's letters, read
-        # plain and read as JSON: the first may be an escape's), and its pattern.
+        # Each secret: its spellings found by pattern (by their letters) and as written.
+        self._known: dict[str, tuple[dict[str, tuple[str, re.Pattern]], set[str]]] = {}
+        # Per spelling of every secret: its letters but the first (a quick test on a text's
+        # letters, read plain and read as JSON: the first may be an escape's), its pattern.
         self._spaced: dict[str, tuple[str, re.Pattern]] = {}
         # Spellings as written, longest first: every one (for bytes that are not text), and
         # those no pattern finds (for text).
@@ -110,17 +111,32 @@ class Masker:
     def add(self, secret: str) -> None:
         if len(secret) < MIN_SECRET or secret in self._known:
             return
-        self._known.add(secret)
+        spaced: dict[str, tuple[str, re.Pattern]] = {}
         exact = {secret, secret[::-1], secret.upper(), secret.lower()}
         exact |= {json.dumps(v)[1:-1] for v in exact}
         for spelling in _spellings(secret):
             letters = _NOT_LETTERS.sub("", spelling).lower()
-            if len(letters) >= MIN_SPACED and letters not in self._spaced:
-                self._spaced[letters] = (_ascii_letters(letters[1:]), _pattern(letters))
-            elif len(letters) < MIN_SPACED and len(spelling) >= MIN_SECRET:
+            if len(letters) >= MIN_SPACED:
+                spaced[letters] = self._spaced.get(letters) or (
+                    _ascii_letters(letters[1:]),
+                    _pattern(letters),
+                )
+            elif len(spelling) >= MIN_SECRET:
                 exact |= {spelling, spelling.upper(), spelling.translate(_URL_SAFE)}
-        self._spaced = dict(sorted(self._spaced.items(), key=lambda s: -len(s[0])))
-        self._exact = sorted({*self._exact, *exact}, key=len, reverse=True)
+        self._known[secret] = (spaced, exact)
+        self._gather()
+
+    def forget(self, secret: str) -> None:
+        """Stop looking for a secret that is dead (a run's own credential, once dropped),
+        so a long-lived runner's list does not grow with every run."""
+        if self._known.pop(secret, None) is not None:
+            self._gather()
+
+    def _gather(self) -> None:
+        spaced = {k: v for found, _ in self._known.values() for k, v in found.items()}
+        self._spaced = dict(sorted(spaced.items(), key=lambda s: -len(s[0])))
+        exact = {e for _, written in self._known.values() for e in written}
+        self._exact = sorted(exact, key=len, reverse=True)
         self._unspaced = [s for s in self._exact if not self._finds(s)]
 
     def _finds(self, spelling: str) -> bool:
