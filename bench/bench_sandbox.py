@@ -4,9 +4,11 @@ In one process, alternating (so a busy machine weighs on both alike):
 
 - per invocation: the runner's warm fork server starts a trivial child (`/bin/true`
   exec'd where dbt would run) and the child exits; contained, that includes the
-  invocation's cgroup made with RUN_MEMORY and RUN_CPUS, its namespaces, its tmpfs root
-  and uid drop, and the cgroup removed after; uncontained, the same spawn with no
-  sandbox (JETDBT_SANDBOX=off). p50 and p95 of each, and the difference;
+  invocation's cgroup made with RUN_MEMORY, RUN_CPUS and RUN_PIDS, its namespaces, its
+  tmpfs root and uid drop, the cgroup removed after, and a job folder of its own made
+  with its RUN_DISK filesystem and removed (a job of one invocation: a job's later
+  invocations reuse its folder); uncontained, the same spawn with no sandbox
+  (JETDBT_SANDBOX=off). p50 and p95 of each, and the difference;
 - whole runs: plain `dbt build` (bench_overhead's warm folder), `jetdbt run` against a
   stack with JETDBT_SANDBOX=off and against one with the sandbox on, on the example
   project and on a generated project, every round in a rotated order. Goal: the run with
@@ -47,8 +49,7 @@ class Invocations:
 
     def __init__(self, home: Path):
         self.containment = Containment(load({"JETDBT_HOME": str(home)}))
-        self.root = home / "jobs" / "bench"
-        self.root.mkdir(parents=True)
+        self.jobs = home / "runner" / "jobs"
         self.out = os.open(os.devnull, os.O_WRONLY)
 
     async def start(self) -> str:
@@ -59,12 +60,17 @@ class Invocations:
 
     async def once(self, contained: bool) -> float:
         name = f"bench-{uuid.uuid4().hex}"
+        root = self.jobs / name
         started = time.perf_counter()
-        spec = await self.containment.spec(self.root, None, name=name) if contained else None
-        child = await spawn.spawn([], str(self.root), {}, self.out, exec_=[TRIVIAL], sandbox=spec)
+        disk = await asyncio.to_thread(self.containment.disk.attach, root) if contained else None
+        spec = await self.containment.spec(root, None, name=name) if contained else None
+        child = await spawn.spawn([], "/", {}, self.out, exec_=[TRIVIAL], sandbox=spec)
         code = await child.wait()
         if contained:
-            await self.containment.release(name)
+            await self.containment.release(name, root)
+            if disk is not None:
+                disk.detach()
+            await asyncio.to_thread(shutil.rmtree, root, True)
         elapsed = time.perf_counter() - started
         if code != 0:
             kind = "contained" if contained else "uncontained"

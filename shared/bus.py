@@ -129,8 +129,10 @@ class Bus:
         self.url = url
         self._blobs = None
         self._buckets: dict[str, object] = {}
-        # A runner sets its masking function: no secret leaves in an event or a log line.
+        # A runner sets its masking functions: no secret leaves in an event or a log line
+        # (a line is masked with the one before it, where a spelling may begin).
         self.mask: Callable[[bytes], bytes] | None = None
+        self.mask_line: Callable[[str, str], str] | None = None
         self._reopen: Callable[[], Awaitable] | None = None
         self._closing = False
         self._reviving = False
@@ -205,9 +207,11 @@ class Bus:
     def _masked(self, data: bytes) -> bytes:
         return self.mask(data) if self.mask is not None else data
 
-    async def publish_line(self, subject: str, line: str) -> None:
-        """A human-readable log line (core NATS, no ack: a lost line costs no result)."""
-        await self.nc.publish(subject, self._masked(line.encode()))
+    async def publish_line(self, subject: str, line: str, previous: str = "") -> None:
+        """A human-readable log line (core NATS, no ack: a lost line costs no result),
+        `previous` the line published before it on `subject`, as it was before masking."""
+        masked = self.mask_line(line, previous) if self.mask_line is not None else line
+        await self.nc.publish(subject, masked.encode())
 
     async def publish(self, event: events.Event, *, retry_for: float = PUBLISH_RETRY_SECONDS):
         """Publish an event with its deterministic id until the stream acknowledges it.

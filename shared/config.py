@@ -183,7 +183,8 @@ DECLARED: tuple[Setting, ...] = (
     Setting("NATS_URL", "nats_url", str | None, None, "a NATS server to use instead (>= 2.10 with"
             " JetStream; a cluster's, comma-separated)", _STACK,
             shown="none: an embedded nats-server", required=True, stack=True),
-    Setting("DATABASE_URL", "database_url", str | None, None, "a Postgres to use instead",
+    Setting("DATABASE_URL", "database_url", str | None, None, "a Postgres to use instead (a"
+            " runner never connects to it, and refuses a warehouse on its database)",
             _STACK, shown="none: an embedded Postgres", required=True, stack=True),
     Setting("JETDBT_API_HOST", "api_host", str, "127.0.0.1", "the API's and viewer's address",
             _STACK, stack=True),
@@ -228,6 +229,11 @@ DECLARED: tuple[Setting, ...] = (
             " cgroup)", _SANDBOX, _bytes, stack=True),
     Setting("RUN_CPUS", "run_cpus", float, "2", "CPUs of each dbt invocation (its own cgroup)",
             _SANDBOX, _number(0.01, "CPUs")),
+    Setting("RUN_PIDS", "run_pids", int, "1024", "processes and threads of each dbt invocation"
+            " (its own cgroup's pids.max)", _SANDBOX, _positive),
+    Setting("RUN_DISK", "run_disk", int, "4g", "what each job folder may hold: its project,"
+            " dbt's target and logs (a filesystem of its own when the runner is root)", _SANDBOX,
+            _bytes, stack=True),
     Setting("JETDBT_CGROUP", "cgroup", Path | None, None, "an operator's delegated cgroup v2"
             " folder the invocations' groups are made in", _SANDBOX, _path,
             shown="cgroup v1's controllers, or the runner's own v2 group"),
@@ -252,8 +258,9 @@ DECLARED: tuple[Setting, ...] = (
     Setting("DBT_PACKAGE_HUB_URL", None, str | None, None, "dbt's own setting: an operator's"
             " mirror of the package hub, handed to `dbt deps` alone", _ENGINES,
             shown="dbt's hub", read_by="services/runner/process/dbt_env.py"),
-    Setting("JETDBT_WAREHOUSES", "warehouses_file", Path | None, None, "the runners' warehouses"
-            " file (docs/guide.md)", _WAREHOUSES, _path,
+    Setting("JETDBT_WAREHOUSES", "warehouses_file", Path | None, None, "the warehouses file: the"
+            " runners' connections and the teams each is granted, which the API checks runs"
+            " against too (docs/guide.md)", _WAREHOUSES, _path,
             shown="none: DuckDB in JETDBT_HOME", stack=True),
     Setting("JETDBT_VARIABLES", "variables_file", Path | None, None, "the variables `$var:PATH`"
             " references resolve from", _WAREHOUSES, _path),

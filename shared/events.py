@@ -256,6 +256,9 @@ class Deployed(_DeployEvent, frozen=True, kw_only=True, tag="deploy.deployed.v2"
     # The engine environment's every package at its exact version, when the adapter runs in
     # one provisioned for it (services/runner/provision/environments.py); {}: jetdbt's own.
     environment_lock: dict[str, str] = {}
+    # The configured warehouse its descriptor names (profile.warehouse): what the API checks
+    # a run against the warehouse grants before publishing it ("": deployed before this).
+    warehouse: str = ""
     _kind = "deployed"
 
 
@@ -694,7 +697,8 @@ class HookRemoved(Event, frozen=True, kw_only=True, tag="hook.removed.v1"):
 
 class HookDelivered(Event, frozen=True, kw_only=True, tag="hook.delivery.v1"):
     """One attempt of one delivery (a run event to a hook), and what the receiver answered:
-    `status` its HTTP code (0: no answer, `error` says why). `state` is `delivered`,
+    `status` its HTTP code (0: no answer), `error` why the attempt failed in jetdbt's own
+    words (shared/hook_reasons.py: never the answer's bytes). `state` is `delivered`,
     `retrying` (another attempt follows after a delay) or `dead` (the last attempt failed:
     the delivery gave up, a dead letter of the hook)."""
 

@@ -29,6 +29,14 @@ def _masked(logger, name, event: dict) -> dict:
     return event
 
 
+def _masked_line(logger, name, line: str) -> str:
+    """The rendered line masked again: what the renderer made of a value that was not a
+    string (a list, a mapping, an object's repr) was not masked before."""
+    for mask in _masks:
+        line = mask(line)
+    return line
+
+
 def configure(level: str = "info", stream=None) -> None:
     """Route structlog to one line of JSON per event on stderr (stdout is the CLI's)."""
     structlog.configure(
@@ -39,6 +47,7 @@ def configure(level: str = "info", stream=None) -> None:
             structlog.processors.format_exc_info,
             _masked,
             structlog.processors.JSONRenderer(),
+            _masked_line,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(
             logging.getLevelNamesMapping()[level.upper()]

@@ -22,7 +22,7 @@ from projections.folds.progress_tables import (
     RUN_COLUMNS,
     without_nodes,
 )
-from services.api import auth, schemas
+from services.api import auth, schemas, warehouse_door
 from services.api.artifact_routes import add_artifact_routes
 from services.api.boundary import check_routes, error, guard, page, path, respond
 from services.api.cancel_routes import add_cancel_routes
@@ -37,7 +37,7 @@ from services.api.ops_routes import add_ops_routes
 from services.api.project_routes import add_project_routes
 from services.api.ui_routes import add_ui_routes
 from services.api.whoami_routes import add_whoami_routes
-from shared import commands
+from shared import commands, warehouse_grants
 from shared.bus import Bus
 from shared.config import Settings, load
 
@@ -182,6 +182,9 @@ async def post_run(request: web.Request) -> web.Response:
         body = commands.decode_run(await request.read())
     except commands.CommandRejected as exc:
         return error(400, str(exc))
+    refused = await warehouse_door.refusal(request, project)
+    if refused is not None:
+        return refused
     token = auth.token_of(request)
     run_id = body.run_id or uuid.uuid4().hex
     cmd = msgspec.structs.replace(body, run_id=run_id, requested_by=token.principal)
@@ -196,14 +199,17 @@ def create_app(
     bus: Bus,
     dead_tasks: Callable[[], list[str]] = list,
     sandbox: Callable[[], tuple[str | None, bool]] = lambda: (None, False),
+    grants: dict[str, list[str] | None] | None = None,
     settings: Settings | None = None,
 ) -> web.Application:
     """`dead_tasks` names the service tasks of this process that stopped on their own;
     `sandbox` is this process's runner's sandbox, as described, and whether it refuses runs;
-    `settings` the stack's (None: read from the environment)."""
+    `grants` the teams of each warehouse (shared.warehouse_grants.load; None: the embedded
+    default's); `settings` the stack's (None: read from the environment)."""
     settings = settings or load()
     app = web.Application(middlewares=[auth.authenticate, guard, auth.authorize])
     auth.install(app, pool, bus)
+    warehouse_door.install(app, bus, warehouse_grants.load(None) if grants is None else grants)
     app[POOL] = pool
     app[BUS] = bus
     app[DEAD_TASKS] = dead_tasks

@@ -12,7 +12,7 @@ import uuid
 import asyncpg
 from aiohttp import web
 
-from services.api import auth, schemas
+from services.api import auth, schemas, warehouse_door
 from services.api.boundary import error, page, path, respond
 from shared import commands
 from shared.bus import Bus
@@ -73,6 +73,9 @@ def add_job_routes(app: web.Application, pool: asyncpg.Pool, bus: Bus, *, least:
 
     async def run_job(request: web.Request) -> web.Response:
         project, job = path(request, "project"), path(request, "job")
+        refused = await warehouse_door.refusal(request, project)
+        if refused is not None:
+            return refused
         token = auth.token_of(request)
         run_id = uuid.uuid4().hex
         cmd = commands.RunCommand(

@@ -323,8 +323,10 @@ class HookAnswer(_Body):
 
 
 class HookDelivery(_Body):
-    """One attempt of one delivery: the receiver's HTTP status (0: no answer) and state
-    (`delivered`, `retrying`, `dead`: the delivery gave up, a dead letter)."""
+    """One attempt of one delivery: the receiver's HTTP status (0: no answer), state
+    (`delivered`, `retrying`, `dead`: the delivery gave up, a dead letter) and, when it
+    failed, why: `answered N` or one of a fixed vocabulary (`no HTTP answer`, `timed out`,
+    `TLS failed`, ...), never what the receiver sent."""
 
     delivery_id: str
     attempt: int

@@ -5,14 +5,16 @@ answer but 2xx); after `attempts` failures the delivery is `dead`: it gives up, 
 last fact is the hook's dead letter (GET .../deliveries?state=dead). A hook posts only where
 it is allowed to now: its URL is checked against JETDBT_WEBHOOK_HOSTS before each attempt,
 the address its name resolves to on each connection, and a receiver's redirect is not
-followed (a 3xx is a failure). Only the status of an answer is read, never its body.
+followed (a 3xx is a failure). Only the status of an answer is read, never its body, and
+an attempt that failed records a reason of shared/hook_reasons.py's vocabulary, never an
+exception's text (which can quote what a non-HTTP service sent back).
 """
 
 from __future__ import annotations
 
 import asyncio
-import errno
 import socket
+import ssl
 import time
 
 import aiohttp
@@ -20,13 +22,17 @@ from aiohttp.resolver import ThreadedResolver
 
 from services.notifier.hook_store import StoredHook
 from shared import events as ev
+from shared import hook_reasons, webhooks
 from shared import logging as jlog
-from shared import webhooks
 
 __all__ = ["Poster", "deliver", "give_up", "TIMEOUT_SECONDS"]
 
 TIMEOUT_SECONDS = 10
 _log = jlog.get("notifier")
+
+
+class _NotAllowed(OSError):
+    """An address the operator did not allow (aiohttp wraps what a resolver raises)."""
 
 
 class _Allowed(ThreadedResolver):
@@ -42,7 +48,7 @@ class _Allowed(ThreadedResolver):
             for entry in found:
                 webhooks.check_address(host, entry["host"], self.allowed)
         except webhooks.BadHook as exc:
-            raise OSError(errno.EACCES, str(exc)) from None  # aiohttp shows its strerror
+            raise _NotAllowed(str(exc)) from None
         return found
 
 
@@ -65,12 +71,12 @@ class Poster:
         await self.http.close()
 
     async def post(self, hook: StoredHook, body: bytes, delivery: str) -> tuple[int, str]:
-        """(HTTP status, error): status 0 when the receiver gave no answer or may not be
-        asked."""
+        """(HTTP status, reason): status 0 when the receiver gave no answer or may not be
+        asked; reason "" when it answered 2xx."""
         try:
             webhooks.check_url(hook.url, self.allowed)
-        except webhooks.BadHook as exc:
-            return 0, str(exc)
+        except webhooks.BadHook:
+            return 0, hook_reasons.NOT_ALLOWED
         stamp = str(int(time.time()))
         headers = {
             "Content-Type": "application/json",
@@ -83,9 +89,22 @@ class Poster:
             async with self.http.post(
                 hook.url, data=body, headers=headers, allow_redirects=False
             ) as r:
-                return r.status, "" if 200 <= r.status < 300 else f"answered {r.status}"
+                return r.status, "" if 200 <= r.status < 300 else hook_reasons.answered(r.status)
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-            return 0, f"{type(exc).__name__}: {exc}"[:300]
+            return 0, _reason(exc)
+
+
+def _reason(exc: BaseException) -> str:
+    """Why no answer came, by the exception's kind alone (its text may quote the bytes)."""
+    if isinstance(exc, aiohttp.ClientConnectorError) and isinstance(exc.os_error, _NotAllowed):
+        return hook_reasons.NOT_ALLOWED
+    if isinstance(exc, (aiohttp.ClientSSLError, ssl.SSLError)):
+        return hook_reasons.TLS_FAILED
+    if isinstance(exc, TimeoutError):
+        return hook_reasons.TIMED_OUT
+    if isinstance(exc, (aiohttp.ClientConnectorDNSError, socket.gaierror)):
+        return hook_reasons.NOT_RESOLVED
+    return hook_reasons.NO_HTTP_ANSWER
 
 
 async def _record(
@@ -126,6 +145,6 @@ async def deliver(
     return "dead"
 
 
-async def give_up(bus, hook: StoredHook, delivery: str, run_id: str, event: str, why: str):
+async def give_up(bus, hook: StoredHook, delivery: str, run_id: str, event: str):
     """Record a delivery dead without trying it (its hook's backlog is full)."""
-    await _record(bus, hook, delivery, run_id, event, 1, 0, "dead", why)
+    await _record(bus, hook, delivery, run_id, event, 1, 0, "dead", hook_reasons.BACKLOG_FULL)

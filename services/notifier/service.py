@@ -170,11 +170,7 @@ class Notifier:
         key = (hook.project, hook.name)
         waiting = self._waiting.get(key, 0)
         if waiting > HOOK_BACKLOG:
-            why = (
-                f"{waiting - 1} deliveries of hook {hook.name!r} wait behind one its receiver"
-                " has not answered yet: this one is given up"
-            )
-            return asyncio.create_task(give_up(self.bus, hook, delivery, event.run_id, name, why))
+            return asyncio.create_task(give_up(self.bus, hook, delivery, event.run_id, name))
         before, done = self._turns.get(key), asyncio.get_running_loop().create_future()
         self._turns[key], self._waiting[key] = done, waiting + 1
         send = functools.partial(self._one, poster, msg, hook, delivery, name, event, requested)

@@ -7,7 +7,9 @@ import socket
 from dataclasses import dataclass, field
 
 from services.runner.process.containment import Containment
-from services.runner.setup.secrets import Masker, Resolver, load_variables
+from services.runner.setup import own_database
+from services.runner.setup.masking import Masker
+from services.runner.setup.secrets import Resolver, load_variables
 from services.runner.setup.warehouses import Warehouse, load_warehouses
 from shared import logging as jlog
 from shared.bus import Bus
@@ -18,12 +20,17 @@ __all__ = ["RunnerContext"]
 
 @dataclass
 class RunnerContext:
+    """`database_url` is jetdbt's own database (settings.database_url when not given, the
+    embedded one a stack started): no warehouse may reach it (setup/own_database.py)."""
+
     bus: Bus
     settings: Settings
     warehouses: dict[str, Warehouse] = field(default_factory=dict)
     name: str = ""
     masker: Masker = field(default_factory=Masker)
     containment: Containment | None = None
+    database_url: str = ""
+    own_database: own_database.Place | None = field(default=None, init=False)
 
     def __post_init__(self):
         self.name = (
@@ -33,9 +40,14 @@ class RunnerContext:
             self.warehouses = load_warehouses(
                 self.settings.warehouses_file, self.settings.default_duckdb
             )
+        url = self.database_url or self.settings.database_url
+        self.own_database = own_database.place_of_url(url) if url else None
+        # A throwaway resolver: a host behind a reference is no secret to mask runner-wide.
+        resolver = Resolver(load_variables(self.settings.variables_file))
+        own_database.check(self.warehouses, self.own_database, resolver)
         self.containment = self.containment or Containment(self.settings)
         # Everything this runner publishes or logs passes the one masking function.
-        self.bus.mask = self.masker.mask_bytes
+        self.bus.mask, self.bus.mask_line = self.masker.mask_bytes, self.masker.mask_line
         jlog.add_mask(self.masker.mask)
 
     def resolver(self) -> Resolver:

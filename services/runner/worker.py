@@ -31,6 +31,7 @@ from services.runner.facts import jobs
 from services.runner.process import spawn
 from services.runner.process.containment import SandboxMissing
 from services.runner.process.spawn import ForkServerLost
+from services.runner.setup import run_credentials
 from shared import commands, identity, subjects, supervise, uploads
 from shared import events as ev
 from shared import logging as jlog
@@ -60,6 +61,11 @@ class Runner:
         stop = stop or asyncio.Event()
         self._tasks: set[asyncio.Task] = set()
         spawn.warm_up()  # dbt imported and rehearsed before the first command asks for it
+        # Run roles a dead runner left on a per_run warehouse, dropped once expired.
+        swept = run_credentials.sweep_all(
+            self.ctx.warehouses.values(), self.ctx.resolver(), self.log
+        )
+        self._tasks.add(asyncio.create_task(swept))
         async with admission.mirrored(self.ctx.bus, self.log):
             try:
                 await supervise.forever(self._serve, stop, self.log, "runner_loop_failed")

@@ -28,7 +28,7 @@ from services.runner.worker import Runner
 from services.stack.embedded import InUse, NatsServer, start_postgres
 from services.stack.stack_file import STACK_FILE, forget_running, read_stack_file, record_running
 from services.triggers.manager import Triggers
-from shared import contract
+from shared import contract, warehouse_grants
 from shared import logging as jlog
 from shared.bus import Bus, connect, shown, url_user
 from shared.config import Settings
@@ -111,14 +111,20 @@ class Stack:
                 self._serve(f"projector {name}", projector.run(self._stop))
         sandbox = lambda: (None, False)  # noqa: E731 - no runner in this process
         if self.runner:
-            runner = Runner(RunnerContext(bus=self._buses["runner"], settings=s))
+            ctx = RunnerContext(
+                bus=self._buses["runner"], settings=s, database_url=self.database_url
+            )
+            runner = Runner(ctx)
             sandbox = runner.ctx.containment.state
             self._serve("runner", runner.run(self._stop))
             self._serve("relation watch", RelationWatch(runner.ctx).run(self._stop))
         if self.runner if self.triggers is None else self.triggers:
             self._serve("triggers", Triggers(self._buses["triggers"]).run(self._stop))
         if self.api:
-            api = create_app(self.pool, self._buses["api"], self.dead_tasks, sandbox, self.settings)
+            grants = warehouse_grants.load(s.warehouses_file)
+            api = create_app(
+                self.pool, self._buses["api"], self.dead_tasks, sandbox, grants, self.settings
+            )
             self._site_runner = web.AppRunner(api, keepalive_timeout=HEADER_TIMEOUT_SECONDS)
             await self._site_runner.setup()
             site = web.TCPSite(self._site_runner, s.api_host, s.api_port)

@@ -52,8 +52,11 @@ async def finished(site: Site, run_id: str, who: str = "alice") -> dict:
     return await wait_for(done, timeout=180, interval=0.3)
 
 
-async def cli(site: Site, *args: str):
+async def cli(site: Site, *args: str, principal: str | None = None):
+    """The CLI against the site's stack, as the operator, speaking for `principal` if given."""
     env = {"PATH": "/usr/bin:/bin", "JETDBT_HOME": str(site.home)}
+    if principal:
+        env["JETDBT_PRINCIPAL"] = principal
     proc = await asyncio.create_subprocess_exec(
         JETDBT, *args, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
     )

@@ -1,5 +1,6 @@
-"""Processes a test starts or looks for: a runner in a process of its own, the processes
-working in a folder or mentioning a text, a projector's Postgres connections by name."""
+"""Processes a test starts or looks for: a runner in a process of its own (and what it left
+mounted when killed), the processes working in a folder or mentioning a text, a projector's
+Postgres connections by name."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 import msgspec
 import yaml
 
+from services.runner.process.job_disk import DiskBound
 from shared.config import Settings
 
 ACK_WAIT = 4
@@ -49,6 +51,20 @@ def runner_process(settings, home: Path, warehouses: Path) -> subprocess.Popen:
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
+
+
+def sweep_after_kill(runner: subprocess.Popen, home: Path) -> None:
+    """The job filesystems `runner`, killed, left mounted in `home`, swept once it is gone as
+    the next runner to start there would (services/runner/process/job_disk.py)."""
+    runner.wait()
+    DiskBound(0, home / "runner").sweep()
+
+
+def mounted_under(folder: Path) -> list[str]:
+    """Mount points inside `folder`."""
+    with open("/proc/self/mountinfo") as fh:
+        points = [line.split()[4] for line in fh]
+    return [p for p in points if p.startswith(f"{folder}/")]
 
 
 def working_in(folder: Path) -> list[int]:

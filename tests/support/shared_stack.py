@@ -15,9 +15,12 @@ from tests.support.helpers import use_token
 
 
 @contextlib.asynccontextmanager
-async def shared_stack(folder: Path, pg_url: str, environments: Path):
+async def shared_stack(
+    folder: Path, pg_url: str, environments: Path, extra: dict[str, str] | None = None
+):
     """A started stack whose files are under `folder`; runs may read `folder`, as their
-    sandbox uid (a gate's release file lies there)."""
+    sandbox uid (a gate's release file lies there). `extra`: more settings (a warehouses
+    file)."""
     folder.chmod(0o755)
     nats = NatsServer(folder / "nats").start()
     try:
@@ -30,6 +33,7 @@ async def shared_stack(folder: Path, pg_url: str, environments: Path):
                 "JETDBT_SCHEMA": f"t_{uuid.uuid4().hex[:12]}",
                 "JETDBT_API_PORT": "0",
                 "JETDBT_ENVIRONMENTS_DIR": str(environments),
+                **(extra or {}),
             }
         )
         stack = await Stack(settings).start()

@@ -32,7 +32,7 @@ from shared.commands import BuildCommand, RunCommand
 from shared.streams import LEASES
 from tests.support.gate import add_gate
 from tests.support.helpers import auth_headers, deploy_and_wait, get_json, jetdbt, wait_for
-from tests.support.processes import runner_process, runners_apart
+from tests.support.processes import runner_process, runners_apart, sweep_after_kill
 
 SLOW_MODEL = """
 import time
@@ -493,6 +493,7 @@ async def test_a_killed_runner_s_lease_expires_and_the_waiting_runs_go_on(settin
     finally:
         if runner_a.poll() is None:
             os.killpg(runner_a.pid, signal.SIGKILL)
+        sweep_after_kill(runner_a, tmp_path / "a")
         if runner_b is not None:
             await runner_b.stop()
         await reader.stop()

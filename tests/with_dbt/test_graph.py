@@ -283,7 +283,7 @@ async def test_run_graph_snapshot_only_when_it_differs(stack, project_copy):
     ctx = RunnerContext(bus=stack.bus, settings=stack.settings)
 
     async def refresh(run_id: str, cmd: BuildCommand):
-        prepared = await setup.prepare(ctx, deployed.version, run_id, cmd=cmd)
+        prepared = await setup.prepare(ctx, deployed.version, run_id, team="default", cmd=cmd)
         try:
             return await graph.refresh_run_graph(
                 ctx, prepared, P, deployed.version, run_id, cmd, principal="ana"
@@ -484,7 +484,7 @@ async def test_column_lineage_from_the_engine_index(stack, tmp_path, project_cop
     (project_copy / "jetdbt.yaml").write_text("column_lineage: true\n")
     deployed = await _deploy(stack, project_copy, P)
     ctx = RunnerContext(bus=stack.bus, settings=stack.settings)
-    prepared = await setup.prepare(ctx, deployed.version, "columns")
+    prepared = await setup.prepare(ctx, deployed.version, "columns", team="default")
     lines: list[str] = []
 
     async def on_line(line: str) -> None:

@@ -6,6 +6,9 @@ deploys, bea runs, vic views). Each team has an external system granted every pr
 (`sys_a`, `sys_b`); `dep_a` is alpha's deploying system and `flood` one of beta's that
 publishes past its share of the log. Each test is one finding of a review of the NATS
 door (issue 26) and would pass on the code before it only if the finding were wrong.
+
+The warehouse `alpha_wh` was granted to teams alpha and beta; bill deployed `beta_wh` on it;
+then the operator took beta's grant back and started the stack again (issue 38).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import nats
 import pyarrow.parquet as pq
 import pytest
 import pytest_asyncio
+import yaml
 from nats.js.errors import NotFoundError
 
 from services.access.local import nats_logins
@@ -42,6 +46,8 @@ pytestmark = [pytest.mark.dbt, pytest.mark.asyncio(loop_scope="module")]
 
 ALPHA, BETA = "alpha_shop", "beta_shop"
 RATE = 40  # EXTERNAL_PUBLISHES_PER_MINUTE of this stack
+ON_ALPHA_WH = "beta_wh"  # team beta's project on alpha_wh, deployed while beta was granted it
+NOT_GRANTED = "warehouse 'alpha_wh' is not granted to team 'beta'"
 
 
 class Door(msgspec.Struct, kw_only=True):
@@ -64,10 +70,11 @@ async def site(tmp_path_factory, pg_url):
             "JETDBT_SCHEMA": f"t_{uuid.uuid4().hex[:12]}",
             "JETDBT_API_PORT": "0",
             "EXTERNAL_PUBLISHES_PER_MINUTE": str(RATE),
+            "JETDBT_WAREHOUSES": str(root / "warehouses.yaml"),
         }
     )
+    _grant_alpha_wh(settings, ["alpha", "beta"])
     stack = await Stack(settings).start()
-    stack.write_stack_file()
     tokens, ids = {}, {}
     for who, team, role, pattern in [
         ("ann", "alpha", "deployer", "alpha_*"),
@@ -83,6 +90,12 @@ async def site(tmp_path_factory, pg_url):
         tokens[who], ids[who] = bearer, token.id
     for who, name in [("ann", ALPHA), ("bill", BETA)]:
         await deploy_and_wait(stack.bus, tiny_project(root / name, name), name, requested_by=who)
+    folder = _on_alpha_wh(root / ON_ALPHA_WH, ON_ALPHA_WH)
+    await deploy_and_wait(stack.bus, folder, ON_ALPHA_WH, requested_by="bill")
+    await stack.stop()
+    _grant_alpha_wh(settings, ["alpha"])  # the operator takes beta's grant back
+    stack = await Stack(settings).start()
+    stack.write_stack_file()
     door = Door(
         stack=stack,
         home=settings.home,
@@ -109,6 +122,23 @@ async def site(tmp_path_factory, pg_url):
     for nc, _ in door.systems.values():
         await nc.close()
     await stack.stop()
+
+
+def _grant_alpha_wh(settings, teams: list[str]) -> None:
+    """The stack's warehouses: `main` for every team, `alpha_wh` for `teams`."""
+    folder = settings.warehouses_file.parent / "warehouses"
+    # Not main.duckdb: DuckDB names the database after the file (shared/config.py).
+    main = {"type": "duckdb", "path": str(folder / "shared.duckdb")}
+    alpha_wh = {"type": "duckdb", "path": str(folder / "alpha.duckdb"), "teams": teams}
+    settings.warehouses_file.write_text(
+        yaml.safe_dump({"warehouses": {"main": main, "alpha_wh": alpha_wh}})
+    )
+
+
+def _on_alpha_wh(folder: Path, name: str) -> Path:
+    tiny_project(folder, name)
+    (folder / "jetdbt.yaml").write_text("profile:\n  warehouse: alpha_wh\n")
+    return folder
 
 
 def _run_body(run_id: str, **extra) -> bytes:
@@ -440,6 +470,58 @@ async def test_service_users_read_no_tokens_and_create_no_durable_consumers(site
             await nc.close()
     names = [c.name for c in await site.stack.bus.js.consumers_info(EVENTS)]
     assert "evil" not in names
+
+
+async def _refused_run(site: Door, project: str, run_id: str) -> ev.RunRefused:
+    async def refused():
+        found = await site.stack.bus.last_event(subjects.run_event(project, run_id, "refused"))
+        return found if isinstance(found, ev.RunRefused) else None
+
+    return await wait_for(refused, timeout=60)
+
+
+async def test_the_api_refuses_a_run_on_a_warehouse_not_granted_to_the_projects_team(site):
+    """Issue 38: any team could build with any configured warehouse. A run of beta's project
+    on alpha_wh is a 403 at the API, published nowhere; alpha's still builds on it."""
+    status, body = await call(
+        site, "POST", f"/v1/projects/{ON_ALPHA_WH}/runs", "bea", data=_run_body("wh-api-b")
+    )
+    assert status == 403 and NOT_GRANTED in body["error"], body
+    status, body = await call(site, "POST", f"/v1/projects/{ON_ALPHA_WH}/jobs/any/runs", "bea")
+    assert status == 403 and NOT_GRANTED in body["error"], body
+    said = await site.stack.bus.last_event(subjects.run_event(ON_ALPHA_WH, "wh-api-b", "requested"))
+    assert said is None
+    folder = _on_alpha_wh(site.root / "alpha_wh_shop", "alpha_wh_shop")
+    await deploy_and_wait(site.stack.bus, folder, "alpha_wh_shop", requested_by="ann")
+    status, body = await call(
+        site, "POST", "/v1/projects/alpha_wh_shop/runs", "alice", data=_run_body("wh-api-a")
+    )
+    assert status == 202, body
+    assert (await finished(site, "wh-api-a"))["status"] == "passed"
+
+
+async def test_the_runner_refuses_the_cli_a_run_and_a_deploy_on_a_warehouse_not_granted(site):
+    """The CLI publishes on NATS, past the API: the runner checks the same grant."""
+    code, _, err = await cli(site, "run", ON_ALPHA_WH, "--run-id", "wh-cli-b", principal="bea")
+    assert code == 3 and NOT_GRANTED in err, err
+    assert NOT_GRANTED in (await _refused_run(site, ON_ALPHA_WH, "wh-cli-b")).reason
+    folder = _on_alpha_wh(site.root / "beta_two", "beta_two")
+    code, _, err = await cli(site, "deploy", str(folder), principal="bill")
+    assert code == 3 and NOT_GRANTED in err, err
+    assert await site.stack.bus.last_event(subjects.deploy_event("beta_two", "deployed")) is None
+
+
+async def test_the_runner_refuses_a_systems_run_on_a_warehouse_not_granted(site):
+    sys_b, _ = site.systems["sys_b"]
+    await sys_b.jetstream().publish(  # stored: a JetStream ack, no permissions violation
+        subjects.command("run", ON_ALPHA_WH, "sys_b"), _run_body("wh-nats-b")
+    )
+    refused = await _refused_run(site, ON_ALPHA_WH, "wh-nats-b")
+    assert NOT_GRANTED in refused.reason
+    started = await site.stack.bus.last_event(
+        subjects.run_event(ON_ALPHA_WH, "wh-nats-b", "started")
+    )
+    assert started is None
 
 
 async def test_healthz_asks_nats_while_its_server_is_stopped(site, monkeypatch):

@@ -18,7 +18,7 @@ from shared import events as ev
 from shared.commands import BuildCommand, RunCommand
 from tests.support.gate import add_gate, until_gate_runs
 from tests.support.helpers import deploy_and_wait, get_json, wait_for
-from tests.support.processes import runner_process, runners_apart, working_in
+from tests.support.processes import runner_process, runners_apart, sweep_after_kill, working_in
 
 pytestmark = pytest.mark.dbt
 
@@ -77,6 +77,7 @@ async def test_a_killed_runner_is_replaced_by_the_next_attempt(settings, tmp_pat
     finally:
         if runner_a.poll() is None:
             os.killpg(runner_a.pid, signal.SIGKILL)
+        sweep_after_kill(runner_a, tmp_path / "a")
         if runner_b is not None:
             await runner_b.stop()
         await reader.stop()

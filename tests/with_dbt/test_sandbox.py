@@ -33,6 +33,7 @@ from tests.support.helpers import (
     use_token,
     wait_for,
 )
+from tests.support.processes import mounted_under
 
 pytestmark = [pytest.mark.dbt, pytest.mark.asyncio(loop_scope="module")]
 
@@ -87,6 +88,7 @@ async def site(tmp_path_factory, pg_url):
             "JETDBT_API_PORT": "0",
             "JETDBT_WAREHOUSES": str(warehouses),
             "RUN_MEMORY": "1g",
+            "RUN_DISK": "64m",
         }
     )
     stack = await Stack(settings).start()
@@ -236,6 +238,61 @@ async def test_a_memory_bomb_fails_its_run_naming_run_memory_and_spares_the_othe
     assert status == 200 and health["sandbox"].startswith("on: "), health
 
 
+async def _fails_naming(stack, root: Path, name: str, model: str, setting: str) -> None:
+    """A build of project `name` whose model `model` (Python, after a fine one) goes past a
+    bound: the run fails naming `setting`, no node is left running, and the next run of
+    another project passes."""
+    folder = _project(
+        root / name, name, {"fine.sql": "select 1 as id", "hostile.py": textwrap.dedent(model)}
+    )
+    await deploy_and_wait(stack.bus, folder, name)
+    final = await client.run(stack.bus, name, RunCommand(command=BuildCommand()))
+    assert isinstance(final, ev.RunFinished) and final.result.status == "failed", final
+    assert setting in final.result.error, final.result.error
+    url = f"{stack.api_url}/v1/runs/{final.run_id}"
+    await wait_for(lambda: _status(url, "failed"), timeout=30)
+    _, run = await get_json(url)
+    assert not [n for n in run["nodes"] if n["status"] == "running"], run["nodes"]
+    calm = _project(root / f"{name}-next", f"{name}_next", {"a.sql": "select 1 as id"})
+    after, _ = await _build(stack, calm, f"{name}_next")
+    assert after.result.status == "passed", after.result.error
+
+
+async def test_a_thread_bomb_fails_its_run_naming_run_pids(site):
+    stack, root = site
+    model = """
+        import threading
+
+        def model(dbt, session):
+            dbt.ref('fine')
+            hold = threading.Event()
+            for _ in range(5000):
+                threading.Thread(target=hold.wait, daemon=True).start()
+            return session.sql('select 1 as id')
+    """
+    await _fails_naming(stack, root, "threads_shop", model, "RUN_PIDS=1024")
+
+
+async def test_a_disk_filler_fails_its_run_naming_run_disk_and_leaves_no_mount(site):
+    stack, root = site
+    model = """
+        import os
+
+        def model(dbt, session):
+            dbt.ref('fine')
+            with open(os.path.join(os.environ['TMPDIR'], 'fill.bin'), 'wb') as fh:
+                for _ in range(128):
+                    fh.write(b'x' * (1 << 20))
+            return session.sql('select 1 as id')
+    """
+    await _fails_naming(stack, root, "filler_shop", model, "RUN_DISK=64m")
+
+    async def unmounted() -> bool:
+        return not mounted_under(stack.settings.runner_cache)
+
+    await wait_for(unmounted, timeout=10)
+
+
 async def test_a_runner_without_its_primitives_refuses_projects_and_says_what_is_missing(
     settings, tmp_path
 ):
@@ -281,11 +338,11 @@ async def _forward(reader, writer, path: str) -> None:
 
 
 async def test_a_networked_warehouse_is_reached_through_the_relay_by_its_own_name(
-    settings, tmp_path, project_copy, pg_url
+    settings, tmp_path, project_copy, warehouse_pg_url
 ):
     """The warehouse is `localhost:<port>` over TCP (a forwarder to the suite's Postgres):
     dbt's profile is as written, the sandbox has no network but the relay to it."""
-    parts = pg_parts(pg_url)
+    parts = pg_parts(warehouse_pg_url)
     socket_path = f"{parts['host']}/.s.PGSQL.{parts['port']}"
     server = await asyncio.start_server(lambda r, w: _forward(r, w, socket_path), "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
@@ -300,6 +357,6 @@ async def test_a_networked_warehouse_is_reached_through_the_relay_by_its_own_nam
             final, nodes = await _build(st, project_copy, "jaffle_shop")
         assert final.result.status == "passed", final.result.error
         assert nodes["customers"]["outcome"] == "passed"
-        assert '"postgres"' in nodes["customers"]["relation"]
+        assert f'"{parts["dbname"]}"' in nodes["customers"]["relation"]
     finally:
         await st.stop()

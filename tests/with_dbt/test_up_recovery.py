@@ -20,7 +20,7 @@ from shared.bus import connect
 from shared.commands import BuildCommand, RunCommand
 from tests.support.gate import add_gate, until_gate_runs
 from tests.support.helpers import get_json, use_token, wait_for
-from tests.support.processes import processes_mentioning, working_in
+from tests.support.processes import mounted_under, processes_mentioning, working_in
 
 pytestmark = pytest.mark.dbt
 BIN = Path(sys.executable).parent / "jetdbt"
@@ -110,6 +110,7 @@ async def test_a_killed_up_leaves_no_build_and_a_restart_completes_the_run(tmp_p
             for p in processes_mentioning(str(home))
         }
         assert not left, left
+        assert not mounted_under(home), "the second start swept the first's job folders"
     finally:
         for process in (first, second):
             if process is not None and process.poll() is None:

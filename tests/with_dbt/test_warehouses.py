@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import io
+import re
 import uuid
 
 import asyncpg
@@ -12,20 +14,37 @@ import pytest
 import yaml
 
 from services.cli import client
+from services.runner.setup.own_database import OwnDatabase
 from services.stack.composition import Stack
 from shared import events as ev
 from shared import logging as jlog
 from shared.commands import BuildCommand, RunCommand
-from tests.support.helpers import collect_everything, deploy_and_wait, duckdb_tables, pg_parts
+from tests.support.helpers import (
+    collect_everything,
+    deploy_and_wait,
+    duckdb_tables,
+    jetdbt,
+    pg_parts,
+    wait_for,
+)
+from tests.support.hook_receiver import Receiver
 
 CANARY = "canary-" + uuid.uuid4().hex
-# Models whose Postgres error quotes the secret in three spellings.
+# Models whose Postgres error quotes the secret in every spelling the masker knows: as is,
+# reversed, upper-cased, spaced by dashes, split by a concatenation, as hex, and inside a
+# longer value as base64 (which Postgres wraps at 76 characters).
 _SECRET = "'{{ env_var(\"SHOP_PG_PASSWORD\") }}'"
+_WRAPPED = f"'a longer value, so that its base64 wraps: ' || {_SECRET}"
 LEAKS = {
     "leak_plain": _SECRET,
     "leak_reversed": f"reverse({_SECRET})",
     "leak_upper": f"upper({_SECRET})",
+    "leak_spaced": f"regexp_replace({_SECRET}, '(.)', '\\1-', 'g')",
+    "leak_split": f"left({_SECRET}, 20) || ''' || ''' || substr({_SECRET}, 21)",
+    "leak_hex": f"encode(convert_to({_SECRET}, 'UTF8'), 'hex')",
+    "leak_base64": f"encode(convert_to({_WRAPPED}, 'UTF8'), 'base64')",
 }
+_WRAPPED_VALUE = f"a longer value, so that its base64 wraps: {CANARY}".encode()
 
 
 async def _deploy_and_build(stack, path, project="jaffle_shop"):
@@ -64,11 +83,23 @@ async def _drop_schema(pg_url: str, schema: str) -> None:
         await conn.close()
 
 
+def _flat(data: bytes) -> bytes:
+    """Letters and digits alone, JSON's line breaks left out: a spelling spaced, split or
+    wrapped reads as one word here."""
+    return re.sub(rb"(?:\\)+n|[^A-Za-z0-9]", b"", data)
+
+
 def _assert_no_canary(found: list[bytes], logs: str) -> None:
-    for spelling in (CANARY, CANARY[::-1], CANARY.upper()):
-        leaks = [blob[:200] for blob in found if spelling.encode() in blob]
-        assert not leaks, (spelling, leaks)
-        assert spelling not in logs
+    letters = _flat(CANARY.encode()).lower()
+    wrapped = base64.b64encode(_WRAPPED_VALUE).decode()
+    spellings = {
+        "letters": letters, "reversed": letters[::-1], "hex": CANARY.encode().hex().encode(),
+        "base64": _flat(wrapped[-len(CANARY) * 4 // 3 + 4 : -4].encode()),
+    }  # fmt: skip
+    for blob in [*found, logs.encode()]:
+        flat = _flat(blob)
+        left = [k for k, v in spellings.items() if v in flat.lower() or v in flat]
+        assert not left, (left, blob[:300])
 
 
 @pytest.mark.dbt
@@ -101,11 +132,11 @@ def captured_logs():
 
 @pytest.mark.dbt
 async def test_named_postgres_warehouse_with_env_reference(
-    settings, tmp_path, project_copy, pg_url, monkeypatch, captured_logs
+    settings, tmp_path, project_copy, warehouse_pg_url, monkeypatch, captured_logs
 ):
     monkeypatch.setenv("JETDBT_TEST_PG_PASSWORD", CANARY)
     schema = f"wh_{uuid.uuid4().hex[:10]}"
-    parts = pg_parts(pg_url)
+    parts = pg_parts(warehouse_pg_url)
     (project_copy / "jetdbt.yaml").write_text("profile:\n  warehouse: pg\n")
     warehouse = {
         "type": "postgres",
@@ -123,27 +154,30 @@ async def test_named_postgres_warehouse_with_env_reference(
 
     try:
         found = await _with_stack(settings, tmp_path, {"pg": warehouse}, body)
-        assert {"orders", "customers", "stg_orders"} <= await _pg_tables(pg_url, schema)
+        assert {"orders", "customers", "stg_orders"} <= await _pg_tables(warehouse_pg_url, schema)
     finally:
-        await _drop_schema(pg_url, schema)
+        await _drop_schema(warehouse_pg_url, schema)
     _assert_no_canary(found, captured_logs.getvalue())
 
 
 @pytest.mark.dbt
 async def test_own_profiles_yml_with_password_from_descriptor_env(
-    settings, tmp_path, project_copy, pg_url, monkeypatch, captured_logs
+    settings, tmp_path, project_copy, warehouse_pg_url, monkeypatch, captured_logs
 ):
     """The canary reaches dbt only through a reference the operator allows, and the models
-    that quote it (plain, reversed, upper-cased) in their Postgres errors fail with the
-    secret masked in every event, log line, blob, projection row and runner log."""
+    that quote it (in every spelling of LEAKS) in their Postgres errors fail with the
+    secret masked in every event, log line, blob, projection row, runner log and the
+    webhook's body."""
     monkeypatch.setenv("JETDBT_TEST_SECRET", CANARY)
-    settings = msgspec.structs.replace(settings, env_references=("JETDBT_TEST_*",))
+    settings = msgspec.structs.replace(
+        settings, env_references=("JETDBT_TEST_*",), webhook_hosts=("127.0.0.1",)
+    )
     for name, spelled in LEAKS.items():
         (project_copy / "models" / f"{name}.sql").write_text(
             f"{{{{ config(materialized='table') }}}}\nselect cast({spelled} as integer) as leaked"
         )
     schema = f"own_{uuid.uuid4().hex[:10]}"
-    parts = pg_parts(pg_url)
+    parts = pg_parts(warehouse_pg_url)
     profiles = {
         "jaffle_shop": {
             "target": "dev",
@@ -167,8 +201,13 @@ async def test_own_profiles_yml_with_password_from_descriptor_env(
         "env:\n  SHOP_PG_PASSWORD: $env:JETDBT_TEST_SECRET\n"
     )
 
+    receiver = Receiver(200)
+
     async def body(st):
         await deploy_and_wait(st.bus, project_copy, "jaffle_shop")
+        added = await jetdbt(st, "hook", "add", "pager", "--project", "jaffle_shop",
+                             "--url", await receiver.start(), "--on", "failure")  # fmt: skip
+        assert added.returncode == 0, added.stderr
         build = BuildCommand(exclude=list(LEAKS))
         final = await client.run(st.bus, "jaffle_shop", RunCommand(command=build))
         assert final.result.status == "passed", final.result.error
@@ -177,8 +216,12 @@ async def test_own_profiles_yml_with_password_from_descriptor_env(
         failed = await client.run(st.bus, "jaffle_shop", RunCommand(command=leaky))
         messages = {n.name: n.message or "" for n in failed.result.nodes}
         assert set(messages) == set(LEAKS) and all("****" in m for m in messages.values()), messages
+        # The webhook's body is made of the masked result: each failed node's message.
+        [(_, sent)] = await wait_for(lambda: _got(receiver), timeout=30)
+        told = msgspec.json.decode(sent)["run"]["failed_nodes"]
+        assert len(told) == len(LEAKS) and all("****" in n["message"] for n in told), told
         await asyncio.sleep(0.5)
-        return await collect_everything(st)
+        return [*await collect_everything(st), sent]
 
     try:
         found = await _with_stack(
@@ -187,10 +230,15 @@ async def test_own_profiles_yml_with_password_from_descriptor_env(
             {"main": {"type": "duckdb", "path": str(tmp_path / "unused.duckdb")}},
             body,
         )
-        assert {"orders", "customers"} <= await _pg_tables(pg_url, schema)
+        assert {"orders", "customers"} <= await _pg_tables(warehouse_pg_url, schema)
     finally:
-        await _drop_schema(pg_url, schema)
+        await _drop_schema(warehouse_pg_url, schema)
+        await receiver.runner.cleanup()
     _assert_no_canary(found, captured_logs.getvalue())
+
+
+async def _got(receiver: Receiver) -> list:
+    return receiver.got
 
 
 async def test_unknown_warehouse_and_unconfigured_engine_are_refused(stack, project_copy):
@@ -295,3 +343,30 @@ def test_a_project_reads_no_runner_variable_the_operator_does_not_allow():
         Resolver(variables).resolve("$var:team_b/warehouse_password", "env.X", from_project=True)
     allowed = Resolver(variables, project_env=("team_b/*",))
     assert allowed.resolve("$var:team_b/warehouse_password", "env.X", from_project=True) == CANARY
+
+
+async def test_a_warehouse_on_jetdbts_own_database_is_refused_at_start(settings, tmp_path):
+    """A Postgres warehouse on the very database the stack keeps its projections in (the
+    attack: a project's SQL read jetdbt.runs and failed another team's run, as superuser)."""
+    parts = pg_parts(settings.database_url)
+    pgwh = {"type": "postgres", **parts, "host": parts["host"] + "/", "schema": "beta"}
+    with pytest.raises(OwnDatabase) as refused:
+        await _with_stack(settings, tmp_path, {"pgwh": pgwh}, lambda st: None)
+    assert "warehouse 'pgwh' reaches jetdbt's own database" in str(refused.value)
+    assert f"database {parts['dbname']!r} on socket {parts['host']}" in str(refused.value)
+
+
+async def test_a_projects_own_profile_on_jetdbts_own_database_is_refused(stack, project_copy):
+    """The same attack through a project's own profiles.yml, which no start check sees: its
+    deploy is refused before dbt runs, naming jetdbt's database."""
+    parts = pg_parts(stack.settings.database_url)
+    output = {"type": "postgres", **parts, "schema": "beta", "threads": 1, "password": ""}
+    profiles = {"jaffle_shop": {"target": "x", "outputs": {"x": output}}}
+    (project_copy / "profiles.yml").write_text(yaml.safe_dump(profiles))
+    (project_copy / "jetdbt.yaml").write_text(
+        "profile:\n  profiles_yml: profiles.yml\n  warehouse: main\n"
+    )
+    _, refused = await client.deploy(stack.bus, project_copy, "jaffle_shop")
+    assert isinstance(refused, ev.DeployRefused), refused
+    assert "this project's profile reaches jetdbt's own database" in refused.reason
+    assert f"database {parts['dbname']!r} on socket {parts['host']}" in refused.reason

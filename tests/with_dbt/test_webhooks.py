@@ -2,23 +2,27 @@
 server this test starts (its signature checked here), a receiver answering 500 twice gets
 the third attempt, one that always fails gives up into the dead letters, every attempt is
 readable, the hooks read model replays with 0 differences, and no secret is ever stored
-where the notifier's bucket is not."""
+where the notifier's bucket is not. A hook aimed at a closed port and one aimed at a port
+that answers but not in HTTP (the test's own nats-server) record the same reason and none
+of the bytes; an attempt recorded before that vocabulary is served in it."""
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
 import hmac
+import socket
+import urllib.parse
 
 import aiohttp
 import msgspec
 import pytest
-from aiohttp import web
 
 from projections.replay import replay
 from services.cli import client
 from services.stack.composition import Stack
-from shared import webhooks
+from shared import events as ev
+from shared import hook_reasons, webhooks
 from shared.commands import ModelsCommand, RunCommand
 from tests.support.helpers import (
     auth_headers,
@@ -28,6 +32,7 @@ from tests.support.helpers import (
     jetdbt,
     wait_for,
 )
+from tests.support.hook_receiver import Receiver
 
 pytestmark = pytest.mark.dbt
 
@@ -35,26 +40,11 @@ PROJECT = "jaffle_shop"
 BROKEN = "select * from a_table_nobody_made"
 
 
-class Receiver:
-    """A real HTTP server answering each POST with the next status of `statuses` (the last
-    one from then on), keeping what it was sent."""
-
-    def __init__(self, *statuses: int):
-        self.statuses, self.got = list(statuses), []
-
-    async def start(self) -> str:
-        app = web.Application()
-        app.router.add_post("/hook", self._post)
-        self.runner = web.AppRunner(app)
-        await self.runner.setup()
-        site = web.TCPSite(self.runner, "127.0.0.1", 0)
-        await site.start()
-        return f"http://127.0.0.1:{self.runner.addresses[0][1]}/hook"
-
-    async def _post(self, request: web.Request) -> web.Response:
-        self.got.append((dict(request.headers), await request.read()))
-        status = self.statuses.pop(0) if len(self.statuses) > 1 else self.statuses[0]
-        return web.Response(status=status)
+def _closed_port() -> int:
+    """A port nothing listens on (bound, then let go)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def _verified(secret: str, headers: dict, body: bytes) -> bool:
@@ -102,8 +92,11 @@ async def test_a_failed_run_posts_signed_retried_and_dead_deliveries(settings, p
         assert len(secret) >= webhooks.MIN_SECRET
         # The API's door: the secret is the answer's, this once.
         secrets = [secret]
+        nats_port = urllib.parse.urlsplit(stack.nats_url).port
+        closed, nats = (f"http://127.0.0.1:{p}/h" for p in (_closed_port(), nats_port))
         for name, url, on in (("flaky", urls[1], ["end"]), ("gone", urls[2], ["failure"]),
-                              ("quiet", urls[3], ["success"])):  # fmt: skip
+                              ("quiet", urls[3], ["success"]), ("closed", closed, ["failure"]),
+                              ("nats", nats, ["failure"])):  # fmt: skip
             status, answer = await _add_by_api(stack, name, url, on)
             assert status == 201, answer
             secrets.append(answer["secret"])
@@ -172,9 +165,20 @@ async def test_a_failed_run_posts_signed_retried_and_dead_deliveries(settings, p
         listed = await jetdbt(stack, "hook", "deliveries", "gone", "--project", PROJECT, "--dead")
         assert listed.returncode == 0 and "dead" in listed.stdout, listed.stderr
 
+        # No answer, or one that is not HTTP: the same reason, none of what was sent back.
+        async def unanswered():
+            return all([await _deliveries(stack, h, "dead") for h in ("closed", "nats")])
+
+        await wait_for(unanswered, timeout=30)
+        for hook in ("closed", "nats"):
+            rows = await _deliveries(stack, hook)
+            assert [(d["status"], d["error"]) for d in rows] == [
+                (0, hook_reasons.NO_HTTP_ANSWER)
+            ] * 3, rows
+
         status, hooks = await get_json(f"{stack.api_url}/v1/projects/{PROJECT}/hooks")
         assert status == 200 and [h["name"] for h in hooks["hooks"]] == [
-            "flaky", "gone", "pager", "quiet",
+            "closed", "flaky", "gone", "nats", "pager", "quiet",
         ]  # fmt: skip
 
         # The secrets are nowhere else: no event, log line, command, blob or projection row,
@@ -183,6 +187,20 @@ async def test_a_failed_run_posts_signed_retried_and_dead_deliveries(settings, p
         answered = msgspec.json.encode(hooks)
         for s in secrets:
             assert s.encode() not in stored and s.encode() not in answered
+        assert b"server_id" not in stored  # nats-server's INFO line, as the port answered
+
+        # An attempt recorded before the vocabulary, quoting that line: served mapped.
+        quoted = "ClientResponseError: 400, message='Bad status line b\\'INFO {\"server_id\"'"
+        await stack.bus.publish(
+            ev.HookDelivered(project=PROJECT, hook="nats", delivery_id="before", run_id=run.run_id,
+                             event="failure", attempt=1, state="dead", error=quoted)
+        )  # fmt: skip
+
+        async def served():
+            return [d for d in await _deliveries(stack, "nats") if d["delivery_id"] == "before"]
+
+        [before] = await wait_for(served, timeout=30)
+        assert before["error"] == hook_reasons.NO_HTTP_ANSWER, before
 
         removed = await jetdbt(stack, "hook", "remove", "quiet", "--project", PROJECT)
         assert removed.returncode == 0, removed.stderr
@@ -195,7 +213,7 @@ async def test_a_failed_run_posts_signed_retried_and_dead_deliveries(settings, p
         report = await replay(stack.bus, stack.database_url, quick.schema, ["hooks"])
         assert report.differences == 0, report
         rows = {t.table: (t.live_rows, t.shadow_rows) for t in report.tables}
-        assert rows == {"hooks": (3, 3), "hook_deliveries": (7, 7)}, rows
+        assert rows == {"hooks": (5, 5), "hook_deliveries": (14, 14)}, rows
     finally:
         await stack.stop()
         for r in (pager, flaky, gone, quiet):

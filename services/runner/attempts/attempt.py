@@ -25,15 +25,17 @@ from services.runner.admission.lease import Lease, LeaseLost
 from services.runner.admission.queue_cap import Place, QueueFull
 from services.runner.after import artifacts, kept_log, results, retention
 from services.runner.context import RunnerContext
-from services.runner.process.containment import MemoryExceeded
+from services.runner.process.containment import BoundExceeded
 from services.runner.process.dbt_process import DbtInvocation, RunTimedOut
 from services.runner.process.spawn import ForkServerLost
+from services.runner.setup import run_credentials
 from services.runner.setup.job_setup import Prepared, Refused, prepare
+from services.runner.setup.warehouses import Warehouse
 from shared import event_blobs, run_status, subjects
 from shared import events as ev
 from shared import logging as jlog
 from shared.commands import DbtCommand, RunCommand
-from shared.identity import team_of
+from shared.identity import project_team, team_of
 from shared.outcomes import NODE_CANCELLED, totals
 from shared.quote import quote
 
@@ -97,6 +99,7 @@ class Attempt:
     `check`, `deferred_to` and `before_finished` do nothing unless it says otherwise."""
 
     writes = True  # builds into its environment, so it holds the environment's lease
+    connects = True  # its dbt opens warehouse connections: a per_run warehouse issues a login
     resumable = True  # its result is what the principal's next `jetdbt retry` resumes
     # What dbt writes as the invocation's results: `dbt source freshness` writes sources.json.
     results_artifact = "run_results.json"
@@ -122,6 +125,7 @@ class Attempt:
         self._deadline = float("inf")
         self._fenced = asyncio.Event()  # set when the environment lease could not be kept
         self._log_subject = subjects.run_log(run_id)
+        self._last_line = ""  # as dbt wrote it: a spelling may begin there and end in the next
         self.preview: list[dict] = []  # the rows a show's dbt printed
 
     def mode(self) -> str:
@@ -184,11 +188,14 @@ class Attempt:
         """Prepare, wait for admission (giving up `place` once it is let in), run, finish."""
         log = jlog.get("runner", project=self.project, run_id=self.run_id, attempt=self.number)
         s = self.source
+        # The warehouse serves the project's team, whoever asked (an operator, an admin).
+        owner = await project_team(self.ctx.bus, self.project) or team
         try:
             self.prepared = await prepare(
                 self.ctx,
                 s.version,
                 f"{self.run_id}.{self.number}",
+                team=owner,
                 packages_digest=s.packages_digest,
                 cmd=s.cmd,
                 args=s.args,
@@ -341,8 +348,10 @@ class Attempt:
         }
 
     async def _steps(self) -> Ending:
-        """How the steps ended: a cancel, a timeout or a failed step end the run early."""
+        """How the steps ended: a cancel, a timeout or a failed step end the run early.
+        A per_run warehouse's login lives exactly as long as they do."""
         try:
+            await self._own_login()
             return Ending(await self.steps())
         except Failed as exc:
             return Ending(-1, str(exc))
@@ -354,16 +363,65 @@ class Attempt:
             raise  # this attempt says nothing more: the command comes back as the next one
         except RunTimedOut:
             return Ending(-1, f"timed out after {self.ctx.settings.run_timeout_seconds}s")
-        except MemoryExceeded as exc:
+        except BoundExceeded as exc:
             return Ending(-1, str(exc))
         except Exception as exc:  # noqa: BLE001 - the run ends saying so, never hangs
             jlog.get("runner", project=self.project, run_id=self.run_id).exception("run_broke")
             broke = f"the runner failed: {exc.__class__.__name__}: {quote(str(exc), 300)}"
             return Ending(-1, broke)
+        finally:
+            await self._drop_login()
+
+    def _per_run_warehouse(self) -> Warehouse | None:
+        """The run's warehouse when it issues the run a login of its own (and the profile is
+        the warehouse's, not one the project carries)."""
+        wh = self.ctx.warehouses.get(self.prepared.plan.warehouse)
+        own_profile = self.prepared.descriptor.profile.profiles_yml
+        if wh is None or wh.credentials != run_credentials.PER_RUN or own_profile:
+            return None
+        return wh
+
+    async def _own_login(self) -> None:
+        """The run's own warehouse login, made just before dbt starts and valid until the
+        run's deadline (services/runner/setup/run_credentials.py)."""
+        wh = self._per_run_warehouse()
+        if wh is None or not self.connects:
+            return
+        try:
+            login = await run_credentials.issue(
+                wh,
+                self.prepared.resolver,
+                run_credentials.places(self.prepared.plan),
+                scope=self.scope(),
+                holder=f"{self.project} run {self.run_id} attempt {self.number}",
+                writes=run_credentials.writes(self.source.cmd),
+                seconds=self._time_left(),
+            )
+        except run_credentials.ISSUE_FAILURES as exc:
+            raise Failed(
+                f"the run's own login on warehouse {wh.name!r} could not be made:"
+                f" {exc.__class__.__name__}: {quote(str(exc), 300)}"
+            ) from None
+        self.prepared.use_login(login)
+
+    async def _drop_login(self) -> None:
+        """The run's own login dropped, however the steps ended, before the run's end is
+        published; one that cannot be is dropped by a runner's sweep once it expired."""
+        login = self.prepared.login
+        if login is None:
+            return
+        try:
+            await run_credentials.drop(self._per_run_warehouse(), self.prepared.resolver, login)
+        except run_credentials.ISSUE_FAILURES as exc:
+            jlog.get("runner", project=self.project, run_id=self.run_id).warning(
+                "run_login_not_dropped", role=login.user, error=quote(str(exc), 300)
+            )
 
     async def log(self, line: str) -> None:
-        """A line in the run's human-readable log (masked: a secret may be in any line)."""
-        await self.ctx.bus.publish_line(self._log_subject, line)
+        """A line in the run's human-readable log (masked: a secret may be in any line, or
+        begin in the line before it)."""
+        previous, self._last_line = self._last_line, line
+        await self.ctx.bus.publish_line(self._log_subject, line, previous)
 
     async def invoke(self, inv: DbtInvocation, round_: int = 0) -> int:
         """Run one of this attempt's invocations, its nodes published as node retry round

@@ -16,7 +16,7 @@ from nats.js.errors import ObjectNotFoundError
 from services.runner import graph
 from services.runner.admission import admission
 from services.runner.context import RunnerContext
-from services.runner.process.containment import MemoryExceeded
+from services.runner.process.containment import BoundExceeded
 from services.runner.process.dbt_env import package_hub
 from services.runner.provision import packages
 from services.runner.setup.job_setup import Prepared, Refused, prepare
@@ -69,7 +69,7 @@ async def deploy(
     holder = {"project": project, "run_id": f"deploy {deploy_id}", "runner": ctx.name}
     await admission.announce(bus, seq, team, holder)
     try:
-        prepared = await prepare(ctx, cmd.bundle_digest, f"deploy-{deploy_id}")
+        prepared = await prepare(ctx, cmd.bundle_digest, f"deploy-{deploy_id}", team=team)
     except Refused as exc:
         await admission.withdraw(bus, seq, team)
         final = ev.DeployRefused(project=project, deploy_id=deploy_id, reason=str(exc))
@@ -85,7 +85,7 @@ async def deploy(
                 await bus.publish(final)
                 return final
             return await _parse(ctx, project, cmd, deploy_id, prepared, seq, team)
-    except MemoryExceeded as exc:
+    except BoundExceeded as exc:
         final = ev.DeployFailed(
             project=project, deploy_id=deploy_id, version=cmd.bundle_digest, reason=str(exc)
         )
@@ -189,6 +189,7 @@ async def _parse(
         command_seq=seq,
         package_lock_digest=resolution.lock_digest if resolution else None,
         environment_lock=prepared.environment_lock,
+        warehouse=prepared.descriptor.profile.warehouse_name(),
     )
     await ctx.bus.publish(final)
     return final

@@ -41,6 +41,7 @@ async def parse(
 
 class _Parse(Attempt):
     writes = False  # a parse builds nothing: it takes no environment lease
+    connects = False  # nor does it open a connection: it needs no login of its own
 
     def mode(self) -> str:
         return "parse"

@@ -5,8 +5,8 @@ machine gives what services/runner/process/sandbox.py needs (namespaces, a writa
 where something is missing it says exactly what, and the runner refuses every project
 until the operator provides it or sets JETDBT_SANDBOX=off (reported by the runner's start
 line and /healthz). For each invocation it names the folders the child sees and the one
-warehouse endpoint it may reach, and makes the invocation's cgroup with RUN_MEMORY and
-RUN_CPUS.
+warehouse endpoint it may reach, and makes the invocation's cgroup with RUN_MEMORY,
+RUN_CPUS and RUN_PIDS; each job folder holds at most RUN_DISK (job_disk.py).
 """
 
 from __future__ import annotations
@@ -16,16 +16,17 @@ import json
 import os
 import sys
 import uuid
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
 import services
 import shared
-from services.runner.process import cgroup, sandbox
+from services.runner.process import cgroup, job_disk, sandbox
 from shared import logging as jlog
 from shared.config import Settings
 
-__all__ = ["Containment", "JobSandbox", "SandboxMissing", "MemoryExceeded", "readable_code"]
+__all__ = ["Containment", "JobSandbox", "SandboxMissing", "BoundExceeded", "readable_code"]
 
 _log = jlog.get("sandbox")
 
@@ -34,8 +35,9 @@ class SandboxMissing(RuntimeError):
     """This runner cannot contain a run, and JETDBT_SANDBOX is not off."""
 
 
-class MemoryExceeded(RuntimeError):
-    """The kernel killed an invocation for its RUN_MEMORY cap."""
+class BoundExceeded(RuntimeError):
+    """An invocation went past a bound of its run (RUN_MEMORY, RUN_PIDS, RUN_DISK): the
+    message names it, and the run fails with it."""
 
 
 def readable_code() -> list[str]:
@@ -57,7 +59,8 @@ class Containment:
     def __init__(self, settings: Settings):
         self.settings = settings
         self.enabled = settings.sandbox
-        self.caps = cgroup.Caps(settings.run_memory, settings.run_cpus)
+        self.caps = cgroup.Caps(settings.run_memory, settings.run_cpus, settings.run_pids)
+        self.disk = job_disk.DiskBound(settings.run_disk, settings.runner_cache)
         self.hierarchy: cgroup.Hierarchy | None = None
         self.missing: str | None = None  # why runs are refused; None: contained, or off
         self._checked: asyncio.Future | None = None
@@ -70,10 +73,14 @@ class Containment:
             return f"missing: {self.missing}"
         if self.hierarchy is None:
             return "on: not checked yet (the runner checks it when it starts)"
-        limits = f"RUN_MEMORY={format_bytes(self.caps.memory)}, RUN_CPUS={self.caps.cpus:g}"
+        limits = (
+            f"RUN_MEMORY={format_bytes(self.caps.memory)}, RUN_CPUS={self.caps.cpus:g},"
+            f" RUN_PIDS={self.caps.pids}"
+        )
         return (
             f"on: mount, pid, network, ipc and uts namespaces, uid {self._uid()}, {limits},"
-            f" {self.hierarchy.describe()}"
+            f" {self.hierarchy.describe()}; RUN_DISK={format_bytes(self.disk.size)}:"
+            f" {self.disk.describe()}"
         )
 
     def state(self) -> tuple[str, bool]:
@@ -97,7 +104,8 @@ class Containment:
             )
 
     async def _probe(self) -> None:
-        """Find the cgroup hierarchy, then build one real sandbox in a process of its own."""
+        """Find the cgroup hierarchy, then build one real sandbox, its job folder a
+        filesystem of its own where the runner can mount one, in a process of its own."""
         try:
             self.hierarchy = await asyncio.to_thread(cgroup.find, self.settings.cgroup)
         except cgroup.CgroupUnavailable as exc:
@@ -108,6 +116,7 @@ class Containment:
 
         probe = self.settings.runner_cache / "jobs" / f"probe-{uuid.uuid4().hex}"
         probe.mkdir(parents=True)
+        mounted = await asyncio.to_thread(self.disk.probe, probe)
         try:
             spec = await self.spec(probe, None, name=probe.name)
             child = await asyncio.create_subprocess_exec(
@@ -117,7 +126,9 @@ class Containment:
             )  # fmt: skip
             _, said = await child.communicate(json.dumps(spec).encode())
         finally:
-            await self.release(probe.name)
+            await self.release(probe.name, probe)
+            if mounted is not None:
+                mounted.detach()
             await asyncio.to_thread(_remove_tree, probe)
         if child.returncode != 0:
             text = said.decode(errors="replace").strip().replace(sandbox.SETUP_MARK, "").strip()
@@ -193,19 +204,33 @@ class Containment:
             spec["writable"].append(plan.warehouse_folder)
         return spec
 
-    async def release(self, name: str) -> bool:
-        """Remove invocation `name`'s cgroup; whether the kernel killed it for memory."""
+    async def release(self, name: str, root: Path) -> BoundExceeded | None:
+        """Remove invocation `name`'s cgroup; the bound it went past, if any, its job
+        folder being `root`."""
         if not self.enabled or self.hierarchy is None:
-            return False
+            return None
         group = self.hierarchy.named(name)
         killed = await asyncio.to_thread(group.oom_killed)
+        refused = await asyncio.to_thread(group.pids_refused)
         await asyncio.to_thread(group.remove)
-        return killed
+        if killed:
+            return BoundExceeded(
+                f"dbt was killed: it used more than RUN_MEMORY={format_bytes(self.caps.memory)}"
+                " (the memory each run may use; an operator raises RUN_MEMORY)"
+            )
+        if refused:
+            return BoundExceeded(
+                f"dbt could not start a process or thread: it reached RUN_PIDS={self.caps.pids}"
+                " (the processes and threads each run may have; an operator raises RUN_PIDS)"
+            )
+        if await asyncio.to_thread(self.disk.full, root):
+            return self.disk_error()
+        return None
 
-    def memory_error(self) -> MemoryExceeded:
-        return MemoryExceeded(
-            f"dbt was killed: it used more than RUN_MEMORY={format_bytes(self.caps.memory)}"
-            " (the memory each run may use; an operator raises RUN_MEMORY)"
+    def disk_error(self) -> BoundExceeded:
+        return BoundExceeded(
+            f"the job folder is full: RUN_DISK={format_bytes(self.disk.size)} (what each run's"
+            " folder may hold: its project, dbt's target and logs; an operator raises RUN_DISK)"
         )
 
 
@@ -233,11 +258,27 @@ class JobSandbox:
             host_network=self.host_network,
         )
 
-    async def leave(self, name: str) -> bool:
-        return await self.containment.release(name)
+    async def leave(self, name: str) -> BoundExceeded | None:
+        return await self.containment.release(name, self.root)
 
-    def memory_error(self) -> MemoryExceeded:
-        return self.containment.memory_error()
+    async def watched(self, invocation: Awaitable[int]) -> int:
+        """`invocation`'s exit code; where the job folder is not a filesystem of its own,
+        it is killed (cancelled) once the folder holds more than RUN_DISK."""
+        disk = self.containment.disk
+        if disk.mode == "mount":
+            return await invocation
+        run = asyncio.ensure_future(invocation)
+        full = asyncio.create_task(disk.watch(self.root))
+        try:
+            await asyncio.wait({run, full}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            full.cancel()
+            if not run.done():
+                run.cancel()
+                await asyncio.gather(run, return_exceptions=True)
+        if run.cancelled():
+            raise self.containment.disk_error()
+        return run.result()
 
 
 def _remove_tree(path: Path) -> None:

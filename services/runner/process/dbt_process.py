@@ -147,18 +147,18 @@ class DbtInvocation:
         on_event: Callable[[dict], Awaitable[None]] | None = None,
         timeout: float | None = None,
     ) -> int:
-        """dbt's exit code; raises the sandbox's MemoryExceeded when the kernel killed it
-        for RUN_MEMORY."""
+        """dbt's exit code; raises the sandbox's BoundExceeded, naming the bound, when it went
+        past RUN_MEMORY, RUN_PIDS or RUN_DISK."""
         if self.sandbox is None:
             return await self._run(on_line, on_event, timeout, None)
         name = f"{self.project_dir.parent.name}-{uuid.uuid4().hex[:12]}"
         spec = await self.sandbox.enter(name)
         try:
-            code = await self._run(on_line, on_event, timeout, spec)
+            code = await self.sandbox.watched(self._run(on_line, on_event, timeout, spec))
         finally:
-            killed = await self.sandbox.leave(name)
-        if killed:
-            raise self.sandbox.memory_error()
+            exceeded = await self.sandbox.leave(name)
+        if exceeded:
+            raise exceeded
         return code
 
     async def _run(self, on_line, on_event, timeout, sandbox) -> int:

@@ -1,12 +1,13 @@
 """Everything a dbt invocation needs before it starts, shared by deploys and runs.
 
-Materialise the version, read its descriptor, pick the warehouse and engine,
-plan the invocation and write profiles.yml. Any reason the job cannot start
-becomes one `Refused` whose message names the cause.
+Materialise the version, read its descriptor, pick the warehouse (one granted to the
+project's team) and engine, plan the invocation and write profiles.yml. Any reason the job
+cannot start becomes one `Refused` whose message names the cause.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import tarfile
@@ -22,13 +23,14 @@ from services.runner.context import RunnerContext
 from services.runner.process.containment import JobSandbox, SandboxMissing
 from services.runner.process.dbt_env import dbt_env, package_hub
 from services.runner.process.dbt_process import DbtInvocation
+from services.runner.process.job_disk import DiskUnavailable
 from services.runner.provision import engine, environments
 from services.runner.provision.packages import PackageCache, PackagesRefused, declared
-from services.runner.setup import workspace
+from services.runner.setup import own_database, run_credentials, workspace
 from services.runner.setup.plan import Plan, PlanRefused, make_plan
 from services.runner.setup.secrets import Resolver, UnresolvedReference
 from services.runner.setup.warehouses import UnknownWarehouse, pick
-from shared import bundle, descriptor
+from shared import bundle, descriptor, warehouse_grants
 from shared.commands import DbtCommand
 from shared.digests import digest_of
 from shared.quote import quote
@@ -45,6 +47,7 @@ _REFUSALS = (
     bundle.BundleRefused,
     descriptor.DescriptorError,
     UnknownWarehouse,
+    warehouse_grants.NotGranted,
     UnresolvedReference,
     engine.EngineUnavailable,
     environments.EnvironmentUnavailable,
@@ -89,6 +92,7 @@ class Prepared:
     packages: PackageCache
     sandbox: JobSandbox | None = None
     environment: environments.EngineEnvironment | None = None  # None: jetdbt's own
+    login: run_credentials.Login | None = None  # the run's own, on a per_run warehouse
 
     def cleanup(self) -> None:
         """Keep what dbt parsed for the next job of the same kind, then remove this job."""
@@ -107,7 +111,7 @@ class Prepared:
         which needs none and has the machine's network, runs before it exists."""
         profile = self.job.profiles / "profiles.yml"
         if not profile.exists():
-            profile.write_text(self.plan.profiles_text)
+            profile.write_text(self._profile_text())
         return DbtInvocation(
             command,
             args,
@@ -119,6 +123,17 @@ class Prepared:
             environment=self.environment,
             **kw,
         )
+
+    def _profile_text(self) -> str:
+        if self.login is None:
+            return self.plan.profiles_text
+        return run_credentials.into_profile(self.plan, self.login)
+
+    def use_login(self, login: run_credentials.Login) -> None:
+        """The run's own credential in the profile every later invocation reads."""
+        self.login = login
+        self.job.profiles.mkdir(parents=True, exist_ok=True)
+        (self.job.profiles / "profiles.yml").write_text(self._profile_text())
 
     def deps(self) -> DbtInvocation:
         """`dbt deps` in this job: the network it fetches packages over, git locked down."""
@@ -187,16 +202,20 @@ async def prepare(
     version: str,
     name: str,
     *,
+    team: str,
     packages_digest: str | None = None,
     cmd: DbtCommand | None = None,
     args: dict[str, Any] | None = None,
 ) -> Prepared:
+    """The job of `version`, ready for dbt, or Refused naming why. `team` is the project's:
+    the warehouse its descriptor names must be granted to it."""
     try:
         await ctx.containment.check()
     except SandboxMissing as exc:
         raise Refused(str(exc)) from None
     try:
-        job = await workspace.prepare(ctx.bus, ctx.settings.runner_cache, version, name)
+        disk = ctx.containment.disk if ctx.containment.enabled else None
+        job = await workspace.prepare(ctx.bus, ctx.settings.runner_cache, version, name, disk)
     except bundle.BundleRefused as exc:
         raise Refused(str(exc)) from None
     except ObjectNotFoundError:
@@ -205,13 +224,21 @@ async def prepare(
         ) from None
     except (ValueError, tarfile.TarError) as exc:  # a digest mismatch, a torn archive
         raise Refused(f"version {version} cannot be materialised: {quote(str(exc), 200)}") from None
+    except DiskUnavailable as exc:
+        raise Refused(f"the job's folder cannot be made: {exc}") from None
+    except OSError as exc:
+        if exc.errno != errno.ENOSPC:
+            raise
+        raise Refused(f"version {version} does not fit: {ctx.containment.disk_error()}") from None
     try:
         desc = descriptor.load(job.project)
         wh = pick(ctx.warehouses, desc.profile.warehouse_name())
+        warehouse_grants.check(wh.name, team, wh.teams)
         engine_name = desc.engine or ctx.settings.default_engine
         executable = engine.command(engine_name, ctx.settings.engines_dir)
         resolver = ctx.resolver()
         plan = make_plan(desc, cmd, args, wh, resolver, job.project, engine_name)
+        own_database.check_job(plan.place, ctx.own_database)
         ctx.containment.check_writable(plan)
         # An engine binary carries its adapters; the installed dbt-core needs one for it.
         environment = None

@@ -14,6 +14,8 @@ import msgspec
 import yaml
 
 from services.runner.process.dbt_env import dbt_env
+from services.runner.setup import run_credentials
+from services.runner.setup.own_database import Place, place_of_output
 from services.runner.setup.secrets import Resolver
 from services.runner.setup.selectors import (
     STATE_METHODS,
@@ -82,6 +84,7 @@ class Plan(msgspec.Struct, frozen=True, kw_only=True):
     configured_folder: str | None = None  # the folder the operator's warehouse names, if any
     packages_path: str = "dbt_packages"  # dbt_project.yml's packages-install-path, rendered
     adapter: str = ""  # the target's type: the dbt adapter that runs it
+    place: Place | None = None  # the database its connection lands in (setup/own_database.py)
 
     def publishes_ownership(self) -> bool:
         """A run whose graph is what the project owns: no override, nothing dynamic."""
@@ -342,6 +345,8 @@ def make_plan(
     home, home_unlocated = _environment(wh.name, target, home_output)
     unlocated = unlocated or (home_unlocated if scratch else None)
     lease_scope = _lease_scope(wh.name, target, output, environment)
+    if not desc.profile.profiles_yml and wh.credentials == run_credentials.PER_RUN:
+        text = render_profiles(profile, target, run_credentials.login_left_out(output, lease_scope))
     overridden = narrowed or bool(cmd and (cmd.vars or cmd.full_refresh or scratch))
     plan = Plan(
         engine=engine,
@@ -372,6 +377,7 @@ def make_plan(
         ),
         packages_path=_packages_path(project_doc, seen),
         adapter=str(output.get("type") or ""),
+        place=place_of_output(output),
     )
     plan.selection_args()  # refuses a value that would reach dbt as a flag, before it runs
     plan.common_args()

@@ -3,32 +3,21 @@
 References travel in descriptors, warehouse configuration and commands;
 resolved values exist only inside the runner process and dbt's environment.
 Every value resolved here is remembered so a log line that happens to carry
-one is masked before it is published.
+one is masked before it is published (services/runner/setup/masking.py).
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 import os
-import re
-import urllib.parse
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from services.runner.setup.masking import Masker
 from shared.descriptor import reference
 
-__all__ = ["Masker", "Resolver", "UnresolvedReference", "load_variables", "MASK"]
-
-MASK = "****"
-# Shorter values (a port, "true") are not worth masking and would garble every line.
-MIN_SECRET = 4
-# A URL's user info (`https://user:token@index/`): credentials whoever wrote them, known to
-# this runner or not (an operator's index or mirror URL in a resolver's message).
-_USERINFO = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://)[^/\s@\"'\\]+@")
+__all__ = ["Resolver", "UnresolvedReference", "load_variables"]
 
 
 class UnresolvedReference(LookupError):
@@ -43,64 +32,6 @@ def load_variables(path: Path | None) -> dict[str, str]:
     if not isinstance(data, dict):
         raise ValueError(f"variables file {path.name} must be a mapping of path to value")
     return {str(k): str(v) for k, v in data.items()}
-
-
-def _base64_cores(data: bytes) -> set[str]:
-    """What base64 (standard and URL-safe) writes for `data` wherever it stands in a longer
-    text: for each of the three alignments, the characters that depend on `data` alone."""
-    cores = set()
-    for shift in range(3):
-        encoded = base64.b64encode(b"\0" * shift + data).decode()
-        start = -(-shift * 4 // 3)  # characters that still carry the padding bytes
-        end = ((shift + len(data)) // 3) * 4
-        core = encoded[start:end]
-        if len(core) >= MIN_SECRET:
-            cores |= {core, core.translate(str.maketrans("+/", "-_"))}
-    return cores
-
-
-def _encoded(secret: str) -> set[str]:
-    """Encodings that cost nothing to look for: hex, base64, URL-encoding. A defence in
-    depth only: the sandbox, not this list, keeps secrets from a project's code."""
-    data = secret.encode()
-    hexed = binascii.hexlify(data).decode()
-    return {hexed, hexed.upper(), urllib.parse.quote(secret, safe=""),
-            urllib.parse.quote_plus(secret), *_base64_cores(data)}  # fmt: skip
-
-
-class Masker:
-    """Every secret this runner resolved, in every spelling it may leave in: as is,
-    reversed, upper- and lower-cased, each of those as JSON escapes it, and as hex, base64
-    and URL-encoded. One instance per runner, applied where anything leaves it (events,
-    log lines, logs)."""
-
-    def __init__(self):
-        self._spellings: list[str] = []
-        self._known: set[str] = set()
-
-    def add(self, secret: str) -> None:
-        if len(secret) < MIN_SECRET or secret in self._known:
-            return
-        self._known.add(secret)
-        variants = {secret, secret[::-1], secret.upper(), secret.lower()}
-        variants |= {json.dumps(v)[1:-1] for v in variants}
-        variants |= _encoded(secret)
-        self._spellings = sorted(set(self._spellings) | variants, key=len, reverse=True)
-
-    def mask(self, text: str) -> str:
-        if "://" in text:
-            text = _USERINFO.sub(r"\1***@", text)
-        for spelling in self._spellings:
-            if spelling in text:
-                text = text.replace(spelling, MASK)
-        return text
-
-    def mask_bytes(self, data: bytes) -> bytes:
-        if not self._spellings and b"://" not in data:
-            return data
-        text = data.decode("utf-8", errors="surrogateescape")
-        masked = self.mask(text)
-        return data if masked is text else masked.encode("utf-8", errors="surrogateescape")
 
 
 def _allowed(name: str, patterns: tuple[str, ...]) -> bool:
@@ -158,6 +89,3 @@ class Resolver:
         resolved = str(source[name])
         self.masker.add(resolved)
         return resolved
-
-    def mask(self, text: str) -> str:
-        return self.masker.mask(text)

@@ -15,8 +15,9 @@ from typing import Any, Literal
 import msgspec
 import yaml
 
-from services.runner.setup import connections
+from services.runner.setup import connections, run_credentials
 from services.runner.setup.secrets import Resolver
+from shared import warehouse_grants
 
 __all__ = [
     "Warehouse",
@@ -32,7 +33,8 @@ _ADAPTER = re.compile(r"[a-z0-9][a-z0-9_-]*\Z")
 
 class Warehouse(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """A DuckDB file, a connection of one of connections.CONNECTION_TYPES (postgres also
-    by the flat keys below), or a `dbt_profile`: one outputs block of dbt's, verbatim."""
+    by the flat keys below), or a `dbt_profile`: one outputs block of dbt's, verbatim.
+    `teams` are the teams it is granted to (None: every team; shared/warehouse_grants.py)."""
 
     type: Literal[
         "duckdb", "postgres", "redshift", "snowflake", "bigquery", "databricks", "mysql",
@@ -51,6 +53,10 @@ class Warehouse(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     sslmode: str | None = None
     output: dict[str, Any] | None = None
     connection: dict[str, Any] | None = None
+    # per_run: each run logs in as a role of its own, made and dropped by the runner
+    # (services/runner/setup/run_credentials.py); configured: the login above, as is.
+    credentials: Literal["configured", "per_run"] = "configured"
+    teams: warehouse_grants.Teams = None
 
     def adapter(self) -> str:
         if self.type == "dbt_profile":
@@ -74,6 +80,7 @@ class UnknownWarehouse(LookupError):
 
 
 def _check(wh: Warehouse) -> Warehouse:
+    run_credentials.check(wh)
     if wh.type == "duckdb" and not wh.path:
         raise ValueError(f"warehouse {wh.name!r}: a duckdb warehouse needs 'path'")
     if wh.type in connections.CONNECTION_TYPES:
@@ -95,18 +102,15 @@ def _check(wh: Warehouse) -> Warehouse:
 def load_warehouses(path: Path | None, default_duckdb: Path) -> dict[str, Warehouse]:
     """The configured warehouses; with no file, the embedded default: DuckDB named `main`."""
     if path is None:
-        return {"main": Warehouse(name="main", type="duckdb", path=str(default_duckdb))}
-    raw = yaml.safe_load(Path(path).read_text()) or {}
-    entries = raw.get("warehouses", raw) if isinstance(raw, dict) else None
-    if not isinstance(entries, dict):
-        raise ValueError(f"{Path(path).name}: expected a mapping of warehouse name to settings")
+        default = warehouse_grants.DEFAULT
+        return {default: Warehouse(name=default, type="duckdb", path=str(default_duckdb))}
     out = {}
-    for name, body in entries.items():
+    for name, body in warehouse_grants.entries(path).items():
         try:
-            wh = msgspec.convert({**(body or {}), "name": str(name)}, Warehouse)
+            wh = msgspec.convert({**body, "name": name}, Warehouse)
         except msgspec.ValidationError as exc:
             raise ValueError(f"warehouse {name!r}: {exc}") from None
-        out[str(name)] = _check(wh)
+        out[name] = _check(wh)
     return out
 
 

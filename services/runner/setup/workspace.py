@@ -1,5 +1,8 @@
 """A job's own directory: the deployed bundle materialised, plus its rendered profiles.yml.
 
+It is a filesystem of its own, RUN_DISK big, where the runner mounts one (job_disk.py),
+made before any of the job's files are written.
+
 Its packages are linked in afterwards (services/runner/provision/packages.py), once the plan says
 where dbt looks for them.
 
@@ -10,11 +13,13 @@ into a fresh job directory per attempt.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import shutil
 import uuid
 from pathlib import Path
 
+from services.runner.process.job_disk import DiskBound, Mounted
 from shared import bundle
 from shared.bus import Bus
 from shared.digests import check_digest
@@ -23,8 +28,9 @@ __all__ = ["Job", "job_root", "prepare"]
 
 
 class Job:
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, disk: Mounted | None = None):
         self.root = root
+        self.disk = disk
         self.project = root / "project"
         self.profiles = root / "profiles"
 
@@ -35,6 +41,8 @@ class Job:
         )
 
     def cleanup(self) -> None:
+        if self.disk is not None:
+            self.disk.detach()
         shutil.rmtree(self.root, ignore_errors=True)
 
 
@@ -66,8 +74,11 @@ def job_root(cache: Path, name: str) -> Path:
     return cache / "jobs" / hashlib.sha256(name.encode()).hexdigest()[:32]
 
 
-async def prepare(bus: Bus, cache: Path, version: str, name: str) -> Job:
-    """A fresh job directory holding `version`'s files.
+async def prepare(
+    bus: Bus, cache: Path, version: str, name: str, disk: DiskBound | None = None
+) -> Job:
+    """A fresh job directory holding `version`'s files, bounded by `disk` (None: unbounded,
+    the sandbox off).
 
     Raises bundle.BundleRefused, naming it, for a digest that is not one: a digest
     becomes a cache path, so it is checked before any path is built from it.
@@ -75,7 +86,13 @@ async def prepare(bus: Bus, cache: Path, version: str, name: str) -> Job:
     _check("version", version)
     job = Job(job_root(cache, name))
     job.cleanup()
-    job.profiles.mkdir(parents=True)
-    (job.root / "name").write_text(name)
-    shutil.copytree(await _cached_bundle(bus, cache, version), job.project)
+    if disk is not None:
+        job.disk = await asyncio.to_thread(disk.attach, job.root)
+    try:
+        job.profiles.mkdir(parents=True)
+        (job.root / "name").write_text(name)
+        shutil.copytree(await _cached_bundle(bus, cache, version), job.project)
+    except BaseException:
+        job.cleanup()
+        raise
     return job

@@ -1,0 +1,42 @@
+"""The warehouse grants at the API's door: a run of a project whose team may not use the
+warehouse its current version names is a 403 before anything is published.
+
+The warehouse is the one the project's latest Deployed event recorded and the team the one
+its deploys recorded, both read from the log as a runner reads them; the grants are the
+operator's warehouses file (shared/warehouse_grants.py). A warehouse this API was not told
+of passes: the runner, which knows every warehouse it serves, checks again and refuses.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from services.api.boundary import error
+from shared import events as ev
+from shared import identity, subjects, warehouse_grants
+from shared.bus import Bus
+
+__all__ = ["install", "refusal"]
+
+_BUS = web.AppKey("grants_bus", Bus)
+_GRANTS = web.AppKey("grants", dict)
+
+
+def install(app: web.Application, bus: Bus, grants: dict[str, list[str] | None]) -> None:
+    app[_BUS] = bus
+    app[_GRANTS] = grants
+
+
+async def refusal(request: web.Request, project: str) -> web.Response | None:
+    """A 403 naming the warehouse and the team when `project`'s team may not use the
+    warehouse of its current version, else None."""
+    bus, grants = request.app[_BUS], request.app[_GRANTS]
+    deployed = await bus.last_event(subjects.deploy_event(project, "deployed"))
+    if not isinstance(deployed, ev.Deployed) or deployed.warehouse not in grants:
+        return None
+    team = await identity.project_team(bus, project)
+    try:
+        warehouse_grants.check(deployed.warehouse, team, grants[deployed.warehouse])
+    except warehouse_grants.NotGranted as exc:
+        return error(403, str(exc))
+    return None

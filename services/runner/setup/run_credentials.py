@@ -1,0 +1,325 @@
+"""A warehouse credential of each run's own (`credentials: per_run`), dropped with the run.
+
+The operator's long-lived credential never leaves the runner: with it, before dbt starts,
+the runner makes a LOGIN role for the run alone, with a random password, valid until the
+run's deadline and a member of its environment's writer role (a command that builds) or
+reader role (one that only reads). dbt's profile holds only that role, whose own setting
+makes every session act as the group role (`ALTER ROLE … SET role`), so what a build
+creates is owned by the writer role and the next run's role can replace it. The role is
+dropped when the run ends; one a dead runner left is dropped by the next run that takes
+its name, or by the sweep of expired run roles when a runner starts. Postgres only: other
+warehouses keep the operator's credential (docs/security.md).
+
+A login is named for what its run holds alone (the environment's lease, attempt.scope):
+the next run there makes the same name anew, so dbt, whose partial parse compares the
+profile's user, need not parse the project again for every run. Its comment names the
+attempt that made it, so only that attempt's end drops it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+import asyncpg
+import msgspec
+import yaml
+
+from services.runner.setup import connections
+from services.runner.setup.secrets import Resolver
+from shared.commands import DbtCommand
+from shared.environments import Environment
+
+if TYPE_CHECKING:
+    from services.runner.setup.plan import Plan
+    from services.runner.setup.warehouses import Warehouse
+
+__all__ = [
+    "CredentialRefused",
+    "ISSUE_FAILURES",
+    "Login",
+    "PER_RUN",
+    "check",
+    "drop",
+    "group_roles",
+    "into_profile",
+    "issue",
+    "login_left_out",
+    "places",
+    "run_role",
+    "sweep",
+    "sweep_all",
+    "writes",
+]
+
+PER_RUN = "per_run"
+ISSUING = ("postgres",)  # the warehouse types that can issue a run its own role
+RUN_PREFIX = "jetdbt_run_"
+WRITER_PREFIX = "jetdbt_w_"
+READER_PREFIX = "jetdbt_r_"
+# The commands whose runs build (and so write) in their environment; every other one
+# (test, show, docs generate, source freshness) only reads. A macro exists to change the
+# warehouse (grants, clean-ups), so run-operation writes too.
+WRITING = frozenset({"build", "run", "seed", "snapshot", "run_operation"})
+CONNECT_TIMEOUT = 10.0  # seconds to reach the warehouse before the run fails saying so
+# Every change to the roles of one warehouse, one at a time: concurrent GRANTs on one
+# object fail in Postgres ("tuple concurrently updated").
+_LOCK = "SELECT pg_advisory_xact_lock(hashtext('jetdbt run credentials'))"
+
+
+class CredentialRefused(ValueError):
+    """The run cannot have a credential of its own; the message says why."""
+
+
+# What making or dropping a role can fail with: a refusal, the warehouse's own error, or
+# the warehouse out of reach.
+ISSUE_FAILURES = (CredentialRefused, asyncpg.PostgresError, asyncpg.InterfaceError, OSError)
+
+
+class Login(msgspec.Struct, frozen=True, kw_only=True):
+    """A run's own credential: the login role, its password, the group role it acts as,
+    and the attempt that made it (the role's comment)."""
+
+    user: str
+    password: str
+    role: str
+    holder: str = ""
+
+
+def check(wh: Warehouse) -> None:
+    """Raise ValueError when `wh` asks for per-run credentials its type cannot issue."""
+    if wh.credentials == PER_RUN and wh.type not in ISSUING:
+        raise ValueError(
+            f"warehouse {wh.name!r}: credentials: per_run needs a warehouse that can issue"
+            f" a role per run ({', '.join(ISSUING)}); a {wh.type} warehouse keeps the"
+            " configured credential (remove the key)"
+        )
+    if wh.credentials == PER_RUN and "role" in wh.connection_keys():
+        raise ValueError(
+            f"warehouse {wh.name!r}: with credentials: per_run each run acts as its"
+            " environment's writer or reader role; remove 'role'"
+        )
+
+
+def writes(cmd: DbtCommand) -> bool:
+    return cmd.label in WRITING
+
+
+def login_left_out(output: dict[str, Any], scope: str) -> dict[str, Any]:
+    """A profile output without the operator's login: the user is the login of the run that
+    holds `scope` (its lease), its password put in when issued; a deploy's parse connects
+    to nothing. dbt's partial parse compares the user, so it is the same from run to run."""
+    out = {**output, "user": run_role(scope), "password": ""}
+    out.pop("pass", None)
+    return out
+
+
+def into_profile(plan: Plan, login: Login) -> str:
+    """The plan's profiles.yml text with the run's own login in its target's output. The
+    group role is the login's own setting, not the profile's (`role`, which dbt's partial
+    parse would compare): a build's and a test's profiles differ in the password alone."""
+    doc = yaml.safe_load(plan.profiles_text)
+    doc[plan.profile]["outputs"][plan.target].update(user=login.user, password=login.password)
+    return yaml.safe_dump(doc, sort_keys=False)
+
+
+def _name(prefix: str, *parts: str, readable: str = "") -> str:
+    digest = hashlib.sha256("\0".join(parts).encode()).hexdigest()
+    slug = re.sub(r"[^a-z0-9_]", "", readable.lower())[:24]
+    return f"{prefix}{slug}_{digest[:8]}" if slug else f"{prefix}{digest[:16]}"
+
+
+def group_roles(environment: Environment) -> tuple[str, str]:
+    """The writer and reader roles of an environment (its database and schema)."""
+    parts = (environment.database, environment.schema)
+    readable = environment.schema
+    return _name(WRITER_PREFIX, *parts, readable=readable), _name(
+        READER_PREFIX, *parts, readable=readable
+    )
+
+
+def run_role(scope: str) -> str:
+    """The login role of the run that holds `scope` (one at a time)."""
+    return _name(RUN_PREFIX, scope)
+
+
+def _ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _literal(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+async def _connect(wh: Warehouse, resolver: Resolver) -> asyncpg.Connection:
+    """The operator's own connection to the warehouse: only ever in the runner."""
+    keys = connections.render(wh.type, wh.connection_keys(), resolver, f"warehouse {wh.name!r}")
+    ssl = keys.get("sslmode")
+    return await asyncpg.connect(
+        host=keys.get("host"),
+        port=keys.get("port"),
+        user=keys.get("user"),
+        password=keys.get("password") or keys.get("pass") or None,
+        database=keys.get("dbname"),
+        timeout=CONNECT_TIMEOUT,
+        **({"ssl": ssl} if ssl else {}),
+    )
+
+
+async def _ensure(conn: asyncpg.Connection, environment: Environment) -> tuple[str, str]:
+    """The environment's writer and reader roles, made when missing, with what a dbt build
+    needs: the writer creates schemas in the database and owns the environment's schema
+    and what it builds; the reader reads all the writer makes (default privileges)."""
+    writer, reader = group_roles(environment)
+    have = {r["rolname"] for r in await conn.fetch(
+        "SELECT rolname FROM pg_roles WHERE rolname = ANY($1::text[])", [writer, reader]
+    )}  # fmt: skip
+    for role in (writer, reader):
+        if role not in have:
+            await conn.execute(f"CREATE ROLE {_ident(role)} NOLOGIN")
+    w, r = _ident(writer), _ident(reader)
+    db, schema = _ident(environment.database), _ident(environment.schema)
+    await conn.execute(
+        f"GRANT {r} TO {w};"
+        f"GRANT CONNECT, CREATE, TEMPORARY ON DATABASE {db} TO {w};"
+        f"GRANT CONNECT ON DATABASE {db} TO {r};"
+        f"CREATE SCHEMA IF NOT EXISTS {schema} AUTHORIZATION {w};"
+        f"GRANT USAGE, CREATE ON SCHEMA {schema} TO {w};"
+        f"GRANT USAGE ON SCHEMA {schema} TO {r};"
+        f"ALTER DEFAULT PRIVILEGES FOR ROLE {w} GRANT SELECT ON TABLES TO {r};"
+        f"ALTER DEFAULT PRIVILEGES FOR ROLE {w} GRANT USAGE ON SCHEMAS TO {r};"
+    )
+    if len(have) < 2:  # new roles: what the schema already holds is readable too
+        await conn.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA {schema} TO {r}")
+    return writer, reader
+
+
+async def _drop_roles(conn: asyncpg.Connection, names: Iterable[str]) -> None:
+    """Drop login roles: their sessions ended, anything they own given to the writer role
+    they belonged to (dbt sets that role; project code might not), then dropped."""
+    for name in names:
+        groups = await conn.fetch(
+            "SELECT g.rolname FROM pg_auth_members m JOIN pg_roles g ON g.oid = m.roleid"
+            " JOIN pg_roles r ON r.oid = m.member WHERE r.rolname = $1",
+            name,
+        )
+        await conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1", name
+        )
+        heir = next((g["rolname"] for g in groups if g["rolname"].startswith(WRITER_PREFIX)), None)
+        role = _ident(name)
+        reassign = f"REASSIGN OWNED BY {role} TO {_ident(heir)};" if heir else ""
+        await conn.execute(f"{reassign}DROP OWNED BY {role}; DROP ROLE {role}")
+
+
+def places(plan: Plan) -> list[Environment]:
+    """Where a run's login acts: the environment it runs in, then, for a run in a scratch
+    schema, its profile's own environment, which a deferral reads. Raises
+    CredentialRefused when the run's environment is known only once dbt runs."""
+    if plan.environment is None:
+        raise CredentialRefused(
+            f"warehouse {plan.warehouse!r} gives each run a role of its own (credentials:"
+            f" per_run), which needs the run's schema known before dbt runs: {plan.unlocated}"
+        )
+    home = plan.home if plan.scratch_schema and plan.home != plan.environment else None
+    return [plan.environment, *([home] if home else [])]
+
+
+async def issue(
+    wh: Warehouse,
+    resolver: Resolver,
+    places: list[Environment],
+    *,
+    scope: str,
+    holder: str,
+    writes: bool,
+    seconds: float,
+) -> Login:
+    """Make the login role of the run that holds `scope`, valid for `seconds`.
+
+    Args:
+        wh: the warehouse (`credentials: per_run`), whose configured login makes the role.
+        places: the environment the run acts in, then those it only reads (`places`).
+        scope: what the run holds alone (its environment's lease): names the role.
+        holder: the attempt that makes it (project, run, attempt), the role's comment.
+        writes: a member of the first place's writer role (True) or of its reader role.
+        seconds: the run's time left; the role cannot log in after it.
+
+    A role of the same name is an earlier holder's whose runner is gone: dropped first.
+    Raises asyncpg's errors or OSError when the warehouse refuses or cannot be reached.
+    """
+    user, password = run_role(scope), secrets.token_urlsafe(24)
+    conn = await _connect(wh, resolver)
+    try:
+        async with conn.transaction():
+            await conn.execute(_LOCK)
+            made = [await _ensure(conn, place) for place in places]
+            groups = [made[0][0] if writes else made[0][1], *(r for _, r in made[1:])]
+            if await conn.fetchval("SELECT 1 FROM pg_roles WHERE rolname = $1", user):
+                await _drop_roles(conn, [user])
+            until = await conn.fetchval("SELECT now() + make_interval(secs => $1)", seconds)
+            await conn.execute(
+                f"CREATE ROLE {_ident(user)} LOGIN PASSWORD {_literal(password)}"
+                f" VALID UNTIL {_literal(until.isoformat())}"
+                f" IN ROLE {', '.join(_ident(g) for g in groups)};"
+                f"ALTER ROLE {_ident(user)} SET role = {_literal(groups[0])};"
+                f"COMMENT ON ROLE {_ident(user)} IS {_literal(holder)}"
+            )
+    finally:
+        await conn.close()
+    resolver.masker.add(password)
+    return Login(user=user, password=password, role=groups[0], holder=holder)
+
+
+async def drop(wh: Warehouse, resolver: Resolver, login: Login) -> None:
+    """Drop the run's role, unless a later holder of its scope made it anew (this attempt
+    was fenced off): what the run's code could take dies with the run."""
+    conn = await _connect(wh, resolver)
+    try:
+        async with conn.transaction():
+            await conn.execute(_LOCK)
+            made_by = await conn.fetchval(
+                "SELECT shobj_description(oid, 'pg_authid') FROM pg_roles WHERE rolname = $1",
+                login.user,
+            )
+            if made_by == login.holder:
+                await _drop_roles(conn, [login.user])
+    finally:
+        await conn.close()
+    resolver.masker.forget(login.password)
+
+
+async def sweep(wh: Warehouse, resolver: Resolver) -> list[str]:
+    """Drop every run role of the warehouse past its validity (its run is over, however it
+    ended); returns their names."""
+    conn = await _connect(wh, resolver)
+    try:
+        async with conn.transaction():
+            await conn.execute(_LOCK)
+            expired = [r["rolname"] for r in await conn.fetch(
+                "SELECT rolname FROM pg_roles WHERE starts_with(rolname, $1)"
+                " AND rolvaliduntil < now()",
+                RUN_PREFIX,
+            )]  # fmt: skip
+            await _drop_roles(conn, expired)
+    finally:
+        await conn.close()
+    return expired
+
+
+async def sweep_all(warehouses: Iterable[Warehouse], resolver: Resolver, log) -> None:
+    """The sweep of every per_run warehouse, as a runner starts; one out of reach is said
+    and left for the next runner's start (its roles cannot log in anyway)."""
+    for wh in warehouses:
+        if wh.credentials != PER_RUN:
+            continue
+        try:
+            dropped = await sweep(wh, resolver)
+        except ISSUE_FAILURES as exc:
+            log.warning("run_roles_not_swept", warehouse=wh.name, error=str(exc)[:300])
+            continue
+        if dropped:
+            log.info("run_roles_swept", warehouse=wh.name, roles=dropped)

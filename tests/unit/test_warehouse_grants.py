@@ -1,0 +1,99 @@
+"""Warehouse grants (which teams may use each) and the refusal of a warehouse on jetdbt's
+own database: the rules alone, read from real files."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from services.runner.setup.own_database import OwnDatabase, check, place_of_url
+from services.runner.setup.secrets import Resolver
+from services.runner.setup.warehouses import load_warehouses
+from shared import warehouse_grants
+
+OWN = "postgresql://jetdbt:s3cret-pw@127.0.0.1:5433/jetdbt?sslmode=require"
+
+
+def _file(tmp_path, warehouses: dict):
+    path = tmp_path / "warehouses.yaml"
+    path.write_text(yaml.safe_dump({"warehouses": warehouses}))
+    return path
+
+
+def test_teams_are_granted_as_written_and_an_omitted_key_grants_every_team(tmp_path):
+    path = _file(
+        tmp_path,
+        {
+            "alpha_wh": {"type": "duckdb", "path": "/d/a.duckdb", "teams": ["alpha"]},
+            "open": {"type": "duckdb", "path": "/d/o.duckdb"},
+            "closed": {"type": "duckdb", "path": "/d/c.duckdb", "teams": []},
+        },
+    )
+    grants = warehouse_grants.load(path)
+    assert grants == {"alpha_wh": ["alpha"], "open": None, "closed": []}
+    assert {n: w.teams for n, w in load_warehouses(path, tmp_path / "x").items()} == grants
+    assert warehouse_grants.load(None) == {"main": None}
+    warehouse_grants.check("alpha_wh", "alpha", grants["alpha_wh"])
+    warehouse_grants.check("open", "beta", grants["open"])
+    with pytest.raises(warehouse_grants.NotGranted) as refused:
+        warehouse_grants.check("alpha_wh", "beta", grants["alpha_wh"])
+    assert "warehouse 'alpha_wh' is not granted to team 'beta'" in str(refused.value)
+    assert "'alpha'" not in str(refused.value)  # another team's name is not told
+    with pytest.raises(warehouse_grants.NotGranted):
+        warehouse_grants.check("closed", "alpha", grants["closed"])
+
+
+@pytest.mark.parametrize(
+    "teams, said",
+    [("alpha", "Expected `array | null`, got `str`"), ([""], "Expected `str` of length >= 1")],
+)
+def test_malformed_teams_are_refused_naming_the_warehouse(tmp_path, teams, said):
+    path = _file(tmp_path, {"wh": {"type": "duckdb", "path": "/d/w.duckdb", "teams": teams}})
+    with pytest.raises(ValueError, match=f"warehouse 'wh': 'teams' {said}"):
+        warehouse_grants.load(path)
+    with pytest.raises(ValueError, match="warehouse 'wh'"):
+        load_warehouses(path, tmp_path / "x")
+
+
+@pytest.mark.parametrize(
+    "connection",
+    [
+        {"host": "localhost", "port": 5433, "dbname": "jetdbt"},
+        {"host": "::1", "port": 5433, "dbname": "jetdbt"},
+        {"host": "LOCALHOST", "connection": {"port": "5433", "database": "jetdbt"}},
+    ],
+)
+def test_a_warehouse_on_jetdbts_own_database_is_refused_naming_both(tmp_path, connection):
+    path = _file(tmp_path, {"pgwh": {"type": "postgres", "user": "beta", **connection}})
+    with pytest.raises(OwnDatabase) as refused:
+        check(load_warehouses(path, tmp_path / "x"), place_of_url(OWN), Resolver({}))
+    said = str(refused.value)
+    assert "warehouse 'pgwh' reaches jetdbt's own database" in said
+    assert "database 'jetdbt' on localhost:5433" in said
+    assert "s3cret" not in said
+
+
+@pytest.mark.parametrize(
+    "connection",
+    [
+        {"host": "localhost", "port": 5433, "dbname": "warehouse"},  # another database
+        {"host": "localhost", "port": 5432, "dbname": "jetdbt"},  # another server
+        {"host": "db.example", "port": 5433, "dbname": "jetdbt"},  # another host
+    ],
+)
+def test_another_database_passes(tmp_path, connection):
+    path = _file(tmp_path, {"pgwh": {"type": "postgres", "user": "beta", **connection}})
+    check(load_warehouses(path, tmp_path / "x"), place_of_url(OWN), Resolver({}))
+
+
+def test_the_same_socket_is_the_same_database_and_a_reference_is_resolved(tmp_path, monkeypatch):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (tmp_path / "link").symlink_to(folder)
+    own = f"postgresql://postgres:@/postgres?host={folder}"
+    assert place_of_url(own) == (str(folder.resolve()), 5432, "postgres")
+    monkeypatch.setenv("WH_HOST", str(tmp_path / "link"))
+    output = {"type": "postgres", "host": "$env:WH_HOST", "user": "u", "dbname": "postgres"}
+    path = _file(tmp_path, {"raw": {"type": "dbt_profile", "output": output}})
+    with pytest.raises(OwnDatabase, match="warehouse 'raw' reaches .* on socket "):
+        check(load_warehouses(path, tmp_path / "x"), place_of_url(own), Resolver({}))
