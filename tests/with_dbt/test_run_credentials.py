@@ -67,6 +67,18 @@ async def _admin(url: str, database: str | None = None) -> asyncpg.Connection:
     )
 
 
+async def _login(url: str, database: str, login: run_credentials.Login) -> asyncpg.Connection:
+    """A session of a run's own login, as its dbt or anything its code runs would open."""
+    parts = pg_parts(url)
+    return await asyncpg.connect(
+        host=parts["host"],
+        port=parts["port"],
+        user=login.user,
+        password=login.password,
+        database=database,
+    )
+
+
 async def _roles(conn: asyncpg.Connection, prefix: str) -> dict[str, object]:
     rows = await conn.fetch(
         "SELECT rolname, rolvaliduntil FROM pg_roles WHERE starts_with(rolname, $1)", prefix
@@ -264,3 +276,30 @@ async def test_a_later_holder_replaces_a_dead_ones_role_and_only_its_own_end_dro
         assert await _roles(admin, name) == {}
     finally:
         await admin.close()
+
+
+async def test_a_run_holding_the_old_advisory_lock_keeps_no_other_run_from_its_login(
+    warehouse, pg_url
+):
+    """Any role can take an advisory lock: a model holding the one logins were once made
+    under held every other run back. The lock is now a table a run's role cannot lock."""
+    wh = load_warehouses(warehouse["file"], Path("unused.duckdb"))["pg"]
+    place = Environment(warehouse="pg", target="main", schema="locks", database=wh.dbname)
+
+    async def issue(scope: str) -> run_credentials.Login:
+        return await run_credentials.issue(
+            wh, Resolver(), [place], scope=scope, holder=scope, writes=True, seconds=60
+        )
+
+    first = await issue("locks-a")
+    held = await _login(pg_url, warehouse["database"], first)
+    try:
+        await held.execute("SELECT pg_advisory_lock(hashtext('jetdbt run credentials'))")
+        second = await asyncio.wait_for(issue("locks-b"), 20)
+        with pytest.raises(asyncpg.InsufficientPrivilegeError):
+            async with held.transaction():
+                await held.execute(f"LOCK TABLE {run_credentials.LOCK_SCHEMA}.lock")
+    finally:
+        await held.close()
+    for login in (first, second):
+        await run_credentials.drop(wh, Resolver(), login)

@@ -18,6 +18,7 @@ attempt that made it, so only that attempt's end drops it.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
 import secrets
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CredentialRefused",
+    "DROP_SECONDS",
     "ISSUE_FAILURES",
     "Login",
     "PER_RUN",
@@ -65,9 +67,18 @@ READER_PREFIX = "jetdbt_r_"
 # warehouse (grants, clean-ups), so run-operation writes too.
 WRITING = frozenset({"build", "run", "seed", "snapshot", "run_operation"})
 CONNECT_TIMEOUT = 10.0  # seconds to reach the warehouse before the run fails saying so
+# Seconds the operator's session waits for a lock, and for any one statement, before it
+# fails saying so: whatever a run's code holds, no other run waits on it for longer.
+LOCK_TIMEOUT = 30
+STATEMENT_TIMEOUT = 60
+# The longest a run's end waits for its login's drop; one not dropped by then is swept.
+DROP_SECONDS = 120
 # Every change to the roles of one warehouse, one at a time: concurrent GRANTs on one
-# object fail in Postgres ("tuple concurrently updated").
-_LOCK = "SELECT pg_advisory_xact_lock(hashtext('jetdbt run credentials'))"
+# object fail in Postgres ("tuple concurrently updated"). The lock is a table in a schema
+# the operator's login owns, so a run's role cannot take it (anyone can take an advisory
+# lock) and so hold every other run's login back.
+LOCK_SCHEMA = "jetdbt_credentials"
+_LOCK = f"LOCK TABLE {LOCK_SCHEMA}.lock IN EXCLUSIVE MODE"
 
 
 class CredentialRefused(ValueError):
@@ -165,8 +176,41 @@ async def _connect(wh: Warehouse, resolver: Resolver) -> asyncpg.Connection:
         password=keys.get("password") or keys.get("pass") or None,
         database=keys.get("dbname"),
         timeout=CONNECT_TIMEOUT,
+        server_settings={
+            "lock_timeout": f"{LOCK_TIMEOUT}s",
+            "statement_timeout": f"{STATEMENT_TIMEOUT}s",
+        },
         **({"ssl": ssl} if ssl else {}),
     )
+
+
+async def _lockable(conn: asyncpg.Connection) -> None:
+    """The lock's table, made when missing (another runner may be making it too); raises
+    CredentialRefused when its schema is not the operator's own (a run's role made it)."""
+    try:
+        async with conn.transaction():
+            await conn.execute(
+                f"CREATE SCHEMA IF NOT EXISTS {LOCK_SCHEMA};"
+                f"CREATE TABLE IF NOT EXISTS {LOCK_SCHEMA}.lock ()"
+            )
+    except (asyncpg.UniqueViolationError, asyncpg.DuplicateObjectError):
+        pass  # made meanwhile by another runner: its owner is checked below
+    owner = await conn.fetchval(
+        "SELECT nspowner::regrole::text FROM pg_namespace WHERE nspname = $1", LOCK_SCHEMA
+    )
+    if owner != await conn.fetchval("SELECT current_user::text"):
+        raise CredentialRefused(
+            f"schema {LOCK_SCHEMA!r}, where per_run credentials take their lock, is owned by"
+            f" {owner!r}, not by the warehouse's configured login: drop it"
+        )
+
+
+@contextlib.asynccontextmanager
+async def _locked(conn: asyncpg.Connection):
+    """A transaction holding the lock of the warehouse's roles."""
+    async with conn.transaction():
+        await conn.execute(_LOCK)
+        yield
 
 
 async def _ensure(conn: asyncpg.Connection, environment: Environment) -> tuple[str, str]:
@@ -254,8 +298,8 @@ async def issue(
     user, password = run_role(scope), secrets.token_urlsafe(24)
     conn = await _connect(wh, resolver)
     try:
-        async with conn.transaction():
-            await conn.execute(_LOCK)
+        await _lockable(conn)
+        async with _locked(conn):
             made = [await _ensure(conn, place) for place in places]
             groups = [made[0][0] if writes else made[0][1], *(r for _, r in made[1:])]
             if await conn.fetchval("SELECT 1 FROM pg_roles WHERE rolname = $1", user):
@@ -279,8 +323,8 @@ async def drop(wh: Warehouse, resolver: Resolver, login: Login) -> None:
     was fenced off): what the run's code could take dies with the run."""
     conn = await _connect(wh, resolver)
     try:
-        async with conn.transaction():
-            await conn.execute(_LOCK)
+        await _lockable(conn)
+        async with _locked(conn):
             made_by = await conn.fetchval(
                 "SELECT shobj_description(oid, 'pg_authid') FROM pg_roles WHERE rolname = $1",
                 login.user,
@@ -297,8 +341,8 @@ async def sweep(wh: Warehouse, resolver: Resolver) -> list[str]:
     ended); returns their names."""
     conn = await _connect(wh, resolver)
     try:
-        async with conn.transaction():
-            await conn.execute(_LOCK)
+        await _lockable(conn)
+        async with _locked(conn):
             expired = [r["rolname"] for r in await conn.fetch(
                 "SELECT rolname FROM pg_roles WHERE starts_with(rolname, $1)"
                 " AND rolvaliduntil < now()",
