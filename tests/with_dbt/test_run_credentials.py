@@ -9,6 +9,7 @@ import uuid
 from pathlib import Path
 
 import asyncpg
+import msgspec
 import pytest
 import pytest_asyncio
 import yaml
@@ -303,3 +304,66 @@ async def test_a_run_holding_the_old_advisory_lock_keeps_no_other_run_from_its_l
         await held.close()
     for login in (first, second):
         await run_credentials.drop(wh, Resolver(), login)
+
+
+async def test_a_dropped_login_cannot_log_in_again_while_it_is_dropped(warehouse, pg_url):
+    """A run can set its own login's password and log in anew while its role is dropped:
+    the role can no longer log in before its sessions are ended, whatever it still owns."""
+    wh = load_warehouses(warehouse["file"], Path("unused.duckdb"))["pg"]
+    place = Environment(warehouse="pg", target="main", schema="ends", database=wh.dbname)
+    login = await run_credentials.issue(
+        wh, Resolver(), [place], scope="ends", holder="ends", writes=True, seconds=60
+    )
+    session = await _login(pg_url, warehouse["database"], login)
+    await session.execute(
+        "SET ROLE NONE; CREATE TABLE ends.mine (x int);"
+        " ALTER ROLE current_user PASSWORD 'chosen-by-the-run'"
+    )
+    admin = await _admin(pg_url, warehouse["database"])
+    holder = await _admin(pg_url, warehouse["database"])
+    try:
+        # The drop waits here (giving `mine` to the writer) once the sessions are ended.
+        holding = holder.transaction()
+        await holding.start()
+        await holder.execute("LOCK TABLE ends.mine IN ACCESS SHARE MODE")
+        dropping = asyncio.create_task(run_credentials.drop(wh, Resolver(), login))
+
+        async def ended() -> bool:
+            sessions = "SELECT count(*) FROM pg_stat_activity WHERE usename = $1"
+            return await admin.fetchval(sessions, login.user) == 0
+
+        await wait_for(ended, timeout=20)
+        assert not await admin.fetchval(
+            "SELECT rolcanlogin FROM pg_roles WHERE rolname = $1", login.user
+        )
+        again = msgspec.structs.replace(login, password="chosen-by-the-run")
+        with pytest.raises(asyncpg.InvalidAuthorizationSpecificationError, match="log in"):
+            await _login(pg_url, warehouse["database"], again)
+        await holding.rollback()
+        await asyncio.wait_for(dropping, 20)
+        assert await _roles(admin, login.user) == {}
+        owner = "SELECT tableowner FROM pg_tables WHERE schemaname = 'ends'"
+        assert await admin.fetchval(owner) == run_credentials.group_roles(place)[0]
+    finally:
+        session.terminate()
+        await holder.close()
+        await admin.close()
+
+
+async def test_the_sweep_goes_on_past_a_role_it_cannot_drop(warehouse, pg_url):
+    """An expired run role that owns something in another database cannot be dropped from
+    the warehouse's: it is said and left, and the roles after it still go."""
+    wh = load_warehouses(warehouse["file"], Path("unused.duckdb"))["pg"]
+    tag = uuid.uuid4().hex[:8]
+    stuck, gone = (f"{run_credentials.RUN_PREFIX}{c}_{tag}" for c in "az")
+    admin = await _admin(pg_url)  # the server's own database, not the warehouse's
+    for role in (stuck, gone):
+        await admin.execute(f"CREATE ROLE {role} LOGIN VALID UNTIL '2000-01-01'")
+    await admin.execute(f"CREATE SCHEMA {stuck} AUTHORIZATION {stuck}")
+    try:
+        dropped = await run_credentials.sweep(wh, Resolver())
+        assert gone in dropped and stuck not in dropped, dropped
+        assert set(await _roles(admin, run_credentials.RUN_PREFIX)) & {stuck, gone} == {stuck}
+    finally:
+        await admin.execute(f"DROP SCHEMA {stuck}; DROP ROLE {stuck}")
+        await admin.close()

@@ -31,6 +31,7 @@ import yaml
 
 from services.runner.setup import connections
 from services.runner.setup.secrets import Resolver
+from shared import logging as jlog
 from shared.commands import DbtCommand
 from shared.environments import Environment
 
@@ -73,6 +74,7 @@ LOCK_TIMEOUT = 30
 STATEMENT_TIMEOUT = 60
 # The longest a run's end waits for its login's drop; one not dropped by then is swept.
 DROP_SECONDS = 120
+TERMINATE_WAIT_MS = 5000  # how long the end of a dropped login's session is waited for
 # Every change to the roles of one warehouse, one at a time: concurrent GRANTs on one
 # object fail in Postgres ("tuple concurrently updated"). The lock is a table in a schema
 # the operator's login owns, so a run's role cannot take it (anyone can take an advisory
@@ -241,22 +243,38 @@ async def _ensure(conn: asyncpg.Connection, environment: Environment) -> tuple[s
     return writer, reader
 
 
-async def _drop_roles(conn: asyncpg.Connection, names: Iterable[str]) -> None:
-    """Drop login roles: their sessions ended, anything they own given to the writer role
-    they belonged to (dbt sets that role; project code might not), then dropped."""
-    for name in names:
-        groups = await conn.fetch(
-            "SELECT g.rolname FROM pg_auth_members m JOIN pg_roles g ON g.oid = m.roleid"
-            " JOIN pg_roles r ON r.oid = m.member WHERE r.rolname = $1",
+async def _drop_role(conn: asyncpg.Connection, name: str, holder: str | None = None) -> bool:
+    """Drop a login role (with `holder`, only one that attempt made); whether it was.
+
+    It can no longer log in (committed) before its sessions are ended and waited for: a
+    session could otherwise outlive it, or log in anew meanwhile with a password it set
+    itself. What it owns goes to the writer role it belonged to (dbt sets that role;
+    project code might not)."""
+    role = _ident(name)
+    async with _locked(conn):
+        made_by = await conn.fetchrow(
+            "SELECT shobj_description(oid, 'pg_authid') AS holder FROM pg_roles WHERE rolname = $1",
             name,
         )
-        await conn.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1", name
+        if made_by is None or (holder is not None and made_by["holder"] != holder):
+            return False
+        await conn.execute(f"ALTER ROLE {role} NOLOGIN")
+    await conn.execute(
+        "SELECT pg_terminate_backend(pid, $2) FROM pg_stat_activity WHERE usename = $1",
+        name,
+        TERMINATE_WAIT_MS,
+    )
+    async with _locked(conn):
+        heir = await conn.fetchval(
+            "SELECT g.rolname FROM pg_auth_members m JOIN pg_roles g ON g.oid = m.roleid"
+            " JOIN pg_roles r ON r.oid = m.member WHERE r.rolname = $1"
+            " AND starts_with(g.rolname, $2)",
+            name,
+            WRITER_PREFIX,
         )
-        heir = next((g["rolname"] for g in groups if g["rolname"].startswith(WRITER_PREFIX)), None)
-        role = _ident(name)
         reassign = f"REASSIGN OWNED BY {role} TO {_ident(heir)};" if heir else ""
         await conn.execute(f"{reassign}DROP OWNED BY {role}; DROP ROLE {role}")
+    return True
 
 
 def places(plan: Plan) -> list[Environment]:
@@ -299,11 +317,10 @@ async def issue(
     conn = await _connect(wh, resolver)
     try:
         await _lockable(conn)
+        await _drop_role(conn, user)
         async with _locked(conn):
             made = [await _ensure(conn, place) for place in places]
             groups = [made[0][0] if writes else made[0][1], *(r for _, r in made[1:])]
-            if await conn.fetchval("SELECT 1 FROM pg_roles WHERE rolname = $1", user):
-                await _drop_roles(conn, [user])
             until = await conn.fetchval("SELECT now() + make_interval(secs => $1)", seconds)
             await conn.execute(
                 f"CREATE ROLE {_ident(user)} LOGIN PASSWORD {_literal(password)}"
@@ -324,13 +341,7 @@ async def drop(wh: Warehouse, resolver: Resolver, login: Login) -> None:
     conn = await _connect(wh, resolver)
     try:
         await _lockable(conn)
-        async with _locked(conn):
-            made_by = await conn.fetchval(
-                "SELECT shobj_description(oid, 'pg_authid') FROM pg_roles WHERE rolname = $1",
-                login.user,
-            )
-            if made_by == login.holder:
-                await _drop_roles(conn, [login.user])
+        await _drop_role(conn, login.user, login.holder)
     finally:
         await conn.close()
     resolver.masker.forget(login.password)
@@ -338,20 +349,27 @@ async def drop(wh: Warehouse, resolver: Resolver, login: Login) -> None:
 
 async def sweep(wh: Warehouse, resolver: Resolver) -> list[str]:
     """Drop every run role of the warehouse past its validity (its run is over, however it
-    ended); returns their names."""
+    ended); returns those dropped. Each on its own: one that cannot be dropped is said and
+    left, and keeps no other from going."""
+    log = jlog.get("runner", warehouse=wh.name)
     conn = await _connect(wh, resolver)
+    dropped = []
     try:
         await _lockable(conn)
-        async with _locked(conn):
-            expired = [r["rolname"] for r in await conn.fetch(
-                "SELECT rolname FROM pg_roles WHERE starts_with(rolname, $1)"
-                " AND rolvaliduntil < now()",
-                RUN_PREFIX,
-            )]  # fmt: skip
-            await _drop_roles(conn, expired)
+        expired = [r["rolname"] for r in await conn.fetch(
+            "SELECT rolname FROM pg_roles WHERE starts_with(rolname, $1)"
+            " AND rolvaliduntil < now() ORDER BY rolname",
+            RUN_PREFIX,
+        )]  # fmt: skip
+        for name in expired:
+            try:
+                if await _drop_role(conn, name):
+                    dropped.append(name)
+            except asyncpg.PostgresError as exc:
+                log.warning("run_role_not_swept", role=name, error=str(exc)[:300])
     finally:
         await conn.close()
-    return expired
+    return dropped
 
 
 async def sweep_all(warehouses: Iterable[Warehouse], resolver: Resolver, log) -> None:
