@@ -233,6 +233,8 @@ class Attempt:
                 keeper.cancel()
             for lease in leases or ():
                 await lease.release()
+            if self.prepared.login is not None:  # masked until all of the run is out
+                self.prepared.resolver.masker.forget(self.prepared.login.password)
             self.prepared.cleanup()
 
     async def _requested(self) -> tuple[int, str]:

@@ -337,14 +337,14 @@ async def issue(
 
 async def drop(wh: Warehouse, resolver: Resolver, login: Login) -> None:
     """Drop the run's role, unless a later holder of its scope made it anew (this attempt
-    was fenced off): what the run's code could take dies with the run."""
+    was fenced off): what the run's code could take dies with the run. Its password is
+    still masked: the run's artifacts and kept log go out after this."""
     conn = await _connect(wh, resolver)
     try:
         await _lockable(conn)
         await _drop_role(conn, login.user, login.holder)
     finally:
         await conn.close()
-    resolver.masker.forget(login.password)
 
 
 async def sweep(wh: Warehouse, resolver: Resolver) -> list[str]:
