@@ -256,7 +256,7 @@ async def test_a_later_holder_replaces_a_dead_ones_role_and_only_its_own_end_dro
     place = Environment(warehouse="pg", target="main", schema="reads", database=wh.dbname)
     issued = [
         await run_credentials.issue(
-            wh, Resolver(), [place], scope="reads", holder=f"attempt {n}", writes=False,
+            wh, Resolver(), [place], scope="reads", holder=f"attempt {n}", team="t", writes=False,
             seconds=60,
         )
         for n in (1, 2)
@@ -290,7 +290,7 @@ async def test_a_run_holding_the_old_advisory_lock_keeps_no_other_run_from_its_l
 
     async def issue(scope: str) -> run_credentials.Login:
         return await run_credentials.issue(
-            wh, resolver, [place], scope=scope, holder=scope, writes=True, seconds=60
+            wh, resolver, [place], scope=scope, holder=scope, team="t", writes=True, seconds=60
         )
 
     first = await issue("locks-a")
@@ -315,7 +315,7 @@ async def test_a_dropped_login_cannot_log_in_again_while_it_is_dropped(warehouse
     wh = load_warehouses(warehouse["file"], Path("unused.duckdb"))["pg"]
     place = Environment(warehouse="pg", target="main", schema="ends", database=wh.dbname)
     login = await run_credentials.issue(
-        wh, Resolver(), [place], scope="ends", holder="ends", writes=True, seconds=60
+        wh, Resolver(), [place], scope="ends", holder="ends", team="t", writes=True, seconds=60
     )
     session = await _login(pg_url, warehouse["database"], login)
     await session.execute(
@@ -370,3 +370,21 @@ async def test_the_sweep_goes_on_past_a_role_it_cannot_drop(warehouse, pg_url):
     finally:
         await admin.execute(f"DROP SCHEMA {stuck}; DROP ROLE {stuck}")
         await admin.close()
+
+
+async def test_a_teams_environment_is_refused_to_another_team_naming_only_the_schema(warehouse):
+    """Two teams whose profiles name one schema would share its roles: the second is
+    refused, without being told who the first is."""
+    wh = load_warehouses(warehouse["file"], Path("unused.duckdb"))["pg"]
+    place = Environment(warehouse="pg", target="main", schema="shared", database=wh.dbname)
+
+    async def issue(team: str) -> run_credentials.Login:
+        return await run_credentials.issue(
+            wh, Resolver(), [place], scope=team, holder=team, team=team, writes=True, seconds=60
+        )
+
+    first = await issue("team-alpha")
+    with pytest.raises(run_credentials.CredentialRefused, match="schema 'shared'") as refused:
+        await issue("team-beta")
+    assert "team-alpha" not in str(refused.value)
+    await run_credentials.drop(wh, Resolver(), first)

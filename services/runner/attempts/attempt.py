@@ -117,6 +117,7 @@ class Attempt:
         self.run_id, self.number, self.cancelled = run_id, number, cancelled
         self.source = source
         self.prepared: Prepared | None = None
+        self.team = ""  # the project's, whose warehouse environments the run acts in
         self.results = results.Overlay()
         self.artifacts: dict[str, bytes] = {}  # by name, kept with the log when the run ends
         self.round = 0  # the node retry round of the latest invocation
@@ -172,7 +173,7 @@ class Attempt:
         s = self.source
         seq, team = await self._requested()
         # The warehouse serves the project's team, whoever asked (an operator, an admin).
-        owner = await project_team(self.ctx.bus, self.project) or team
+        owner = self.team = await project_team(self.ctx.bus, self.project) or team
         # Announced before it is prepared: a run submitted later cannot start first.
         await admission.announce(self.ctx.bus, seq, self._holder())
         try:
@@ -372,6 +373,7 @@ class Attempt:
                 run_credentials.places(self.prepared.plan),
                 scope=self.scope(),
                 holder=f"{self.project} run {self.run_id} attempt {self.number}",
+                team=self.team,
                 writes=run_credentials.writes(self.source.cmd),
                 seconds=left,
             )

@@ -140,9 +140,11 @@ def into_profile(plan: Plan, login: Login) -> str:
 
 
 def _name(prefix: str, *parts: str, readable: str = "") -> str:
+    """A role name within Postgres's 63 characters: a readable slug and a digest of `parts`."""
     digest = hashlib.sha256("\0".join(parts).encode()).hexdigest()
     slug = re.sub(r"[^a-z0-9_]", "", readable.lower())[:24]
-    return f"{prefix}{slug}_{digest[:8]}" if slug else f"{prefix}{digest[:16]}"
+    # 64 bits of digest: another environment cannot be made to share a role by searching.
+    return f"{prefix}{slug}_{digest[:16]}" if slug else f"{prefix}{digest[:16]}"
 
 
 def group_roles(environment: Environment) -> tuple[str, str]:
@@ -215,18 +217,34 @@ async def _locked(conn: asyncpg.Connection):
         yield
 
 
-async def _ensure(conn: asyncpg.Connection, environment: Environment) -> tuple[str, str]:
+async def _ensure(conn: asyncpg.Connection, environment: Environment, team: str) -> tuple[str, str]:
     """The environment's writer and reader roles, made when missing, with what a dbt build
     needs: the writer creates schemas in the database and owns the environment's schema
-    and what it builds; the reader reads all the writer makes (default privileges)."""
+    and what it builds; the reader reads all the writer makes (default privileges).
+
+    The writer's comment names the team it was made for: two teams whose environments
+    are one schema would otherwise share its roles, and each write the other's tables.
+    Raises CredentialRefused when it was made for another team."""
     writer, reader = group_roles(environment)
+    w, r = _ident(writer), _ident(reader)
+    made_for = _literal(f"jetdbt team {team}")
     have = {r["rolname"] for r in await conn.fetch(
         "SELECT rolname FROM pg_roles WHERE rolname = ANY($1::text[])", [writer, reader]
     )}  # fmt: skip
-    for role in (writer, reader):
-        if role not in have:
-            await conn.execute(f"CREATE ROLE {_ident(role)} NOLOGIN")
-    w, r = _ident(writer), _ident(reader)
+    if writer in have:
+        said = await conn.fetchval(
+            "SELECT shobj_description(oid, 'pg_authid') FROM pg_roles WHERE rolname = $1", writer
+        )
+        if said != f"jetdbt team {team}":
+            raise CredentialRefused(
+                f"schema {environment.schema!r} of database {environment.database!r} is"
+                " another team's environment (its writer role was made for that team);"
+                " give this project's profile a schema of its own"
+            )
+    else:
+        await conn.execute(f"CREATE ROLE {w} NOLOGIN; COMMENT ON ROLE {w} IS {made_for}")
+    if reader not in have:
+        await conn.execute(f"CREATE ROLE {r} NOLOGIN")
     db, schema = _ident(environment.database), _ident(environment.schema)
     await conn.execute(
         f"GRANT {r} TO {w};"
@@ -297,6 +315,7 @@ async def issue(
     *,
     scope: str,
     holder: str,
+    team: str,
     writes: bool,
     seconds: float,
 ) -> Login:
@@ -307,6 +326,8 @@ async def issue(
         places: the environment the run acts in, then those it only reads (`places`).
         scope: what the run holds alone (its environment's lease): names the role.
         holder: the attempt that makes it (project, run, attempt), the role's comment.
+        team: the project's team: the environments' roles are refused it when made for
+            another team.
         writes: a member of the first place's writer role (True) or of its reader role.
         seconds: the run's time left; the role cannot log in after it.
 
@@ -319,7 +340,7 @@ async def issue(
         await _lockable(conn)
         await _drop_role(conn, user)
         async with _locked(conn):
-            made = [await _ensure(conn, place) for place in places]
+            made = [await _ensure(conn, place, team) for place in places]
             groups = [made[0][0] if writes else made[0][1], *(r for _, r in made[1:])]
             until = await conn.fetchval("SELECT now() + make_interval(secs => $1)", seconds)
             await conn.execute(
