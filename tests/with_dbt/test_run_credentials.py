@@ -388,3 +388,33 @@ async def test_a_teams_environment_is_refused_to_another_team_naming_only_the_sc
         await issue("team-beta")
     assert "team-alpha" not in str(refused.value)
     await run_credentials.drop(wh, Resolver(), first)
+
+
+async def test_a_schema_another_role_made_first_is_refused_and_a_login_searches_its_own(
+    warehouse, pg_url
+):
+    """A writer can make schemas: one team's code can make another's schema first, to own
+    what is built there, or one named for its group role, where the default search_path
+    ("$user") looks first. A schema its writer does not own is refused; a login searches
+    its environment's schema alone."""
+    wh = load_warehouses(warehouse["file"], Path("unused.duckdb"))["pg"]
+
+    async def issue(schema: str, team: str) -> run_credentials.Login:
+        place = Environment(warehouse="pg", target="main", schema=schema, database=wh.dbname)
+        return await run_credentials.issue(
+            wh, Resolver(), [place], scope=schema, holder=team, team=team, writes=True, seconds=60
+        )
+
+    squatter = await issue("squatter", "team-b")
+    session = await _login(pg_url, warehouse["database"], squatter)
+    try:
+        assert await session.fetchval("SHOW search_path") == "squatter"
+        await session.execute("CREATE SCHEMA victim")
+        with pytest.raises(
+            run_credentials.CredentialRefused,
+            match="schema 'victim' of database '.*' is owned by role 'jetdbt_w_squatter_",
+        ):
+            await issue("victim", "team-a")
+    finally:
+        await session.close()
+    await run_credentials.drop(wh, Resolver(), squatter)

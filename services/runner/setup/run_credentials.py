@@ -200,7 +200,7 @@ async def _lockable(conn: asyncpg.Connection) -> None:
     except (asyncpg.UniqueViolationError, asyncpg.DuplicateObjectError):
         pass  # made meanwhile by another runner: its owner is checked below
     owner = await conn.fetchval(
-        "SELECT nspowner::regrole::text FROM pg_namespace WHERE nspname = $1", LOCK_SCHEMA
+        "SELECT pg_get_userbyid(nspowner)::text FROM pg_namespace WHERE nspname = $1", LOCK_SCHEMA
     )
     if owner != await conn.fetchval("SELECT current_user::text"):
         raise CredentialRefused(
@@ -250,7 +250,20 @@ async def _ensure(conn: asyncpg.Connection, environment: Environment, team: str)
         f"GRANT {r} TO {w};"
         f"GRANT CONNECT, CREATE, TEMPORARY ON DATABASE {db} TO {w};"
         f"GRANT CONNECT ON DATABASE {db} TO {r};"
-        f"CREATE SCHEMA IF NOT EXISTS {schema} AUTHORIZATION {w};"
+        f"CREATE SCHEMA IF NOT EXISTS {schema} AUTHORIZATION {w}"
+    )
+    # Writers can make schemas: one another team's made first is theirs, whatever we grant.
+    owner = await conn.fetchval(
+        "SELECT pg_get_userbyid(nspowner)::text FROM pg_namespace WHERE nspname = $1",
+        environment.schema,
+    )
+    if owner != writer:
+        raise CredentialRefused(
+            f"schema {environment.schema!r} of database {environment.database!r} is owned by"
+            f" role {owner!r}, not by its environment's writer role {writer!r}: drop it, or,"
+            f" if its tables are the environment's, ALTER SCHEMA … OWNER TO {writer}"
+        )
+    await conn.execute(
         f"GRANT USAGE, CREATE ON SCHEMA {schema} TO {w};"
         f"GRANT USAGE ON SCHEMA {schema} TO {r};"
         f"ALTER DEFAULT PRIVILEGES FOR ROLE {w} GRANT SELECT ON TABLES TO {r};"
@@ -348,6 +361,9 @@ async def issue(
                 f" VALID UNTIL {_literal(until.isoformat())}"
                 f" IN ROLE {', '.join(_ident(g) for g in groups)};"
                 f"ALTER ROLE {_ident(user)} SET role = {_literal(groups[0])};"
+                # Not "$user": a schema named for the group role, which anyone's code can
+                # make, would otherwise run its functions as the run (CVE-2018-1058).
+                f"ALTER ROLE {_ident(user)} SET search_path TO {_ident(places[0].schema)};"
                 f"COMMENT ON ROLE {_ident(user)} IS {_literal(holder)}"
             )
     finally:
