@@ -65,7 +65,8 @@ WRITER_PREFIX = "jetdbt_w_"
 READER_PREFIX = "jetdbt_r_"
 # The commands whose runs build (and so write) in their environment; every other one
 # (test, show, docs generate, source freshness) only reads. A macro exists to change the
-# warehouse (grants, clean-ups), so run-operation writes too.
+# warehouse (grants, clean-ups), so run-operation writes too. A test that stores its
+# failures, or an on-run-end hook that grants, needs the writer: `build` (docs/security.md).
 WRITING = frozenset({"build", "run", "seed", "snapshot", "run_operation"})
 CONNECT_TIMEOUT = 10.0  # seconds to reach the warehouse before the run fails saying so
 # Seconds the operator's session waits for a lock, and for any one statement, before it
