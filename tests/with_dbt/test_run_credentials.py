@@ -418,3 +418,35 @@ async def test_a_schema_another_role_made_first_is_refused_and_a_login_searches_
     finally:
         await session.close()
     await run_credentials.drop(wh, Resolver(), squatter)
+
+
+@pytest.mark.dbt
+async def test_a_run_waiting_for_its_login_is_cancelled_at_once(stack, warehouse, pg_url):
+    """A run whose login waits on the warehouse (here, the roles' lock held) does not keep
+    its lease and slot: a cancel ends it then, not when the warehouse gives in."""
+    holder = await _admin(pg_url, warehouse["database"])
+    admin = await _admin(pg_url, warehouse["database"])
+    try:
+        holding = holder.transaction()
+        await holding.start()
+        await holder.execute(f"LOCK TABLE {run_credentials.LOCK_SCHEMA}.lock")
+        run_id = uuid.uuid4().hex
+        command = RunCommand(command=BUILD, run_id=run_id)
+        build = asyncio.create_task(client.run(stack.bus, "creds", command))
+
+        async def waiting() -> bool:
+            return await admin.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                " AND query LIKE 'LOCK TABLE jetdbt_credentials%'"
+            )
+
+        await wait_for(waiting, timeout=60)
+        by = client.principal()
+        cancel = CancelCommand(run_id=run_id, requested_by=by)
+        await stack.bus.publish_command("cancel", "creds", cancel, run_id, principal=by)
+        final = await asyncio.wait_for(build, run_credentials.LOCK_TIMEOUT / 2)
+        assert final.result.status == "cancelled", final.result
+        await holding.rollback()
+    finally:
+        await holder.close()
+        await admin.close()
