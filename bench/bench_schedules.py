@@ -49,7 +49,11 @@ def _pct(values: list[float], q: float) -> float:
 async def bench() -> None:
     jlog.configure("warning")
     with tempfile.TemporaryDirectory(prefix="jetdbt-bench-") as home:
-        stack = await Stack(load({"JETDBT_HOME": home, "JETDBT_API_PORT": "0"})).start()
+        stack = await Stack(
+            load(
+                {"JETDBT_HOME": home, "JETDBT_API_PORT": "0", "SCHEDULE_MIN_INTERVAL_SECONDS": "1"}
+            )
+        ).start()
         try:
             await deploy_and_wait(stack.bus, EXAMPLE, PROJECT)
             spec = JobSpec(

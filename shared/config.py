@@ -205,6 +205,12 @@ DECLARED: tuple[Setting, ...] = (
             " runner (run slots in DBT_LEASES)", _RUNS, _whole, stack=True),
     Setting("MAX_RUNS_PER_TEAM", "max_runs_per_team", int, "2", "runs at once of one team (so no"
             " team takes every run slot)", _RUNS, _whole, stack=True),
+    Setting("MAX_QUEUED_RUNS_PER_TEAM", "max_queued_runs_per_team", int, "20", "runs of one"
+            " team waiting to start at once, over every runner; past it a run is refused",
+            _RUNS, _positive, stack=True),
+    Setting("SCHEDULE_MIN_INTERVAL_SECONDS", "schedule_min_interval_seconds", int, "60", "the"
+            " shortest time between two fires of a schedule; a shorter one is refused", _RUNS,
+            _positive),
     Setting("RUN_TIMEOUT_SECONDS", "run_timeout_seconds", int, "3600", "the longest a run may"
             " take, all its invocations together", _RUNS, _whole, stack=True),
     Setting("RUN_ACK_WAIT_SECONDS", "run_ack_wait_seconds", int, "60", "how long a silent runner"

@@ -56,6 +56,7 @@ __all__ = [
     "JobRefused",
     "ScheduleSaved",
     "ScheduleFired",
+    "ScheduleCoalesced",
     "HookSaved",
     "HookRemoved",
     "HookDelivered",
@@ -631,22 +632,36 @@ class ScheduleSaved(Event, frozen=True, kw_only=True, tag="schedule.saved.v1"):
         return f"schedule:{self.project}:{self.job}:{self.command_seq}"
 
 
-class ScheduleFired(Event, frozen=True, kw_only=True, tag="schedule.fired.v1"):
-    """The server fired a job's schedule: the run it started, and when it fires next.
-    `command_seq` is the fire's own message on the commands stream, so a redelivered fire
-    is the same event and the same run."""
+class _ScheduleFire(Event, frozen=True, kw_only=True):
+    """A fire of a job's schedule by the server. `command_seq` is the fire's own message on
+    the commands stream, so a redelivered fire is the same event."""
 
     job: str
     run_id: str
     fired_at: datetime
     next_at: datetime | None = None
     command_seq: int
+    _kind = ""
 
     def subject(self) -> str:
-        return subjects.schedule_event(self.project, self.job, "fired")
+        return subjects.schedule_event(self.project, self.job, self._kind)
 
     def event_id(self) -> str:
-        return f"schedule-fired:{self.project}:{self.command_seq}"
+        return f"schedule-{self._kind}:{self.project}:{self.command_seq}"
+
+
+class ScheduleFired(_ScheduleFire, frozen=True, kw_only=True, tag="schedule.fired.v1"):
+    """The server fired a job's schedule: the run it started, and when it fires next."""
+
+    _kind = "fired"
+
+
+class ScheduleCoalesced(_ScheduleFire, frozen=True, kw_only=True, tag="schedule.coalesced.v1"):
+    """The server fired a job's schedule while the run of its previous fire (`run_id`) was
+    still queued or running: the fire joined that run and started none, so a schedule never
+    queues a run behind its own."""
+
+    _kind = "coalesced"
 
 
 class HookSaved(Event, frozen=True, kw_only=True, tag="hook.saved.v1"):
@@ -731,6 +746,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     JobRefused,
     ScheduleSaved,
     ScheduleFired,
+    ScheduleCoalesced,
     HookSaved,
     HookRemoved,
     HookDelivered,

@@ -131,6 +131,8 @@ def settings(tmp_path, nats_url, pg_url, environments_cache):
             "JETDBT_SCHEMA": f"t_{uuid.uuid4().hex[:12]}",
             "JETDBT_API_PORT": "0",
             "JETDBT_ENVIRONMENTS_DIR": str(environments_cache),
+            # Schedule tests count fires seconds apart; test_fair_capacity.py keeps its own.
+            "SCHEDULE_MIN_INTERVAL_SECONDS": "1",
         }
     )
 

@@ -1,8 +1,9 @@
 """Jobs fold: every saved job of a project, and each job's schedule with its fires.
 
 A job's row is its last JobSaved, removed by a JobDeleted further along the stream. A
-schedule's row is its last ScheduleSaved; each ScheduleFired counts once (its own stream
-sequence is past the row's) and says when the server fires it next.
+schedule's row is its last ScheduleSaved; each ScheduleFired, and each ScheduleCoalesced (a
+fire that joined its previous fire's run, counted in `coalesced` too), counts once as a fire
+(its own stream sequence is past the row's) and says when the server fires it next.
 """
 
 from __future__ import annotations
@@ -52,6 +53,18 @@ class JobsFold:
                 event.tz,
                 event.principal,
                 event.at,
+                seq,
+            )
+        elif isinstance(event, ev.ScheduleCoalesced):
+            await conn.execute(
+                "UPDATE job_schedules SET fires = fires + 1, coalesced = coalesced + 1,"
+                " last_fired_at = $3,"
+                " next_at = CASE WHEN state = 'active' THEN $4::timestamptz END,"
+                " stream_seq = $5 WHERE project = $1 AND job = $2 AND stream_seq < $5",
+                event.project,
+                event.job,
+                event.fired_at,
+                event.next_at,
                 seq,
             )
         elif isinstance(event, ev.ScheduleFired):

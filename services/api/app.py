@@ -39,6 +39,7 @@ from services.api.ui_routes import add_ui_routes
 from services.api.whoami_routes import add_whoami_routes
 from shared import commands, warehouse_grants
 from shared.bus import Bus
+from shared.config import Settings, load
 
 __all__ = ["create_app", "POOL", "BUS", "HEADER_TIMEOUT_SECONDS"]
 
@@ -199,11 +200,13 @@ def create_app(
     dead_tasks: Callable[[], list[str]] = list,
     sandbox: Callable[[], tuple[str | None, bool]] = lambda: (None, False),
     grants: dict[str, list[str] | None] | None = None,
+    settings: Settings | None = None,
 ) -> web.Application:
     """`dead_tasks` names the service tasks of this process that stopped on their own;
     `sandbox` is this process's runner's sandbox, as described, and whether it refuses runs;
     `grants` the teams of each warehouse (shared.warehouse_grants.load; None: the embedded
-    default's)."""
+    default's); `settings` the stack's (None: read from the environment)."""
+    settings = settings or load()
     app = web.Application(middlewares=[auth.authenticate, guard, auth.authorize])
     auth.install(app, pool, bus)
     warehouse_door.install(app, bus, warehouse_grants.load(None) if grants is None else grants)
@@ -223,7 +226,7 @@ def create_app(
     add_artifact_routes(app, pool, bus)
     add_ops_routes(app, pool, bus)
     add_cancel_routes(app, pool, bus)
-    add_job_routes(app, pool, bus)
+    add_job_routes(app, pool, bus, least=settings.schedule_min_interval_seconds)
     add_hook_routes(app, pool, bus)
     add_log_routes(app, bus)
     add_event_stream_routes(app, bus)

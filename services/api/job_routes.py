@@ -16,15 +16,18 @@ from services.api import auth, schemas, warehouse_door
 from services.api.boundary import error, page, path, respond
 from shared import commands
 from shared.bus import Bus
+from shared.schedule_interval import interval_problem
 
 __all__ = ["add_job_routes", "JOBS_PAGE"]
 
 JOBS_PAGE = (100, 500)
-_SCHEDULE = ("state", "cron", "tz", "principal", "saved_at", "fires", "last_fired_at",
-             "last_run_id", "next_at")  # fmt: skip
+_SCHEDULE = ("state", "cron", "tz", "principal", "saved_at", "fires", "coalesced",
+             "last_fired_at", "last_run_id", "next_at")  # fmt: skip
 
 
-def add_job_routes(app: web.Application, pool: asyncpg.Pool, bus: Bus) -> None:
+def add_job_routes(app: web.Application, pool: asyncpg.Pool, bus: Bus, *, least: int) -> None:
+    """`least`: SCHEDULE_MIN_INTERVAL_SECONDS, checked before a schedule is sent."""
+
     async def list_jobs(request: web.Request) -> web.Response:
         project = path(request, "project")
         want = page(request, *JOBS_PAGE)
@@ -59,6 +62,8 @@ def add_job_routes(app: web.Application, pool: asyncpg.Pool, bus: Bus) -> None:
             body = commands.decode_job(await request.read())
         except commands.CommandRejected as exc:
             return error(400, str(exc))
+        if body.action == "schedule" and (refused := interval_problem(body.cron, least)):
+            return error(400, refused)
         token = auth.token_of(request)
         await bus.publish_command(
             "job", project, body, uuid.uuid4().hex, principal=token.principal, token_id=token.id

@@ -15,7 +15,7 @@ from services.api import schemas
 from services.api.boundary import page, query, respond
 from services.api.principal_metrics import principal_metrics
 from services.api.queue_metrics import queue_metrics
-from services.api.run_metrics import run_metrics
+from services.api.run_metrics import label, run_metrics
 from shared import contract
 from shared.bus import Bus
 
@@ -32,10 +32,6 @@ _GAUGES = (
 )
 
 
-def _label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
 def prometheus(lags: lag.Lags) -> str:
     """The Prometheus text exposition format (version 0.0.4)."""
     lines = [
@@ -46,7 +42,7 @@ def prometheus(lags: lag.Lags) -> str:
     for field, metric, help_text in _GAUGES:
         lines += [f"# HELP {metric} {help_text}", f"# TYPE {metric} gauge"]
         lines += [
-            f'{metric}{{projection="{_label(p.projection)}"}} {getattr(p, field)}'
+            f'{metric}{{projection="{label(p.projection)}"}} {getattr(p, field)}'
             for p in lags.projections
         ]
     return "\n".join(lines) + "\n"
@@ -56,7 +52,7 @@ def _by_principal(found) -> str:
     lines = []
     for metric, help_text, counts in found:
         lines += [f"# HELP {metric} {help_text}", f"# TYPE {metric} gauge"]
-        lines += [f'{metric}{{principal="{_label(p)}"}} {n}' for p, n in sorted(counts.items())]
+        lines += [f'{metric}{{principal="{label(p)}"}} {n}' for p, n in sorted(counts.items())]
     return "\n".join(lines) + "\n"
 
 

@@ -6,7 +6,14 @@ as a Prometheus counter and histogram must."""
 
 from __future__ import annotations
 
-__all__ = ["run_metrics", "RUN_BUCKETS", "NODE_BUCKETS", "histogram", "histogram_sql"]
+__all__ = [
+    "run_metrics",
+    "RUN_BUCKETS",
+    "NODE_BUCKETS",
+    "histogram",
+    "histogram_sql",
+    "label",
+]
 
 # Upper bounds in seconds; +Inf is added.
 RUN_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600)
@@ -36,7 +43,8 @@ _RUNS = histogram_sql(
 _NODES = histogram_sql("execution_time", "run_nodes", "execution_time IS NOT NULL", NODE_BUCKETS)
 
 
-def _label(value: str) -> str:
+def label(value: str) -> str:
+    """A label value as the text format escapes it (project, team, principal: anyone's text)."""
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
@@ -61,7 +69,7 @@ async def run_metrics(conn) -> str:
     ]
     for r in await conn.fetch(_FINISHED):
         lines.append(
-            f'{metric}{{project="{_label(r["project"])}",outcome="{_label(r["status"])}"}} {r["n"]}'
+            f'{metric}{{project="{label(r["project"])}",outcome="{label(r["status"])}"}} {r["n"]}'
         )
     lines += histogram(
         "jetdbt_run_duration_seconds",

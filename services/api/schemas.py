@@ -253,8 +253,10 @@ class RunLog(_Body):
 
 
 class JobSchedule(_Body):
-    """A job's schedule: active, paused or removed; how often the server fired it, the
-    run it started last, and when it fires next (from the server's own fire)."""
+    """A job's schedule: active, paused or removed; how often the server fired it, how many
+    of those fires joined the run of the previous fire (still queued or running) instead of
+    queueing another, the run it started last, and when it fires next (from the server's own
+    fire)."""
 
     state: str
     cron: str
@@ -262,6 +264,7 @@ class JobSchedule(_Body):
     principal: str
     saved_at: datetime
     fires: int
+    coalesced: int
     last_fired_at: datetime | None
     last_run_id: str | None
     next_at: datetime | None

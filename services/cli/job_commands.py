@@ -18,6 +18,7 @@ from shared import events as ev
 from shared import subjects
 from shared.commands import JobAfter, JobCommand, JobRun, JobSpec, RunCommand
 from shared.config import Settings
+from shared.schedule_interval import interval_problem
 
 __all__ = ["cmd_job", "cmd_schedule"]
 
@@ -100,6 +101,11 @@ def _triggers(spec: dict) -> str:
 
 async def cmd_schedule(args, settings: Settings) -> int:
     if args.schedule_cmd == "add":
+        # Checked before the job is saved: a refused schedule leaves nothing behind.
+        refused = interval_problem(args.cron, settings.schedule_min_interval_seconds)
+        if refused:
+            print(f"schedule of job {args.name} refused: {refused}", file=sys.stderr)
+            return EXIT_REFUSED
         if args.select or args.command != "build" or args.vars or args.arg:
             saved = await _send(
                 settings, args.project, JobCommand(action="save", name=args.name, job=_spec(args))

@@ -66,13 +66,15 @@ class Runner:
             self.ctx.warehouses.values(), self.ctx.resolver(), self.log
         )
         self._tasks.add(asyncio.create_task(swept))
-        try:
-            async with admission.mirrored(self.ctx.bus, self.log):
+        async with admission.mirrored(self.ctx.bus, self.log):
+            try:
                 await supervise.forever(self._serve, stop, self.log, "runner_loop_failed")
-        finally:
-            for task in self._tasks:
-                task.cancel()
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+            finally:
+                # Inside the mirror: a run still being admitted must not find it gone, fail
+                # and lose its command; cancelled, its command comes back to another runner.
+                for task in self._tasks:
+                    task.cancel()
+                await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def _serve(self, stop: asyncio.Event) -> None:
         js = self.ctx.bus.js
@@ -266,6 +268,12 @@ class Runner:
             # The server fired a due time again (restarted from an older schedule state).
             self.log.info("schedule_fire_repeated", project=project, command_seq=seq)
             return
+        if trigger == "schedule":
+            joined = await jobs.coalesced(bus, project, body.command.name, msg, seq)
+            if joined is not None:
+                self.log.info("schedule_fire_coalesced", project=project, run_id=joined.run_id)
+                await bus.publish(joined)
+                return
         depth = body.depth if trigger in _CAUSED else 0
         body = msgspec.structs.replace(
             body, requested_by=caller.principal, trigger=trigger, depth=depth

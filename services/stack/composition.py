@@ -122,7 +122,9 @@ class Stack:
             self._serve("triggers", Triggers(self._buses["triggers"]).run(self._stop))
         if self.api:
             grants = warehouse_grants.load(s.warehouses_file)
-            api = create_app(self.pool, self._buses["api"], self.dead_tasks, sandbox, grants)
+            api = create_app(
+                self.pool, self._buses["api"], self.dead_tasks, sandbox, grants, self.settings
+            )
             self._site_runner = web.AppRunner(api, keepalive_timeout=HEADER_TIMEOUT_SECONDS)
             await self._site_runner.setup()
             site = web.TCPSite(self._site_runner, s.api_host, s.api_port)

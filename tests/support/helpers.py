@@ -140,6 +140,8 @@ def cli_env(stack) -> dict[str, str]:
         "DATABASE_URL": stack.database_url,
         "JETDBT_SCHEMA": stack.settings.schema,
         "JETDBT_API_PORT": stack.api_url.rsplit(":", 1)[1],
+        # The CLI checks a schedule's cadence against the stack's own bound.
+        "SCHEDULE_MIN_INTERVAL_SECONDS": str(stack.settings.schedule_min_interval_seconds),
     }
     if stack.admin_token:
         env["JETDBT_TOKEN"] = stack.admin_token

@@ -289,6 +289,17 @@ EXPECTED = {
         lambda e: (e.run_id, e.next_at.day, e.subject(), e.event_id()),
         ("c57", 5, "dbt.evt.schedule.jaffle_shop.nightly.fired", "schedule-fired:jaffle_shop:57"),
     ),
+    "schedule.coalesced.v1": (
+        ev.ScheduleCoalesced,
+        lambda e: (e.job, e.run_id, e.next_at.minute, e.subject(), e.event_id()),
+        (
+            "hourly",
+            "c61",
+            1,
+            "dbt.evt.schedule.jaffle_shop.hourly.coalesced",
+            "schedule-coalesced:jaffle_shop:64",
+        ),
+    ),
     "retry.saved.v1": (
         ev.RetryStateSaved,
         lambda e: (e.principal, e.command["vars"], e.args, e.subject().split(".")[:4]),

@@ -19,7 +19,8 @@ import pytest
 import yaml
 from nats.js.errors import KeyNotFoundError
 
-from services.runner.admission import admission
+from services.cli import client
+from services.runner.admission import admission, queue_cap
 from services.runner.admission.lease import Lease
 from services.runner.attempts.attempt import Cancel
 from services.stack.composition import Stack
@@ -197,39 +198,128 @@ async def test_a_lease_renewed_behind_its_back_is_still_released(nats_url):
         await bus.close()
 
 
-async def test_a_run_being_prepared_keeps_its_place(nats_url):
+async def test_a_run_being_prepared_keeps_its_place_in_its_team_only(nats_url):
     """Without dbt: a run announced before it is prepared (its environment not known yet)
-    holds back one submitted after it, on any environment, until its wait entries say
-    where it waits; then the later run on another environment goes."""
+    holds back one of its team submitted after it, on any environment, until its wait
+    entries say where it waits; another team's later run is not held back by it."""
     bus = await connect(nats_url, "admission-test")
     said: list[admission.Blocked] = []
 
     async def heard(blocked):
         said.append(blocked)
 
+    def entrant(run_id: str, seq: int, environment: str, team: str) -> admission.Admission:
+        return admission.Admission(
+            bus, environment=environment, team=team, seq=seq, holder={"run_id": run_id},
+            runs=3, per_team=2,
+        )  # fmt: skip
+
     try:
         async with admission.mirrored(bus, jlog.get("test")):
-            await admission.announce(bus, 1, {"run_id": "slow-to-prepare"})
-            later = admission.Admission(
-                bus, environment="e2", team="t", seq=2, holder={"run_id": "later"},
-                runs=3, per_team=2,
-            )  # fmt: skip
-            going = asyncio.create_task(later.enter(Cancel(), heard))
+            await admission.announce(bus, 1, "t", {"run_id": "slow-to-prepare"})
+            going = asyncio.create_task(entrant("later", 2, "e2", "t").enter(Cancel(), heard))
             await wait_for(lambda: _true(said))
             assert said[-1] == admission.Blocked(
-                "waiting for run 'slow-to-prepare', submitted before it, to start", 2
+                "waiting for run 'slow-to-prepare', submitted before it in team t, to start", 2
             )
+            other = await asyncio.wait_for(entrant("u1", 3, "e3", "u").enter(Cancel(), heard), 10)
             assert not going.done()
-            first = admission.Admission(
-                bus, environment="e1", team="t", seq=1, holder={"run_id": "slow-to-prepare"},
-                runs=3, per_team=2,
-            )  # fmt: skip
+            first = entrant("slow-to-prepare", 1, "e1", "t")
             held = await asyncio.wait_for(first.enter(Cancel(), heard), 10)
-            taken = await asyncio.wait_for(going, 10)  # announcement withdrawn: it goes
-            for lease in [*held, *taken]:
+            taken = await asyncio.wait_for(going, 10)  # the first of its team started: it goes
+            for lease in [*held, *taken, *other]:
                 await lease.release()
     finally:
         await bus.close()
+
+
+async def test_a_freed_slot_goes_to_the_team_holding_fewest_and_queues_are_capped(nats_url):
+    """Without dbt: team a holds both run slots with two more runs queued; team b's run,
+    submitted last, takes the first slot that frees (b holds none, a still one), and a's
+    next run the one after. A team's queue has MAX_QUEUED_RUNS_PER_TEAM places."""
+    bus = await connect(nats_url, "fair-test")
+
+    def enter(run_id: str, seq: int, team: str):
+        return _entering(bus, run_id, seq, team, f"env-{run_id}", runs=2)
+
+    try:
+        async with admission.mirrored(bus, jlog.get("test")):
+            a1 = await asyncio.wait_for(enter("a1", 1, "a"), 10)
+            a2 = await asyncio.wait_for(enter("a2", 2, "a"), 10)
+            a3, a4 = enter("a3", 3, "a"), enter("a4", 4, "a")
+            b1 = enter("b1", 10, "b")
+            await wait_for(lambda: _waiting(bus, 3))
+            for lease in a1:
+                await lease.release()
+            b_leases = await asyncio.wait_for(b1, 10)
+            await asyncio.sleep(2 * admission.RETRY_EVERY)
+            assert not a3.done() and not a4.done()  # a holds a slot, b held none: b went
+            for lease in b_leases:
+                await lease.release()
+            a3_leases = await asyncio.wait_for(a3, 10)
+            assert not a4.done()
+            for lease in [*a2, *a3_leases]:
+                await lease.release()
+            for lease in await asyncio.wait_for(a4, 10):
+                await lease.release()
+
+            places = [await queue_cap.take_place(bus, "a", 2, {"run_id": f"q{i}"}) for i in (1, 2)]
+            with pytest.raises(queue_cap.QueueFull, match="MAX_QUEUED_RUNS_PER_TEAM"):
+                await queue_cap.take_place(bus, "a", 2, {"run_id": "q3"})
+            other_team = await queue_cap.take_place(bus, "b", 2, {"run_id": "b"})
+            await places[0].release()
+            places.append(await queue_cap.take_place(bus, "a", 2, {"run_id": "q3"}))
+            for place in [*places[1:], other_team]:
+                await place.release()
+    finally:
+        await bus.close()
+
+
+async def test_teams_take_a_shared_environment_in_turns(nats_url):
+    """Without dbt: one environment for every project (the default DuckDB file). Team a
+    holds it with two more runs queued on it; team b's run, submitted last, has it next,
+    then a's next run: a's queue delays b's run by one run, not by all of a's."""
+    bus = await connect(nats_url, "turns-test")
+
+    def enter(run_id: str, seq: int, team: str):
+        return _entering(bus, run_id, seq, team, "one file", runs=4)
+
+    try:
+        async with admission.mirrored(bus, jlog.get("test")):
+            a1 = await asyncio.wait_for(enter("a1", 1, "a"), 10)
+            a2, a3, b1 = enter("a2", 2, "a"), enter("a3", 3, "a"), enter("b1", 10, "b")
+            await wait_for(lambda: _waiting(bus, 3))
+            for lease in a1:
+                await lease.release()
+            b_leases = await asyncio.wait_for(b1, 10)
+            assert not a2.done() and not a3.done()
+            for lease in b_leases:
+                await lease.release()
+            for lease in await asyncio.wait_for(a2, 10):
+                await lease.release()
+            for lease in await asyncio.wait_for(a3, 10):
+                await lease.release()
+    finally:
+        await bus.close()
+
+
+def _entering(bus, run_id: str, seq: int, team: str, environment: str, runs: int):
+    """A run of `team` entering admission (2 slots a team), as a task giving its leases."""
+    entry = admission.Admission(
+        bus, environment=environment, team=team, seq=seq, holder={"run_id": run_id},
+        runs=runs, per_team=2,
+    )  # fmt: skip
+    return asyncio.create_task(entry.enter(Cancel(), _nothing))
+
+
+async def _nothing(blocked) -> None:
+    """Where a test's waiting run tells its place: nowhere."""
+
+
+async def _waiting(bus, n: int) -> bool:
+    """Whether `n` runs' team wait entries are in the bucket."""
+    kv = await bus.js.key_value(LEASES)
+    return len([k for k in await kv.keys() if k.startswith("wait.team-")]) >= n
 
 
 async def _true(items: list) -> bool:
@@ -315,21 +405,19 @@ async def test_runs_of_one_environment_queue_visibly_and_never_overlap(stack, tm
     assert float(metrics["jetdbt_run_queue_wait_seconds_sum"]) > 0
 
 
+def duckdb_warehouses(folder: Path, names: list[str]) -> Path:
+    """A warehouses file of one DuckDB file each: environments no two projects share."""
+    found = folder / "warehouses.yaml"
+    files = {n: {"type": "duckdb", "path": str(folder / f"{n}.duckdb")} for n in names}
+    found.write_text(yaml.safe_dump({"warehouses": files}))
+    return found
+
+
 @pytest.mark.dbt
 async def test_two_teams_share_the_run_slots(settings, tmp_path):
     """4 environments, 2 teams of 4 runs: never more than MAX_RUNS_PER_TEAM (2) of a team
     or MAX_CONCURRENT_RUNS (4) in all, and both teams progress (the defaults, not lowered)."""
-    warehouses = tmp_path / "warehouses.yaml"
-    warehouses.write_text(
-        yaml.safe_dump(
-            {
-                "warehouses": {
-                    f"w{i}": {"type": "duckdb", "path": str(tmp_path / f"w{i}.duckdb")}
-                    for i in range(4)
-                }
-            }
-        )
-    )
+    warehouses = duckdb_warehouses(tmp_path, [f"w{i}" for i in range(4)])
     stack = await Stack(msgspec.structs.replace(settings, warehouses_file=warehouses)).start()
     try:
         assert (stack.settings.max_concurrent_runs, stack.settings.max_runs_per_team) == (4, 2)
@@ -507,3 +595,133 @@ async def test_cancel_a_queued_run_a_running_run_and_one_not_delivered_yet(stack
 
 async def _recorded(rec: Recorder, run_id: str) -> bool:
     return bool(rec.of(ev.RunCancelRequested, run_id))
+
+
+SLOW_SECONDS = 6.0  # a run of the storm's slow job: longer than its schedule's interval
+
+
+@pytest.mark.dbt
+async def test_one_team_s_schedule_storm_leaves_another_team_s_run_one_run_behind(
+    settings, tmp_path
+):
+    """Team alpha storms: a schedule every second (refused: under the minimum interval, at
+    the CLI before its job is saved, at the API, at the runner), one every 5 s on a job
+    slower than that (its fires coalesce into the run still going, never queue twice), and
+    a burst of runs past its queue's cap (refused, naming MAX_QUEUED_RUNS_PER_TEAM), while
+    it holds both run slots. Team beta's one run takes the first slot that frees: it waits
+    at most one of alpha's runs, and starts before alpha's runs queued before it."""
+    warehouses = duckdb_warehouses(tmp_path, ["wa1", "wa2", "wb"])
+    limits = {"max_concurrent_runs": 2, "max_runs_per_team": 2, "max_queued_runs_per_team": 3}
+    stack = await Stack(
+        msgspec.structs.replace(
+            settings, warehouses_file=warehouses, schedule_min_interval_seconds=5, **limits
+        )
+    ).start()
+    try:
+        for name, team in (("ana", "alpha"), ("bo", "beta")):
+            await identity.put_principal(stack.bus, identity.Principal(name=name, team=team))
+        await asyncio.gather(
+            *(
+                deploy_and_wait(stack.bus, tiny_project(tmp_path / p, SLOW_SECONDS, wh), p)
+                for p, wh in (("pa1", "wa1"), ("pa2", "wa2"), ("pb", "wb"))
+            )
+        )
+        rec = await Recorder().start(stack.bus)
+        # Under the minimum interval: refused by the CLI before the job is saved, the API
+        # and a runner (what another system publishes on NATS).
+        cli = await jetdbt(
+            stack, "schedule", "add", "fast", "--project", "pa1", "--cron", "@every 1s",
+            "--select", "orders",
+        )  # fmt: skip
+        assert cli.returncode == 3 and "SCHEDULE_MIN_INTERVAL_SECONDS" in cli.stderr, cli
+        url = f"{stack.api_url}/v1/projects/pa1/jobs"
+        body = b'{"action": "schedule", "name": "slow", "cron": "* * * * * *"}'
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(url, data=body, headers=auth_headers(url)) as resp,
+        ):
+            assert resp.status == 400 and "1 s apart" in (await resp.json())["error"]
+        save = commands.JobCommand(action="save", name="slow", job=commands.JobSpec())
+        assert isinstance(await client.job(stack.bus, "pa1", _as_ana(save)), ev.JobSaved)
+        fast = commands.JobCommand(action="schedule", name="slow", cron="@every 1s")
+        refused = await client.job(stack.bus, "pa1", _as_ana(fast))
+        assert isinstance(refused, ev.JobRefused), refused
+        assert "SCHEDULE_MIN_INTERVAL_SECONDS" in refused.reason
+        _, jobs = await get_json(url)
+        assert [j["name"] for j in jobs["jobs"]] == ["slow"]  # `fast` was never saved
+
+        every5 = commands.JobCommand(action="schedule", name="slow", cron="@every 5s")
+        assert isinstance(await client.job(stack.bus, "pa1", _as_ana(every5)), ev.ScheduleSaved)
+        # Alternating environments: alpha's first two runs take both slots, the next wait.
+        burst = {f"burst{i}": f"pa{1 + i % 2}" for i in range(6)}
+        for run_id, project in burst.items():
+            await submit(stack.bus, project, run_id, principal="ana")
+
+        async def alpha_holds_both_slots_and_waits():
+            started = {e.run_id for e in rec.of(ev.RunStarted)}
+            ended = {e.run_id for e in rec.of(ev.RunFinished)} | {
+                e.run_id for e in rec.of(ev.RunRefused)
+            }
+            asked = {e.run_id for e in rec.of(ev.RunRequested)}
+            return len(started - ended) == 2 and asked - started - ended
+
+        await wait_for(alpha_holds_both_slots_and_waits, timeout=120, interval=0.1)
+        await submit(stack.bus, "pb", "beta1", principal="bo")
+        # /metrics shows alpha's queue apart from everyone's.
+        alpha = 'jetdbt_team_runs_queued{team="alpha"}'
+        alpha_queued = await wait_for(lambda: _metric(stack, alpha))
+        beta = await rec.final("beta1", timeout=120)
+        await wait_for(lambda: _coalesced(rec), timeout=60)
+        coalesced = await wait_for(lambda: _metric(stack, "jetdbt_schedule_fires_coalesced_total"))
+        stop = commands.JobCommand(action="unschedule", name="slow")
+        await client.job(stack.bus, "pa1", _as_ana(stop))
+        finals = {r: await rec.final(r, timeout=180) for r in burst}
+    finally:
+        await stack.stop()
+    assert beta.result.status == "passed", beta.result.error
+    # The burst past the queue's cap was refused, naming the setting; the rest ran.
+    capped = [f for f in finals.values() if isinstance(f, ev.RunRefused)]
+    assert capped and all("MAX_QUEUED_RUNS_PER_TEAM" in f.reason for f in capped), finals
+    # Beta waited at most one of alpha's runs (and its own start), never alpha's queue.
+    requested = {e.run_id: e for e in rec.of(ev.RunRequested)}
+    started = {e.run_id: e.at for e in rec.of(ev.RunStarted)}
+    ended = {e.run_id: e.at for e in rec.of(ev.RunFinished)}
+    longest = max((ended[r] - started[r]).total_seconds() for r in ended if r != "beta1")
+    waited = (started["beta1"] - requested["beta1"].at).total_seconds()
+    assert waited <= longest + 3, (waited, longest)
+    # Every alpha run still waiting when beta's was asked for started after it.
+    asked = requested["beta1"].at
+    waiting = {
+        r: started[r] for r, e in requested.items()
+        if e.team == "alpha" and e.at < asked and r in started and started[r] > asked
+    }  # fmt: skip
+    assert waiting and min(waiting.values()) > started["beta1"], (waiting, started["beta1"])
+    # The schedule's fires never queued a run behind its own: each fire's run ended before
+    # the next fire's run was asked for, and the fires meanwhile were coalesced, counted.
+    fired = [e.run_id for e in rec.of(ev.ScheduleFired)]
+    for earlier, later in zip(fired, fired[1:], strict=False):
+        assert ended[earlier] <= requested[later].at, (earlier, later)
+    joined = rec.of(ev.ScheduleCoalesced)
+    assert joined and {e.run_id for e in joined} <= set(fired)
+    assert alpha_queued >= 1 and coalesced >= 1
+
+
+def _as_ana(command: commands.JobCommand) -> commands.JobCommand:
+    return msgspec.structs.replace(command, requested_by="ana")
+
+
+async def _coalesced(rec: Recorder) -> bool:
+    return bool(rec.of(ev.ScheduleCoalesced))
+
+
+async def _metric(stack, name: str) -> float | None:
+    """The value of `name` in /metrics, once it is above zero."""
+    url = f"{stack.api_url}/metrics"
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(url, headers=auth_headers(url)) as resp,
+    ):
+        for line in (await resp.text()).splitlines():
+            if line.startswith(name + " ") and float(line.split()[-1]) > 0:
+                return float(line.split()[-1])
+    return None

@@ -6,19 +6,25 @@ the lease's beat and lost with its runner (the bucket's TTL):
     env-<hash>              the environment (lease.lease_key): one build at a time
     team-<hash>.<i>         one of MAX_RUNS_PER_TEAM slots of a team
     slot.<i>                one of MAX_CONCURRENT_RUNS run slots, across every runner
+    queued.team-<hash>.<i>  one of MAX_QUEUED_RUNS_PER_TEAM places in a team's queue
+                            (queue_cap.py): a run holds one from before it is prepared
+                            until it starts
     wait.env-<hash>.<seq>   a run waiting for that environment (seq: its command's)
-    wait.team-<hash>.<seq>  a run waiting in that team's queue
-    wait.prep.<seq>         a run being prepared: its environment is not known yet
+    wait.team-<hash>.<seq>  a run waiting in that team's queue; written before the run
+                            is prepared, when its environment is not known yet
+    last.env-<hash>         the team that held the environment last (fair_share.py)
 
 A waiting run holds no slot: it keeps its wait entries alive and may try to take only
-when no run submitted before it waits for its environment or in its team, so waiting
-runs start in the order they were submitted, per environment and per team, whichever
-runner holds them. A run announces itself (`announce`) before it is prepared, so one
-submitted after it cannot take the environment first while it still reads its descriptor;
-the announcement goes once its wait entries are written. Deploys and parses come in the
-same way, each with a scope of its own, so they take a team slot and a run slot too.
-Each runner follows the bucket with one watcher (`Mirror`); waiting
-runs read it and wake when a key changes, instead of each asking the server.
+when it heads its team's queue (no run of its team submitted before it waits), so a team's
+runs start in the order they were submitted, whichever runner holds them. A run announces
+itself in its team's queue (`announce`) before it is prepared, so one of its team submitted
+after it cannot start first while it still reads its descriptor; runs of other teams are
+not held back by it. Across teams, fair_share.py says whose turn it is: on an environment
+teams take turns (`last.env-<hash>`: the team that had it last, for the TTL), and a free
+run slot goes to the team holding the fewest slots, then to the run submitted first.
+Deploys and parses come in the same way, each with a scope of its own, so they take a team
+slot and a run slot too. Each runner follows the bucket with one watcher (`Mirror`);
+waiting runs read it and wake when a key changes, instead of each asking the server.
 """
 
 from __future__ import annotations
@@ -34,13 +40,14 @@ from typing import NamedTuple
 import msgspec
 import nats.errors
 
+from services.runner.admission import fair_share
 from services.runner.admission.lease import Lease, LeaseBusy, lease_key
 from shared import logging as jlog
 from shared import supervise
 from shared.bus import TRANSIENT, Bus
 from shared.streams import LEASES
 
-__all__ = ["Admission", "Blocked", "Mirror", "mirrored", "team_key"]
+__all__ = ["Admission", "Blocked", "Mirror", "mirrored", "mirror_of", "team_key"]
 
 RETRY_EVERY = 0.75  # seconds between a waiting run's looks at the queue, with no change seen
 RESYNC = 30.0  # seconds after which a runner's copy of the bucket is read afresh
@@ -112,6 +119,10 @@ class Mirror:
         self._changed.set()
         self._changed = asyncio.Event()
 
+    def snapshot(self) -> dict[str, dict]:
+        """Every key that has not expired, with its value."""
+        return self.live("")
+
     async def changed(self, timeout: float) -> None:
         """Return when a key changes, or after `timeout`."""
         with contextlib.suppress(TimeoutError):
@@ -144,25 +155,46 @@ async def mirrored(bus: Bus, log):
         await asyncio.gather(task, return_exceptions=True)
 
 
+def mirror_of(bus: Bus) -> Mirror:
+    """The copy of DBT_LEASES the runner on `bus` follows."""
+    mirror = _MIRRORS.get(bus)
+    if mirror is None:
+        raise RuntimeError("no runner follows DBT_LEASES on this connection")
+    return mirror
+
+
 def _waiting_seq(key: str) -> int:
     return int(key.rsplit(".", 1)[1])
 
 
-def _preparing_key(seq: int) -> str:
-    return f"wait.prep.{seq:0{SEQ_DIGITS}d}"
+def _team_waiting_key(team: str, seq: int) -> str:
+    return f"wait.{team_key(team)}.{seq:0{SEQ_DIGITS}d}"
 
 
-async def announce(bus: Bus, seq: int, holder: dict) -> None:
-    """Say that the command `seq` is being prepared, before its environment is known."""
+async def announce(bus: Bus, seq: int, team: str, holder: dict) -> None:
+    """Say that the command `seq` waits in `team`'s queue, before its environment is known."""
     kv = await bus.js.key_value(LEASES)
-    await kv.put(_preparing_key(seq), msgspec.json.encode(holder))
+    await kv.put(_team_waiting_key(team, seq), msgspec.json.encode({**holder, "team": team}))
 
 
-async def withdraw(bus: Bus, seq: int) -> None:
-    """The announcement of `seq` is gone (its wait entries say it now, or it never waits)."""
+async def withdraw(bus: Bus, seq: int, team: str) -> None:
+    """The command `seq` no longer waits in `team`'s queue (it started, or never will)."""
     with contextlib.suppress(Exception):
         kv = await bus.js.key_value(LEASES)
-        await kv.delete(_preparing_key(seq))
+        await kv.delete(_team_waiting_key(team, seq))
+
+
+class _EnvironmentLease(Lease):
+    """An environment's lease that, given up, first says which team had it
+    (fair_share.last_key, for the bucket's TTL): the next turn goes to another team."""
+
+    async def release(self) -> None:
+        if self.revision is not None:
+            with contextlib.suppress(Exception):
+                kv = await self._bucket()
+                team = {"team_key": team_key(msgspec.json.decode(self.value).get("team", ""))}
+                await kv.put(fair_share.last_key(self.key), msgspec.json.encode(team))
+        await super().release()
 
 
 class Admission:
@@ -179,18 +211,16 @@ class Admission:
         runs: int,
         per_team: int,
     ):
-        mirror = _MIRRORS.get(bus)
-        if mirror is None:
-            raise RuntimeError("no runner follows DBT_LEASES on this connection")
-        self.bus, self.mirror = bus, mirror
+        self.bus, self.mirror = bus, mirror_of(bus)
         self.environment, self.team, self.seq = environment, team, seq
-        self.holder = {**holder, "team": team, "seq": seq}
         self.runs, self.per_team = runs, per_team
         self.env_key = lease_key(environment)
         self.team_key = team_key(team)
+        # "env" tells every runner's fair_share which environment this run waits for.
+        self.holder = {**holder, "team": team, "seq": seq, "env": self.env_key}
         self._wait_keys = [
             f"wait.{self.env_key}.{seq:0{SEQ_DIGITS}d}",
-            f"wait.{self.team_key}.{seq:0{SEQ_DIGITS}d}",
+            _team_waiting_key(team, seq),
         ]
         self.log = jlog.get("admission", environment=environment, team=team, **holder)
 
@@ -215,12 +245,9 @@ class Admission:
                 blocked = self.blocked()
                 try:
                     if blocked is None and (taken := await self._take()) is not None:
-                        await withdraw(self.bus, self.seq)
                         return taken
                     if renew_at is None or loop.time() >= renew_at:
                         await self._write_waiting()
-                        if renew_at is None:
-                            await withdraw(self.bus, self.seq)
                         renew_at = loop.time() + (self.mirror.ttl or 60) / 4
                 except TRANSIENT as exc:  # NATS away a moment: the run goes on waiting
                     self.log.warning("admission_retried", error=repr(exc))
@@ -237,8 +264,7 @@ class Admission:
                     stop.cancel()
             return None
         finally:
-            if renew_at is not None:
-                await self._forget_waiting()
+            await self._forget_waiting()  # its team's entry too, written when it was announced
 
     @staticmethod
     def _news(blocked: Blocked, said: Blocked | None, since: float) -> bool:
@@ -260,37 +286,56 @@ class Admission:
             for k, v in m.live(f"wait.{self.team_key}.").items()
             if (s := _waiting_seq(k)) < self.seq
         }
-        preparing = {
-            s: v for k, v in m.live("wait.prep.").items() if (s := _waiting_seq(k)) < self.seq
-        }
-        position = len(env_ahead.keys() | team_ahead.keys() | preparing.keys()) + 1
+        position = len(env_ahead.keys() | team_ahead.keys()) + 1
         on = f"on environment {self.environment}"
-        if preparing:
-            first = preparing[min(preparing)].get("run_id")
-            return Blocked(f"waiting for run {first!r}, submitted before it, to start", position)
         holder = m.live(self.env_key).get(self.env_key)
         if holder is not None:
             return Blocked(f"waiting for run {holder.get('run_id')!r} {on}", position)
-        if env_ahead:
-            first = env_ahead[min(env_ahead)].get("run_id")
-            return Blocked(f"waiting for run {first!r}, queued before it {on}", position)
-        held = len(m.live(f"{self.team_key}."))
+        queues = fair_share.Queues(m.snapshot(), self.per_team)
+        held = queues.held[self.team_key]
         if held >= self.per_team:
             return Blocked(f"team {self.team} has {held} of {self.per_team} runs", position)
         if team_ahead:
-            first = team_ahead[min(team_ahead)].get("run_id")
+            first = team_ahead[min(team_ahead)]
+            said = "queued before it" if "env" in first else "submitted before it"
+            end = "" if "env" in first else ", to start"
             return Blocked(
-                f"waiting for run {first!r}, queued before it in team {self.team}", position
+                f"waiting for run {first.get('run_id')!r}, {said} in team {self.team}{end}",
+                position,
             )
-        if len(m.live("slot.")) >= self.runs:
+        me = fair_share.Contender(
+            held, self.seq, self.team_key, str(self.holder.get("run_id", "")), self.team,
+            self.env_key,
+        )  # fmt: skip
+        turn = queues.env_turn(self.env_key, me)
+        if turn != me:
+            return Blocked(
+                f"waiting for run {turn.run_id!r} of team {turn.team}, whose turn {on} comes"
+                " first (teams take an environment in turns)",
+                position,
+            )
+        free = queues.free_slots(self.runs)
+        if free <= 0:
             return Blocked(f"all {self.runs} run slots are taken", position)
+        order = queues.ranked(me)
+        place = order.index(me)
+        if place >= free:
+            first = order[0]
+            return Blocked(
+                f"waiting for run {first.run_id!r} of team {first.team} to take a free run"
+                " slot first (the team holding the fewest slots goes first, then the run"
+                " submitted first)",
+                position + place,
+            )
         return None
 
     async def _take(self) -> list[Lease] | None:
         """Every key or none: the environment, then a team slot, then a run slot."""
         taken: list[Lease] = []
         try:
-            env = Lease(self.bus, self.env_key, f"environment {self.environment}", self.holder)
+            env = _EnvironmentLease(
+                self.bus, self.env_key, f"environment {self.environment}", self.holder
+            )
             await env.take()
             taken.append(env)
             for keys, what in (

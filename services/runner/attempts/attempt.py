@@ -19,9 +19,10 @@ from typing import Any
 
 import msgspec
 
-from services.runner.admission import admission
+from services.runner.admission import admission, queue_cap
 from services.runner.admission.admission import Admission, Blocked
 from services.runner.admission.lease import Lease, LeaseLost
+from services.runner.admission.queue_cap import Place, QueueFull
 from services.runner.after import artifacts, kept_log, results, retention
 from services.runner.context import RunnerContext
 from services.runner.process.containment import BoundExceeded
@@ -169,13 +170,27 @@ class Attempt:
 
     async def run(self) -> ev.Event:
         """Run to the end and publish RunFinished, or RunRefused when the run cannot start."""
+        seq, team = await self._requested()
+        try:
+            place = await self._place(team)
+        except QueueFull as exc:
+            return await refuse(self.ctx, self.project, self.run_id, str(exc))
+        try:
+            # Announced before it is prepared: a run of its team submitted later cannot start
+            # first.
+            await admission.announce(self.ctx.bus, seq, team, self._holder())
+            return await self._prepared_run(seq, team, place)
+        finally:
+            await admission.withdraw(self.ctx.bus, seq, team)
+            if place is not None:
+                await place.release()
+
+    async def _prepared_run(self, seq: int, team: str, place: Place | None) -> ev.Event:
+        """Prepare, wait for admission (giving up `place` once it is let in), run, finish."""
         log = jlog.get("runner", project=self.project, run_id=self.run_id, attempt=self.number)
         s = self.source
-        seq, team = await self._requested()
         # The warehouse serves the project's team, whoever asked (an operator, an admin).
         owner = self.team = await project_team(self.ctx.bus, self.project) or team
-        # Announced before it is prepared: a run submitted later cannot start first.
-        await admission.announce(self.ctx.bus, seq, self._holder())
         try:
             self.prepared = await prepare(
                 self.ctx,
@@ -187,7 +202,6 @@ class Attempt:
                 args=s.args,
             )
         except Refused as exc:
-            await admission.withdraw(self.ctx.bus, seq)
             return await refuse(self.ctx, self.project, self.run_id, str(exc))
         leases: list[Lease] = []
         keepers: list[asyncio.Task] = []
@@ -196,6 +210,8 @@ class Attempt:
             if reason:
                 return await refuse(self.ctx, self.project, self.run_id, reason)
             leases = await self._admit(seq, team)
+            if place is not None:
+                await place.release()  # started, or cancelled while it waited
             if leases is None:  # cancelled before it started: dbt never runs for it
                 self.number -= 1  # the last attempt that started, 0 when none did
                 return await self._finish(_CANCELLED)
@@ -229,7 +245,6 @@ class Attempt:
             log.info("run_finished", status=finished.result.status, exit_code=ending.code)
             return finished
         finally:
-            await admission.withdraw(self.ctx.bus, seq)
             for keeper in keepers:
                 keeper.cancel()
             for lease in leases or ():
@@ -247,6 +262,16 @@ class Attempt:
             await team_of(bus, self.body.requested_by)
         )
         return seq, team
+
+    async def _place(self, team: str) -> Place | None:
+        """A place in the team's queue (MAX_QUEUED_RUNS_PER_TEAM), or QueueFull. A run the
+        log shows queued or started before (its runner died) was let in then: it needs none."""
+        bus = self.ctx.bus
+        for kind in ("queued", "started"):
+            if await bus.last_event(subjects.run_event(self.project, self.run_id, kind)):
+                return None
+        cap = self.ctx.settings.max_queued_runs_per_team
+        return await queue_cap.take_place(bus, team, cap, self._holder())
 
     def scope(self) -> str:
         """What the run holds while dbt runs: a build its environment (one at a time); a

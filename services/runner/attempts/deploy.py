@@ -67,11 +67,11 @@ async def deploy(
         await bus.publish(final)
         return final
     holder = {"project": project, "run_id": f"deploy {deploy_id}", "runner": ctx.name}
-    await admission.announce(bus, seq, holder)
+    await admission.announce(bus, seq, team, holder)
     try:
         prepared = await prepare(ctx, cmd.bundle_digest, f"deploy-{deploy_id}", team=team)
     except Refused as exc:
-        await admission.withdraw(bus, seq)
+        await admission.withdraw(bus, seq, team)
         final = ev.DeployRefused(project=project, deploy_id=deploy_id, reason=str(exc))
         await bus.publish(final)
         return final
@@ -92,7 +92,7 @@ async def deploy(
         await bus.publish(final)
         return final
     finally:
-        await admission.withdraw(bus, seq)
+        await admission.withdraw(bus, seq, team)
         prepared.cleanup()
 
 

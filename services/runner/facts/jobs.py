@@ -24,6 +24,7 @@ from services.runner.facts import trigger_checks
 from shared import commands, identity, subjects
 from shared import events as ev
 from shared.quote import quote
+from shared.schedule_interval import interval_problem
 from shared.streams import SCHEDULES_STREAM
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "fired",
     "is_fire",
     "repeated_fire",
+    "coalesced",
     "check_schedules_supported",
 ]
 
@@ -137,8 +139,10 @@ async def _apply(
 
 
 async def _activate(ctx: RunnerContext, saved: ev.ScheduleSaved) -> str | None:
-    """Store the definition the server fires, then record the schedule as active."""
-    refused = check_schedules_supported(ctx.bus.nc.connected_server_version)
+    """Store the definition the server fires, then record the schedule as active; a cron
+    that fires more often than SCHEDULE_MIN_INTERVAL_SECONDS is refused (a resume too)."""
+    refused = interval_problem(saved.cron, ctx.settings.schedule_min_interval_seconds)
+    refused = refused or check_schedules_supported(ctx.bus.nc.connected_server_version)
     if refused:
         return refused
     headers = {
@@ -213,6 +217,24 @@ async def repeated_fire(bus, project: str, body: commands.RunCommand, msg, seq: 
         and due is not None
         and last.next_at == due
         and last.command_seq != seq
+    )
+
+
+async def coalesced(bus, project: str, job: str, msg, seq: int) -> ev.ScheduleCoalesced | None:
+    """The fire joining the run of the job's previous fire, while that run is still queued
+    or running (it never queues a second run behind its own); None when it starts one."""
+    last = await bus.last_event(subjects.schedule_event(project, job, "fired"))
+    if not isinstance(last, ev.ScheduleFired) or last.command_seq == seq:
+        return None  # the first fire, or this very fire redelivered
+    if await bus.run_end(project, last.run_id) is not None:
+        return None
+    return ev.ScheduleCoalesced(
+        project=project,
+        job=job,
+        run_id=last.run_id,
+        fired_at=msg.metadata.timestamp,
+        next_at=_next_due(msg),
+        command_seq=seq,
     )
 
 
