@@ -4,6 +4,7 @@ names, which commands write, and where a scratch run's login acts."""
 
 from __future__ import annotations
 
+import re
 import shutil
 
 import pytest
@@ -103,7 +104,10 @@ def test_role_names_fit_postgres_and_keep_environments_and_attempts_apart():
     }
     assert len(names) == 11
     assert all(len(n) <= 63 and n.replace("_", "").isalnum() and n.islower() for n in names)
-    assert run_credentials.group_roles(env("analytics"))[0].startswith("jetdbt_w_analytics_")
+    # 64 bits of digest: no one finds another environment's role name by searching.
+    assert re.fullmatch(
+        r"jetdbt_w_analytics_[0-9a-f]{16}", run_credentials.group_roles(env("analytics"))[0]
+    )
 
 
 def test_building_commands_write_and_the_rest_read():

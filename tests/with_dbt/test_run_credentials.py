@@ -9,6 +9,7 @@ import uuid
 from pathlib import Path
 
 import asyncpg
+import msgspec
 import pytest
 import pytest_asyncio
 import yaml
@@ -64,6 +65,18 @@ async def _admin(url: str, database: str | None = None) -> asyncpg.Connection:
         port=parts["port"],
         user=parts["user"],
         database=database or parts["dbname"],
+    )
+
+
+async def _login(url: str, database: str, login: run_credentials.Login) -> asyncpg.Connection:
+    """A session of a run's own login, as its dbt or anything its code runs would open."""
+    parts = pg_parts(url)
+    return await asyncpg.connect(
+        host=parts["host"],
+        port=parts["port"],
+        user=login.user,
+        password=login.password,
+        database=database,
     )
 
 
@@ -243,7 +256,7 @@ async def test_a_later_holder_replaces_a_dead_ones_role_and_only_its_own_end_dro
     place = Environment(warehouse="pg", target="main", schema="reads", database=wh.dbname)
     issued = [
         await run_credentials.issue(
-            wh, Resolver(), [place], scope="reads", holder=f"attempt {n}", writes=False,
+            wh, Resolver(), [place], scope="reads", holder=f"attempt {n}", team="t", writes=False,
             seconds=60,
         )
         for n in (1, 2)
@@ -263,4 +276,177 @@ async def test_a_later_holder_replaces_a_dead_ones_role_and_only_its_own_end_dro
         await run_credentials.drop(wh, Resolver(), issued[1])
         assert await _roles(admin, name) == {}
     finally:
+        await admin.close()
+
+
+async def test_a_run_holding_the_old_advisory_lock_keeps_no_other_run_from_its_login(
+    warehouse, pg_url
+):
+    """Any role can take an advisory lock: a model holding the one logins were once made
+    under held every other run back. The lock is now a table a run's role cannot lock."""
+    wh = load_warehouses(warehouse["file"], Path("unused.duckdb"))["pg"]
+    place = Environment(warehouse="pg", target="main", schema="locks", database=wh.dbname)
+    resolver = Resolver()
+
+    async def issue(scope: str) -> run_credentials.Login:
+        return await run_credentials.issue(
+            wh, resolver, [place], scope=scope, holder=scope, team="t", writes=True, seconds=60
+        )
+
+    first = await issue("locks-a")
+    held = await _login(pg_url, warehouse["database"], first)
+    try:
+        await held.execute("SELECT pg_advisory_lock(hashtext('jetdbt run credentials'))")
+        second = await asyncio.wait_for(issue("locks-b"), 20)
+        with pytest.raises(asyncpg.InsufficientPrivilegeError):
+            async with held.transaction():
+                await held.execute(f"LOCK TABLE {run_credentials.LOCK_SCHEMA}.lock")
+    finally:
+        await held.close()
+    for login in (first, second):
+        await run_credentials.drop(wh, resolver, login)
+    # Still masked once dropped: the run's artifacts and kept log go out after its drop.
+    assert resolver.masker.mask(first.password) == "****"
+
+
+async def test_a_dropped_login_cannot_log_in_again_while_it_is_dropped(warehouse, pg_url):
+    """A run can set its own login's password and log in anew while its role is dropped:
+    the role can no longer log in before its sessions are ended, whatever it still owns."""
+    wh = load_warehouses(warehouse["file"], Path("unused.duckdb"))["pg"]
+    place = Environment(warehouse="pg", target="main", schema="ends", database=wh.dbname)
+    login = await run_credentials.issue(
+        wh, Resolver(), [place], scope="ends", holder="ends", team="t", writes=True, seconds=60
+    )
+    session = await _login(pg_url, warehouse["database"], login)
+    await session.execute(
+        "SET ROLE NONE; CREATE TABLE ends.mine (x int);"
+        " ALTER ROLE current_user PASSWORD 'chosen-by-the-run'"
+    )
+    admin = await _admin(pg_url, warehouse["database"])
+    holder = await _admin(pg_url, warehouse["database"])
+    try:
+        # The drop waits here (giving `mine` to the writer) once the sessions are ended.
+        holding = holder.transaction()
+        await holding.start()
+        await holder.execute("LOCK TABLE ends.mine IN ACCESS SHARE MODE")
+        dropping = asyncio.create_task(run_credentials.drop(wh, Resolver(), login))
+
+        async def ended() -> bool:
+            sessions = "SELECT count(*) FROM pg_stat_activity WHERE usename = $1"
+            return await admin.fetchval(sessions, login.user) == 0
+
+        await wait_for(ended, timeout=20)
+        assert not await admin.fetchval(
+            "SELECT rolcanlogin FROM pg_roles WHERE rolname = $1", login.user
+        )
+        again = msgspec.structs.replace(login, password="chosen-by-the-run")
+        with pytest.raises(asyncpg.InvalidAuthorizationSpecificationError, match="log in"):
+            await _login(pg_url, warehouse["database"], again)
+        await holding.rollback()
+        await asyncio.wait_for(dropping, 20)
+        assert await _roles(admin, login.user) == {}
+        owner = "SELECT tableowner FROM pg_tables WHERE schemaname = 'ends'"
+        assert await admin.fetchval(owner) == run_credentials.group_roles(place)[0]
+    finally:
+        session.terminate()
+        await holder.close()
+        await admin.close()
+
+
+async def test_the_sweep_goes_on_past_a_role_it_cannot_drop(warehouse, pg_url):
+    """An expired run role that owns something in another database cannot be dropped from
+    the warehouse's: it is said and left, and the roles after it still go."""
+    wh = load_warehouses(warehouse["file"], Path("unused.duckdb"))["pg"]
+    tag = uuid.uuid4().hex[:8]
+    stuck, gone = (f"{run_credentials.RUN_PREFIX}{c}_{tag}" for c in "az")
+    admin = await _admin(pg_url)  # the server's own database, not the warehouse's
+    for role in (stuck, gone):
+        await admin.execute(f"CREATE ROLE {role} LOGIN VALID UNTIL '2000-01-01'")
+    await admin.execute(f"CREATE SCHEMA {stuck} AUTHORIZATION {stuck}")
+    try:
+        dropped = await run_credentials.sweep(wh, Resolver())
+        assert gone in dropped and stuck not in dropped, dropped
+        assert set(await _roles(admin, run_credentials.RUN_PREFIX)) & {stuck, gone} == {stuck}
+    finally:
+        await admin.execute(f"DROP SCHEMA {stuck}; DROP ROLE {stuck}")
+        await admin.close()
+
+
+async def test_a_teams_environment_is_refused_to_another_team_naming_only_the_schema(warehouse):
+    """Two teams whose profiles name one schema would share its roles: the second is
+    refused, without being told who the first is."""
+    wh = load_warehouses(warehouse["file"], Path("unused.duckdb"))["pg"]
+    place = Environment(warehouse="pg", target="main", schema="shared", database=wh.dbname)
+
+    async def issue(team: str) -> run_credentials.Login:
+        return await run_credentials.issue(
+            wh, Resolver(), [place], scope=team, holder=team, team=team, writes=True, seconds=60
+        )
+
+    first = await issue("team-alpha")
+    with pytest.raises(run_credentials.CredentialRefused, match="schema 'shared'") as refused:
+        await issue("team-beta")
+    assert "team-alpha" not in str(refused.value)
+    await run_credentials.drop(wh, Resolver(), first)
+
+
+async def test_a_schema_another_role_made_first_is_refused_and_a_login_searches_its_own(
+    warehouse, pg_url
+):
+    """A writer can make schemas: one team's code can make another's schema first, to own
+    what is built there, or one named for its group role, where the default search_path
+    ("$user") looks first. A schema its writer does not own is refused; a login searches
+    its environment's schema alone."""
+    wh = load_warehouses(warehouse["file"], Path("unused.duckdb"))["pg"]
+
+    async def issue(schema: str, team: str) -> run_credentials.Login:
+        place = Environment(warehouse="pg", target="main", schema=schema, database=wh.dbname)
+        return await run_credentials.issue(
+            wh, Resolver(), [place], scope=schema, holder=team, team=team, writes=True, seconds=60
+        )
+
+    squatter = await issue("squatter", "team-b")
+    session = await _login(pg_url, warehouse["database"], squatter)
+    try:
+        assert await session.fetchval("SHOW search_path") == "squatter"
+        await session.execute("CREATE SCHEMA victim")
+        with pytest.raises(
+            run_credentials.CredentialRefused,
+            match="schema 'victim' of database '.*' is owned by role 'jetdbt_w_squatter_",
+        ):
+            await issue("victim", "team-a")
+    finally:
+        await session.close()
+    await run_credentials.drop(wh, Resolver(), squatter)
+
+
+@pytest.mark.dbt
+async def test_a_run_waiting_for_its_login_is_cancelled_at_once(stack, warehouse, pg_url):
+    """A run whose login waits on the warehouse (here, the roles' lock held) does not keep
+    its lease and slot: a cancel ends it then, not when the warehouse gives in."""
+    holder = await _admin(pg_url, warehouse["database"])
+    admin = await _admin(pg_url, warehouse["database"])
+    try:
+        holding = holder.transaction()
+        await holding.start()
+        await holder.execute(f"LOCK TABLE {run_credentials.LOCK_SCHEMA}.lock")
+        run_id = uuid.uuid4().hex
+        command = RunCommand(command=BUILD, run_id=run_id)
+        build = asyncio.create_task(client.run(stack.bus, "creds", command))
+
+        async def waiting() -> bool:
+            return await admin.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                " AND query LIKE 'LOCK TABLE jetdbt_credentials%'"
+            )
+
+        await wait_for(waiting, timeout=60)
+        by = client.principal()
+        cancel = CancelCommand(run_id=run_id, requested_by=by)
+        await stack.bus.publish_command("cancel", "creds", cancel, run_id, principal=by)
+        final = await asyncio.wait_for(build, run_credentials.LOCK_TIMEOUT / 2)
+        assert final.result.status == "cancelled", final.result
+        await holding.rollback()
+    finally:
+        await holder.close()
         await admin.close()

@@ -118,6 +118,7 @@ class Attempt:
         self.run_id, self.number, self.cancelled = run_id, number, cancelled
         self.source = source
         self.prepared: Prepared | None = None
+        self.team = ""  # the project's, whose warehouse environments the run acts in
         self.results = results.Overlay()
         self.artifacts: dict[str, bytes] = {}  # by name, kept with the log when the run ends
         self.round = 0  # the node retry round of the latest invocation
@@ -189,7 +190,7 @@ class Attempt:
         log = jlog.get("runner", project=self.project, run_id=self.run_id, attempt=self.number)
         s = self.source
         # The warehouse serves the project's team, whoever asked (an operator, an admin).
-        owner = await project_team(self.ctx.bus, self.project) or team
+        owner = self.team = await project_team(self.ctx.bus, self.project) or team
         try:
             self.prepared = await prepare(
                 self.ctx,
@@ -248,6 +249,8 @@ class Attempt:
                 keeper.cancel()
             for lease in leases or ():
                 await lease.release()
+            if self.prepared.login is not None:  # masked until all of the run is out
+                self.prepared.resolver.masker.forget(self.prepared.login.password)
             self.prepared.cleanup()
 
     async def _requested(self) -> tuple[int, str]:
@@ -387,16 +390,34 @@ class Attempt:
         wh = self._per_run_warehouse()
         if wh is None or not self.connects:
             return
-        try:
-            login = await run_credentials.issue(
+        left = self._time_left()
+        issue = asyncio.create_task(
+            run_credentials.issue(
                 wh,
                 self.prepared.resolver,
                 run_credentials.places(self.prepared.plan),
                 scope=self.scope(),
                 holder=f"{self.project} run {self.run_id} attempt {self.number}",
+                team=self.team,
                 writes=run_credentials.writes(self.source.cmd),
-                seconds=self._time_left(),
+                seconds=left,
             )
+        )
+        # Raced against a cancel and the deadline: a warehouse that keeps the login waiting
+        # never keeps the run, its lease and its slot.
+        stop = asyncio.create_task(self.cancelled.wait())
+        try:
+            await asyncio.wait({issue, stop}, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+        if not issue.done():
+            issue.cancel()
+            await asyncio.gather(issue, return_exceptions=True)
+            if self.cancelled.is_set():
+                raise asyncio.CancelledError("cancelled")
+            raise RunTimedOut(self.ctx.settings.run_timeout_seconds)
+        try:
+            login = issue.result()
         except run_credentials.ISSUE_FAILURES as exc:
             raise Failed(
                 f"the run's own login on warehouse {wh.name!r} could not be made:"
@@ -411,8 +432,11 @@ class Attempt:
         if login is None:
             return
         try:
-            await run_credentials.drop(self._per_run_warehouse(), self.prepared.resolver, login)
-        except run_credentials.ISSUE_FAILURES as exc:
+            await asyncio.wait_for(
+                run_credentials.drop(self._per_run_warehouse(), self.prepared.resolver, login),
+                run_credentials.DROP_SECONDS,
+            )
+        except (*run_credentials.ISSUE_FAILURES, TimeoutError) as exc:
             jlog.get("runner", project=self.project, run_id=self.run_id).warning(
                 "run_login_not_dropped", role=login.user, error=quote(str(exc), 300)
             )

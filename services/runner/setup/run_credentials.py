@@ -18,6 +18,7 @@ attempt that made it, so only that attempt's end drops it.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
 import secrets
@@ -30,6 +31,7 @@ import yaml
 
 from services.runner.setup import connections
 from services.runner.setup.secrets import Resolver
+from shared import logging as jlog
 from shared.commands import DbtCommand
 from shared.environments import Environment
 
@@ -39,6 +41,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CredentialRefused",
+    "DROP_SECONDS",
     "ISSUE_FAILURES",
     "Login",
     "PER_RUN",
@@ -62,12 +65,23 @@ WRITER_PREFIX = "jetdbt_w_"
 READER_PREFIX = "jetdbt_r_"
 # The commands whose runs build (and so write) in their environment; every other one
 # (test, show, docs generate, source freshness) only reads. A macro exists to change the
-# warehouse (grants, clean-ups), so run-operation writes too.
+# warehouse (grants, clean-ups), so run-operation writes too. A test that stores its
+# failures, or an on-run-end hook that grants, needs the writer: `build` (docs/security.md).
 WRITING = frozenset({"build", "run", "seed", "snapshot", "run_operation"})
 CONNECT_TIMEOUT = 10.0  # seconds to reach the warehouse before the run fails saying so
+# Seconds the operator's session waits for a lock, and for any one statement, before it
+# fails saying so: whatever a run's code holds, no other run waits on it for longer.
+LOCK_TIMEOUT = 30
+STATEMENT_TIMEOUT = 60
+# The longest a run's end waits for its login's drop; one not dropped by then is swept.
+DROP_SECONDS = 120
+TERMINATE_WAIT_MS = 5000  # how long the end of a dropped login's session is waited for
 # Every change to the roles of one warehouse, one at a time: concurrent GRANTs on one
-# object fail in Postgres ("tuple concurrently updated").
-_LOCK = "SELECT pg_advisory_xact_lock(hashtext('jetdbt run credentials'))"
+# object fail in Postgres ("tuple concurrently updated"). The lock is a table in a schema
+# the operator's login owns, so a run's role cannot take it (anyone can take an advisory
+# lock) and so hold every other run's login back.
+LOCK_SCHEMA = "jetdbt_credentials"
+_LOCK = f"LOCK TABLE {LOCK_SCHEMA}.lock IN EXCLUSIVE MODE"
 
 
 class CredentialRefused(ValueError):
@@ -127,9 +141,11 @@ def into_profile(plan: Plan, login: Login) -> str:
 
 
 def _name(prefix: str, *parts: str, readable: str = "") -> str:
+    """A role name within Postgres's 63 characters: a readable slug and a digest of `parts`."""
     digest = hashlib.sha256("\0".join(parts).encode()).hexdigest()
     slug = re.sub(r"[^a-z0-9_]", "", readable.lower())[:24]
-    return f"{prefix}{slug}_{digest[:8]}" if slug else f"{prefix}{digest[:16]}"
+    # 64 bits of digest: another environment cannot be made to share a role by searching.
+    return f"{prefix}{slug}_{digest[:16]}" if slug else f"{prefix}{digest[:16]}"
 
 
 def group_roles(environment: Environment) -> tuple[str, str]:
@@ -165,28 +181,90 @@ async def _connect(wh: Warehouse, resolver: Resolver) -> asyncpg.Connection:
         password=keys.get("password") or keys.get("pass") or None,
         database=keys.get("dbname"),
         timeout=CONNECT_TIMEOUT,
+        server_settings={
+            "lock_timeout": f"{LOCK_TIMEOUT}s",
+            "statement_timeout": f"{STATEMENT_TIMEOUT}s",
+        },
         **({"ssl": ssl} if ssl else {}),
     )
 
 
-async def _ensure(conn: asyncpg.Connection, environment: Environment) -> tuple[str, str]:
+async def _lockable(conn: asyncpg.Connection) -> None:
+    """The lock's table, made when missing (another runner may be making it too); raises
+    CredentialRefused when its schema is not the operator's own (a run's role made it)."""
+    try:
+        async with conn.transaction():
+            await conn.execute(
+                f"CREATE SCHEMA IF NOT EXISTS {LOCK_SCHEMA};"
+                f"CREATE TABLE IF NOT EXISTS {LOCK_SCHEMA}.lock ()"
+            )
+    except (asyncpg.UniqueViolationError, asyncpg.DuplicateObjectError):
+        pass  # made meanwhile by another runner: its owner is checked below
+    owner = await conn.fetchval(
+        "SELECT pg_get_userbyid(nspowner)::text FROM pg_namespace WHERE nspname = $1", LOCK_SCHEMA
+    )
+    if owner != await conn.fetchval("SELECT current_user::text"):
+        raise CredentialRefused(
+            f"schema {LOCK_SCHEMA!r}, where per_run credentials take their lock, is owned by"
+            f" {owner!r}, not by the warehouse's configured login: drop it"
+        )
+
+
+@contextlib.asynccontextmanager
+async def _locked(conn: asyncpg.Connection):
+    """A transaction holding the lock of the warehouse's roles."""
+    async with conn.transaction():
+        await conn.execute(_LOCK)
+        yield
+
+
+async def _ensure(conn: asyncpg.Connection, environment: Environment, team: str) -> tuple[str, str]:
     """The environment's writer and reader roles, made when missing, with what a dbt build
     needs: the writer creates schemas in the database and owns the environment's schema
-    and what it builds; the reader reads all the writer makes (default privileges)."""
+    and what it builds; the reader reads all the writer makes (default privileges).
+
+    The writer's comment names the team it was made for: two teams whose environments
+    are one schema would otherwise share its roles, and each write the other's tables.
+    Raises CredentialRefused when it was made for another team."""
     writer, reader = group_roles(environment)
+    w, r = _ident(writer), _ident(reader)
+    made_for = _literal(f"jetdbt team {team}")
     have = {r["rolname"] for r in await conn.fetch(
         "SELECT rolname FROM pg_roles WHERE rolname = ANY($1::text[])", [writer, reader]
     )}  # fmt: skip
-    for role in (writer, reader):
-        if role not in have:
-            await conn.execute(f"CREATE ROLE {_ident(role)} NOLOGIN")
-    w, r = _ident(writer), _ident(reader)
+    if writer in have:
+        said = await conn.fetchval(
+            "SELECT shobj_description(oid, 'pg_authid') FROM pg_roles WHERE rolname = $1", writer
+        )
+        if said != f"jetdbt team {team}":
+            raise CredentialRefused(
+                f"schema {environment.schema!r} of database {environment.database!r} is"
+                " another team's environment (its writer role was made for that team);"
+                " give this project's profile a schema of its own"
+            )
+    else:
+        await conn.execute(f"CREATE ROLE {w} NOLOGIN; COMMENT ON ROLE {w} IS {made_for}")
+    if reader not in have:
+        await conn.execute(f"CREATE ROLE {r} NOLOGIN")
     db, schema = _ident(environment.database), _ident(environment.schema)
     await conn.execute(
         f"GRANT {r} TO {w};"
         f"GRANT CONNECT, CREATE, TEMPORARY ON DATABASE {db} TO {w};"
         f"GRANT CONNECT ON DATABASE {db} TO {r};"
-        f"CREATE SCHEMA IF NOT EXISTS {schema} AUTHORIZATION {w};"
+        f"CREATE SCHEMA IF NOT EXISTS {schema} AUTHORIZATION {w}"
+    )
+    # Writers can make schemas: one another team's made first is theirs, whatever we grant.
+    owner = await conn.fetchval(
+        "SELECT pg_get_userbyid(nspowner)::text FROM pg_namespace WHERE nspname = $1",
+        environment.schema,
+    )
+    if owner != writer:
+        raise CredentialRefused(
+            f"schema {environment.schema!r} of database {environment.database!r} is owned by"
+            f" role {owner!r}, not by its environment's writer role {writer!r}: drop it, or,"
+            f" if its tables are the environment's, ALTER SCHEMA … OWNER TO {writer}"
+        )
+    await conn.execute(
         f"GRANT USAGE, CREATE ON SCHEMA {schema} TO {w};"
         f"GRANT USAGE ON SCHEMA {schema} TO {r};"
         f"ALTER DEFAULT PRIVILEGES FOR ROLE {w} GRANT SELECT ON TABLES TO {r};"
@@ -197,22 +275,38 @@ async def _ensure(conn: asyncpg.Connection, environment: Environment) -> tuple[s
     return writer, reader
 
 
-async def _drop_roles(conn: asyncpg.Connection, names: Iterable[str]) -> None:
-    """Drop login roles: their sessions ended, anything they own given to the writer role
-    they belonged to (dbt sets that role; project code might not), then dropped."""
-    for name in names:
-        groups = await conn.fetch(
-            "SELECT g.rolname FROM pg_auth_members m JOIN pg_roles g ON g.oid = m.roleid"
-            " JOIN pg_roles r ON r.oid = m.member WHERE r.rolname = $1",
+async def _drop_role(conn: asyncpg.Connection, name: str, holder: str | None = None) -> bool:
+    """Drop a login role (with `holder`, only one that attempt made); whether it was.
+
+    It can no longer log in (committed) before its sessions are ended and waited for: a
+    session could otherwise outlive it, or log in anew meanwhile with a password it set
+    itself. What it owns goes to the writer role it belonged to (dbt sets that role;
+    project code might not)."""
+    role = _ident(name)
+    async with _locked(conn):
+        made_by = await conn.fetchrow(
+            "SELECT shobj_description(oid, 'pg_authid') AS holder FROM pg_roles WHERE rolname = $1",
             name,
         )
-        await conn.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1", name
+        if made_by is None or (holder is not None and made_by["holder"] != holder):
+            return False
+        await conn.execute(f"ALTER ROLE {role} NOLOGIN")
+    await conn.execute(
+        "SELECT pg_terminate_backend(pid, $2) FROM pg_stat_activity WHERE usename = $1",
+        name,
+        TERMINATE_WAIT_MS,
+    )
+    async with _locked(conn):
+        heir = await conn.fetchval(
+            "SELECT g.rolname FROM pg_auth_members m JOIN pg_roles g ON g.oid = m.roleid"
+            " JOIN pg_roles r ON r.oid = m.member WHERE r.rolname = $1"
+            " AND starts_with(g.rolname, $2)",
+            name,
+            WRITER_PREFIX,
         )
-        heir = next((g["rolname"] for g in groups if g["rolname"].startswith(WRITER_PREFIX)), None)
-        role = _ident(name)
         reassign = f"REASSIGN OWNED BY {role} TO {_ident(heir)};" if heir else ""
         await conn.execute(f"{reassign}DROP OWNED BY {role}; DROP ROLE {role}")
+    return True
 
 
 def places(plan: Plan) -> list[Environment]:
@@ -235,6 +329,7 @@ async def issue(
     *,
     scope: str,
     holder: str,
+    team: str,
     writes: bool,
     seconds: float,
 ) -> Login:
@@ -245,6 +340,8 @@ async def issue(
         places: the environment the run acts in, then those it only reads (`places`).
         scope: what the run holds alone (its environment's lease): names the role.
         holder: the attempt that makes it (project, run, attempt), the role's comment.
+        team: the project's team: the environments' roles are refused it when made for
+            another team.
         writes: a member of the first place's writer role (True) or of its reader role.
         seconds: the run's time left; the role cannot log in after it.
 
@@ -254,18 +351,20 @@ async def issue(
     user, password = run_role(scope), secrets.token_urlsafe(24)
     conn = await _connect(wh, resolver)
     try:
-        async with conn.transaction():
-            await conn.execute(_LOCK)
-            made = [await _ensure(conn, place) for place in places]
+        await _lockable(conn)
+        await _drop_role(conn, user)
+        async with _locked(conn):
+            made = [await _ensure(conn, place, team) for place in places]
             groups = [made[0][0] if writes else made[0][1], *(r for _, r in made[1:])]
-            if await conn.fetchval("SELECT 1 FROM pg_roles WHERE rolname = $1", user):
-                await _drop_roles(conn, [user])
             until = await conn.fetchval("SELECT now() + make_interval(secs => $1)", seconds)
             await conn.execute(
                 f"CREATE ROLE {_ident(user)} LOGIN PASSWORD {_literal(password)}"
                 f" VALID UNTIL {_literal(until.isoformat())}"
                 f" IN ROLE {', '.join(_ident(g) for g in groups)};"
                 f"ALTER ROLE {_ident(user)} SET role = {_literal(groups[0])};"
+                # Not "$user": a schema named for the group role, which anyone's code can
+                # make, would otherwise run its functions as the run (CVE-2018-1058).
+                f"ALTER ROLE {_ident(user)} SET search_path TO {_ident(places[0].schema)};"
                 f"COMMENT ON ROLE {_ident(user)} IS {_literal(holder)}"
             )
     finally:
@@ -276,38 +375,39 @@ async def issue(
 
 async def drop(wh: Warehouse, resolver: Resolver, login: Login) -> None:
     """Drop the run's role, unless a later holder of its scope made it anew (this attempt
-    was fenced off): what the run's code could take dies with the run."""
+    was fenced off): what the run's code could take dies with the run. Its password is
+    still masked: the run's artifacts and kept log go out after this."""
     conn = await _connect(wh, resolver)
     try:
-        async with conn.transaction():
-            await conn.execute(_LOCK)
-            made_by = await conn.fetchval(
-                "SELECT shobj_description(oid, 'pg_authid') FROM pg_roles WHERE rolname = $1",
-                login.user,
-            )
-            if made_by == login.holder:
-                await _drop_roles(conn, [login.user])
+        await _lockable(conn)
+        await _drop_role(conn, login.user, login.holder)
     finally:
         await conn.close()
-    resolver.masker.forget(login.password)
 
 
 async def sweep(wh: Warehouse, resolver: Resolver) -> list[str]:
     """Drop every run role of the warehouse past its validity (its run is over, however it
-    ended); returns their names."""
+    ended); returns those dropped. Each on its own: one that cannot be dropped is said and
+    left, and keeps no other from going."""
+    log = jlog.get("runner", warehouse=wh.name)
     conn = await _connect(wh, resolver)
+    dropped = []
     try:
-        async with conn.transaction():
-            await conn.execute(_LOCK)
-            expired = [r["rolname"] for r in await conn.fetch(
-                "SELECT rolname FROM pg_roles WHERE starts_with(rolname, $1)"
-                " AND rolvaliduntil < now()",
-                RUN_PREFIX,
-            )]  # fmt: skip
-            await _drop_roles(conn, expired)
+        await _lockable(conn)
+        expired = [r["rolname"] for r in await conn.fetch(
+            "SELECT rolname FROM pg_roles WHERE starts_with(rolname, $1)"
+            " AND rolvaliduntil < now() ORDER BY rolname",
+            RUN_PREFIX,
+        )]  # fmt: skip
+        for name in expired:
+            try:
+                if await _drop_role(conn, name):
+                    dropped.append(name)
+            except asyncpg.PostgresError as exc:
+                log.warning("run_role_not_swept", role=name, error=str(exc)[:300])
     finally:
         await conn.close()
-    return expired
+    return dropped
 
 
 async def sweep_all(warehouses: Iterable[Warehouse], resolver: Resolver, log) -> None:
