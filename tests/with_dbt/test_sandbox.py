@@ -293,6 +293,45 @@ async def test_a_disk_filler_fails_its_run_naming_run_disk_and_leaves_no_mount(s
     await wait_for(unmounted, timeout=10)
 
 
+async def test_a_run_dbt_finished_passes_though_it_brushed_run_pids_and_run_disk(site):
+    """A model that is refused threads and recovers, then leaves its job folder nearly full:
+    dbt exits 0, so the run passes (a bound fails only an invocation that did not)."""
+    stack, root = site
+    model = """
+        import os, threading
+
+        def model(dbt, session):
+            hold, started = threading.Event(), []
+            try:
+                for _ in range(5000):
+                    thread = threading.Thread(target=hold.wait, daemon=True)
+                    thread.start()
+                    started.append(thread)
+            except RuntimeError:
+                pass
+            hold.set()
+            for thread in started:
+                thread.join()
+            assert len(started) < 5000, 'RUN_PIDS was never reached'
+            path = os.path.join(os.environ['TMPDIR'], 'fill.bin')
+            with open(path, 'wb') as fh:
+                try:
+                    for _ in range(128):
+                        fh.write(b'x' * (1 << 20))
+                        fh.flush()
+                except OSError:
+                    pass
+            os.truncate(path, max(0, os.path.getsize(path) - (256 << 10)))
+            free = os.statvfs(path)
+            assert free.f_bavail * free.f_frsize < (1 << 20), 'the folder is not nearly full'
+            return session.sql('select 1 as id')
+    """
+    folder = _project(root / "brush", "brush_shop", {"brush.py": textwrap.dedent(model)})
+    final, nodes = await _build(stack, folder, "brush_shop")
+    assert final.result.status == "passed", final.result.error
+    assert nodes["brush"]["outcome"] == "passed", nodes["brush"]
+
+
 async def test_a_runner_without_its_primitives_refuses_projects_and_says_what_is_missing(
     settings, tmp_path
 ):
