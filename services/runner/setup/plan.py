@@ -304,6 +304,25 @@ def _warehouse_folder(output: dict[str, Any]) -> str | None:
     return str(Path(place).resolve().parent if kind == "duckdb" else Path(place).resolve())
 
 
+def _own_file_folder(
+    path: str, folder: str | None, configured: str | None, warehouse: str, job: Path
+) -> None:
+    """A project's own profile writes a file warehouse only in the folder of the warehouse it
+    names, or in its job's folder: the folder becomes writable by, and owned by, the
+    sandbox's user (a DuckDB file in /etc would hand it /etc)."""
+    if folder is None:
+        return
+    where = Path(folder)
+    allowed = [Path(p) for p in (configured, str(job.resolve())) if p]
+    if any(where == place or place in where.parents for place in allowed):
+        return
+    raise PlanRefused(
+        f"{path}: the target's file lies in {folder}, outside warehouse {warehouse!r}'s folder"
+        f" ({configured or 'none: it is not a file warehouse'}) and the job's folder;"
+        " a project's own profile may write a warehouse file only there"
+    )
+
+
 def make_plan(
     desc: Descriptor,
     cmd: DbtCommand | None,
@@ -352,6 +371,11 @@ def make_plan(
     configured_folder = _warehouse_folder(
         wh.output if wh.type == "dbt_profile" else {"type": wh.type, "path": wh.path}
     )
+    if desc.profile.profiles_yml:
+        _own_file_folder(
+            desc.profile.profiles_yml, warehouse_folder, configured_folder, wh.name,
+            project_dir.parent,
+        )  # fmt: skip
     try:
         place = place_of_output(output)
     except OwnDatabase as exc:
