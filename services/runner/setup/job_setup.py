@@ -240,6 +240,8 @@ async def prepare(
         resolver = ctx.resolver()
         plan = make_plan(desc, cmd, args, wh, resolver, job.project, engine_name)
         await asyncio.to_thread(own_database.check_job, plan.place, ctx.own_database)
+        if desc.profile.profiles_yml:
+            await asyncio.to_thread(own_database.check_own_profile, plan.place, wh, resolver)
         ctx.containment.check_writable(plan)
         # An engine binary carries its adapters; the installed dbt-core needs one for it.
         environment = None

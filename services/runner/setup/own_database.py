@@ -25,10 +25,12 @@ from services.runner.setup.secrets import Resolver, UnresolvedReference
 from services.runner.setup.warehouses import Warehouse, render_output
 
 __all__ = [
+    "NotTheNamedWarehouse",
     "OwnDatabase",
     "Place",
     "check",
     "check_job",
+    "check_own_profile",
     "place_of_output",
     "place_of_url",
     "same_server",
@@ -40,6 +42,10 @@ _MACHINE = "this machine"
 
 class OwnDatabase(ValueError):
     """A configured warehouse reaches jetdbt's own database server."""
+
+
+class NotTheNamedWarehouse(ValueError):
+    """A project's own profile connects elsewhere than the warehouse it names."""
 
 
 class Place(NamedTuple):
@@ -157,3 +163,18 @@ def check_job(place: Place | None, own: Place | None) -> None:
     lands at `place` on jetdbt's own server `own`."""
     if own is not None and place is not None and same_server(place, own):
         raise _refusal("this project's profile", own)
+
+
+def check_own_profile(place: Place | None, wh: Warehouse, resolver: Resolver) -> None:
+    """Raise NotTheNamedWarehouse when a project's own profiles.yml lands at `place`, not on
+    the server of `wh`, the warehouse it names (`profile.warehouse`): a team is granted that
+    warehouse, and the grant bounds nothing if the profile may connect anywhere."""
+    if place is None:
+        return
+    named = None if wh.type == "duckdb" else place_of_output(render_output(wh, resolver))
+    if named is None or not same_server(place, named):
+        raise NotTheNamedWarehouse(
+            f"this project's profile connects to {place}, not to warehouse {wh.name!r}"
+            f" ({named or 'a file warehouse'}) that it names in profile.warehouse: a"
+            " project's own profiles.yml must connect to the server of the warehouse it names"
+        )
