@@ -9,9 +9,10 @@ import pytest
 import yaml
 
 from services.runner.setup.own_database import OwnDatabase, Place, check, check_job, place_of_url
+from services.runner.setup.plan import PlanRefused, make_plan
 from services.runner.setup.secrets import Resolver
-from services.runner.setup.warehouses import load_warehouses
-from shared import warehouse_grants
+from services.runner.setup.warehouses import Warehouse, load_warehouses
+from shared import descriptor, warehouse_grants
 
 OWN = "postgresql://jetdbt:s3cret-pw@127.0.0.1:5433/jetdbt?sslmode=require"
 
@@ -119,3 +120,28 @@ def test_the_same_socket_folder_is_the_same_server_whatever_the_database(tmp_pat
         with pytest.raises(OwnDatabase, match="this project's profile reaches"):
             check_job(Place(local, 5432), own)
     check_job(Place("127.0.0.1", 5433), own)
+
+
+def test_an_own_profiles_duckdb_file_lies_in_its_warehouses_folder_or_its_job(tmp_path):
+    """Only those folders may become writable by, and owned by, the sandbox's user."""
+    project = tmp_path / "job" / "project"
+    project.mkdir(parents=True)
+    (project / "dbt_project.yml").write_text("name: p\nversion: '1'\nprofile: p\n")
+    (project / "jetdbt.yaml").write_text(
+        "profile:\n  profiles_yml: profiles.yml\n  warehouse: main\n"
+    )
+    wh = Warehouse(type="duckdb", name="main", path=str(tmp_path / "wh" / "w.duckdb"))
+
+    def folder(path: str) -> str | None:
+        output = {"type": "duckdb", "path": path}
+        profiles = {"p": {"target": "x", "outputs": {"x": output}}}
+        (project / "profiles.yml").write_text(yaml.safe_dump(profiles))
+        desc = descriptor.load(project)
+        plan = make_plan(desc, None, None, wh, Resolver({}), project, "dbt-core-1x")
+        return plan.warehouse_folder
+
+    assert folder(str(tmp_path / "wh" / "own.duckdb")) == str(tmp_path / "wh")
+    assert folder(str(tmp_path / "job" / "data" / "x.duckdb")) is None  # the job's, writable
+    for outside in ("/etc", "/root/.ssh", str(tmp_path)):
+        with pytest.raises(PlanRefused, match=f"lies in {outside}, outside warehouse 'main'"):
+            folder(f"{outside}/x.duckdb")

@@ -306,16 +306,18 @@ def _warehouse_folder(output: dict[str, Any]) -> str | None:
 
 def _own_file_folder(
     path: str, folder: str | None, configured: str | None, warehouse: str, job: Path
-) -> None:
-    """A project's own profile writes a file warehouse only in the folder of the warehouse it
-    names, or in its job's folder: the folder becomes writable by, and owned by, the
-    sandbox's user (a DuckDB file in /etc would hand it /etc)."""
+) -> str | None:
+    """The folder a project's own profile's file warehouse makes writable: one in the folder
+    of the warehouse it names, or none in its job's folder (already writable). Anywhere else
+    is refused: the folder would become writable by, and owned by, the sandbox's user (a
+    DuckDB file in /etc would hand it /etc)."""
     if folder is None:
-        return
+        return None
     where = Path(folder)
-    allowed = [Path(p) for p in (configured, str(job.resolve())) if p]
-    if any(where == place or place in where.parents for place in allowed):
-        return
+    if configured and (where == Path(configured) or Path(configured) in where.parents):
+        return folder
+    if job.resolve() in where.parents:
+        return None
     raise PlanRefused(
         f"{path}: the target's file lies in {folder}, outside warehouse {warehouse!r}'s folder"
         f" ({configured or 'none: it is not a file warehouse'}) and the job's folder;"
@@ -372,7 +374,7 @@ def make_plan(
         wh.output if wh.type == "dbt_profile" else {"type": wh.type, "path": wh.path}
     )
     if desc.profile.profiles_yml:
-        _own_file_folder(
+        warehouse_folder = _own_file_folder(
             desc.profile.profiles_yml, warehouse_folder, configured_folder, wh.name,
             project_dir.parent,
         )  # fmt: skip
