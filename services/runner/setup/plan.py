@@ -315,6 +315,7 @@ def _own_file_folder(
         return None
     where = Path(folder)
     if configured and (where == Path(configured) or Path(configured) in where.parents):
+        where.mkdir(parents=True, exist_ok=True)  # as the warehouse's own profile makes it
         return folder
     if job.resolve() in where.parents:
         return None
