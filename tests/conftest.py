@@ -7,14 +7,11 @@ fixed names and the event stream denies purge, so tests cannot share one.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shutil
 import tempfile
 import uuid
-from urllib.parse import urlsplit, urlunsplit
 
-import asyncpg
 import pytest
 
 from services.runner.process import spawn
@@ -77,22 +74,12 @@ def pg_url(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def warehouse_pg_url(pg_url):
-    """A database of the suite's Postgres beside jetdbt's own: a runner refuses a warehouse on
-    the database jetdbt keeps its projections in (services/runner/setup/own_database.py)."""
-    name = "jetdbt_warehouse"
-
-    async def create() -> None:
-        conn = await asyncpg.connect(pg_url)
-        try:
-            if not await conn.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", name):
-                await conn.execute(f"CREATE DATABASE {name}")
-        finally:
-            await conn.close()
-
-    asyncio.run(create())
-    parts = urlsplit(pg_url)
-    return urlunsplit(parts._replace(path=f"/{name}"))
+def warehouse_pg_url(tmp_path_factory):
+    """A Postgres server of its own for warehouses: a runner refuses a warehouse on the server
+    jetdbt keeps its projections on (services/runner/setup/own_database.py)."""
+    server, url = start_postgres(tmp_path_factory.mktemp("warehouse-pg") / "data")
+    yield url
+    server.cleanup()
 
 
 @pytest.fixture

@@ -114,13 +114,13 @@ async def test_retry_says_which_version_and_refuses_an_old_one(stack, project_co
 
 
 async def test_a_failure_before_the_first_node_reports_dbt_s_error(
-    settings, tmp_path, project_copy, pg_url
+    settings, tmp_path, project_copy, warehouse_pg_url
 ):
     """A Postgres warehouse whose database does not exist: the deploy parses (no connection),
     the run fails before any node, and the CLI, the API and the run's event say why in
     dbt's own words, never as an empty selection."""
     missing = f"no_db_{uuid.uuid4().hex[:8]}"
-    warehouse = {"type": "postgres", **pg_parts(pg_url), "dbname": missing, "schema": "s"}
+    warehouse = {"type": "postgres", **pg_parts(warehouse_pg_url), "dbname": missing, "schema": "s"}
     file = tmp_path / "warehouses.yaml"
     file.write_text(yaml.safe_dump({"warehouses": {"pg": warehouse}}))
     (project_copy / "jetdbt.yaml").write_text("profile:\n  warehouse: pg\n")

@@ -88,23 +88,23 @@ async def _roles(conn: asyncpg.Connection, prefix: str) -> dict[str, object]:
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def warehouse(tmp_path_factory, pg_url):
-    """A database of its own on the test Postgres, as the warehouse `pg` (per_run), with
+async def warehouse(tmp_path_factory, warehouse_pg_url):
+    """A database of its own on the warehouses' Postgres, as the warehouse `pg` (per_run), with
     two run roles left behind by a dead runner: one expired, one still valid."""
     database = f"wh_{uuid.uuid4().hex[:10]}"
     expired, alive = (f"{run_credentials.RUN_PREFIX}left_{uuid.uuid4().hex[:8]}" for _ in "ab")
-    conn = await _admin(pg_url)
+    conn = await _admin(warehouse_pg_url)
     before = await _roles(conn, "jetdbt_")
     await conn.execute(f'CREATE DATABASE "{database}"')
     await conn.execute(f"CREATE ROLE {expired} LOGIN VALID UNTIL '2000-01-01'")
     await conn.execute(f"CREATE ROLE {alive} LOGIN VALID UNTIL 'infinity'")
-    wh_conn = await _admin(pg_url, database)
+    wh_conn = await _admin(warehouse_pg_url, database)
     await wh_conn.execute(TRY_WRITE)
     await wh_conn.close()
     folder = tmp_path_factory.mktemp("creds")
     file = folder / "warehouses.yaml"
     body = {
-        **pg_parts(pg_url),
+        **pg_parts(warehouse_pg_url),
         "type": "postgres",
         "dbname": database,
         "schema": SCHEMA,
@@ -151,8 +151,10 @@ async def _held(admin: asyncpg.Connection) -> str:
 
 
 @pytest.mark.dbt
-async def test_a_build_logs_in_as_a_role_of_its_own_gone_after_the_run(stack, warehouse, pg_url):
-    admin = await _admin(pg_url, warehouse["database"])
+async def test_a_build_logs_in_as_a_role_of_its_own_gone_after_the_run(
+    stack, warehouse, warehouse_pg_url
+):
+    admin = await _admin(warehouse_pg_url, warehouse["database"])
     try:
         first = await _run(stack, BUILD)
         assert first.result.status == "passed", first.result.error
@@ -193,7 +195,7 @@ async def test_a_build_logs_in_as_a_role_of_its_own_gone_after_the_run(stack, wa
 
 
 @pytest.mark.dbt
-async def test_a_shows_role_only_reads(stack, warehouse, pg_url):
+async def test_a_shows_role_only_reads(stack, warehouse, warehouse_pg_url):
     show = RunCommand(command=ShowCommand(select=["probe"]))
     final = await client.run(stack.bus, "creds", show)
     assert final.result.status == "failed"
@@ -201,7 +203,7 @@ async def test_a_shows_role_only_reads(stack, warehouse, pg_url):
     assert f"permission denied for schema {SCHEMA}" in said, said
     shown = await client.run(stack.bus, "creds", RunCommand(command=ShowCommand(select=["who"])))
     assert shown.result.status == "passed" and len(shown.result.preview) == 1, shown.result
-    admin = await _admin(pg_url, warehouse["database"])
+    admin = await _admin(warehouse_pg_url, warehouse["database"])
     try:
         assert not await admin.fetchval("SELECT to_regclass($1)", f"{SCHEMA}.probe_wrote")
         left = set(await _roles(admin, run_credentials.RUN_PREFIX))
@@ -211,10 +213,10 @@ async def test_a_shows_role_only_reads(stack, warehouse, pg_url):
 
 
 @pytest.mark.dbt
-async def test_a_cancelled_runs_role_is_gone_with_its_sessions(stack, warehouse, pg_url):
+async def test_a_cancelled_runs_role_is_gone_with_its_sessions(stack, warehouse, warehouse_pg_url):
     """dbt killed mid-query leaves a session waiting on the server: it is ended with the
     role, before the run's end is published."""
-    admin = await _admin(pg_url, warehouse["database"])
+    admin = await _admin(warehouse_pg_url, warehouse["database"])
     try:
         await admin.execute("SELECT pg_advisory_lock($1)", HOLD)
         run_id = uuid.uuid4().hex
@@ -233,8 +235,8 @@ async def test_a_cancelled_runs_role_is_gone_with_its_sessions(stack, warehouse,
         await admin.close()
 
 
-async def test_expired_run_roles_are_swept_when_a_runner_starts(stack, warehouse, pg_url):
-    admin = await _admin(pg_url)
+async def test_expired_run_roles_are_swept_when_a_runner_starts(stack, warehouse, warehouse_pg_url):
+    admin = await _admin(warehouse_pg_url)
     try:
 
         async def swept():
@@ -247,7 +249,7 @@ async def test_expired_run_roles_are_swept_when_a_runner_starts(stack, warehouse
 
 
 async def test_a_later_holder_replaces_a_dead_ones_role_and_only_its_own_end_drops_it(
-    warehouse, pg_url
+    warehouse, warehouse_pg_url
 ):
     """A runner that died left its run's role; the next run of the scope makes it anew,
     and the dead attempt's end (fenced off, still finishing) leaves the new one alone. A
@@ -262,7 +264,7 @@ async def test_a_later_holder_replaces_a_dead_ones_role_and_only_its_own_end_dro
         for n in (1, 2)
     ]  # fmt: skip
     name = run_credentials.run_role("reads")
-    admin = await _admin(pg_url, warehouse["database"])
+    admin = await _admin(warehouse_pg_url, warehouse["database"])
     try:
         groups = await admin.fetch(
             "SELECT g.rolname FROM pg_auth_members m JOIN pg_roles g ON g.oid = m.roleid"

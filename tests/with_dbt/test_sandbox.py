@@ -293,6 +293,80 @@ async def test_a_disk_filler_fails_its_run_naming_run_disk_and_leaves_no_mount(s
     await wait_for(unmounted, timeout=10)
 
 
+async def test_a_run_dbt_finished_passes_though_it_brushed_run_pids_and_run_disk(site):
+    """A model that is refused threads and recovers, then leaves its job folder nearly full:
+    dbt exits 0, so the run passes (a bound fails only an invocation that did not)."""
+    stack, root = site
+    model = """
+        import os, threading
+
+        def model(dbt, session):
+            hold, started = threading.Event(), []
+            try:
+                for _ in range(5000):
+                    thread = threading.Thread(target=hold.wait, daemon=True)
+                    thread.start()
+                    started.append(thread)
+            except RuntimeError:
+                pass
+            hold.set()
+            for thread in started:
+                thread.join()
+            assert len(started) < 5000, 'RUN_PIDS was never reached'
+            path = os.path.join(os.environ['TMPDIR'], 'fill.bin')
+            with open(path, 'wb') as fh:
+                try:
+                    for _ in range(128):
+                        fh.write(b'x' * (1 << 20))
+                        fh.flush()
+                except OSError:
+                    pass
+            os.truncate(path, max(0, os.path.getsize(path) - (256 << 10)))
+            free = os.statvfs(path)
+            assert free.f_bavail * free.f_frsize < (1 << 20), 'the folder is not nearly full'
+            return session.sql('select 1 as id')
+    """
+    folder = _project(root / "brush", "brush_shop", {"brush.py": textwrap.dedent(model)})
+    final, nodes = await _build(stack, folder, "brush_shop")
+    assert final.result.status == "passed", final.result.error
+    assert nodes["brush"]["outcome"] == "passed", nodes["brush"]
+
+
+async def test_a_projects_own_duckdb_file_lies_only_in_its_warehouses_folder(site):
+    """The attack: a project's own profiles.yml puts its DuckDB file in /etc (or /root/.ssh),
+    whose folder the sandbox would make writable and hand to its user. The deploy is refused
+    naming the path, and the folder keeps its owner; a file in the warehouse's own folder
+    deploys."""
+    stack, root = site
+    for n, place in enumerate(("/etc/x.duckdb", "/root/.ssh/x.duckdb", str(root / "x.duckdb"))):
+        folder = os.path.dirname(place)
+        before = os.stat(folder) if os.path.exists(folder) else None
+        name = f"etc_shop{n}"
+        project = _own_duckdb(root / name, name, place)
+        _, refused = await client.deploy(stack.bus, project, name)
+        assert isinstance(refused, ev.DeployRefused), refused
+        assert f"the target's file lies in {folder}, outside warehouse 'main'" in refused.reason
+        if before is not None:
+            after = os.stat(folder)
+            assert (after.st_uid, after.st_gid) == (before.st_uid, before.st_gid), folder
+        assert not os.path.exists(place)
+    inside = _own_duckdb(root / "inside", "inside_shop", str(root / "wh-main" / "own.duckdb"))
+    final, _ = await _build(stack, inside, "inside_shop")
+    assert final.result.status == "passed", final.result.error
+
+
+def _own_duckdb(folder: Path, name: str, path: str) -> Path:
+    """A project whose own profiles.yml is a DuckDB file at `path`, naming warehouse main."""
+    output = {"type": "duckdb", "path": path, "threads": 1}
+    return _write(
+        _project(folder, name, {"a.sql": "select 1 as id"}),
+        {
+            "profiles.yml": yaml.safe_dump({"p": {"target": "x", "outputs": {"x": output}}}),
+            "jetdbt.yaml": "profile:\n  profiles_yml: profiles.yml\n  warehouse: main\n",
+        },
+    )
+
+
 async def test_a_runner_without_its_primitives_refuses_projects_and_says_what_is_missing(
     settings, tmp_path
 ):

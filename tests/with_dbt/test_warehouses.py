@@ -197,7 +197,7 @@ async def test_own_profiles_yml_with_password_from_descriptor_env(
     }
     (project_copy / "profiles.yml").write_text(yaml.safe_dump(profiles))
     (project_copy / "jetdbt.yaml").write_text(
-        "profile:\n  profiles_yml: profiles.yml\n  warehouse: main\n"
+        "profile:\n  profiles_yml: profiles.yml\n  warehouse: pg\n"
         "env:\n  SHOP_PG_PASSWORD: $env:JETDBT_TEST_SECRET\n"
     )
 
@@ -227,7 +227,7 @@ async def test_own_profiles_yml_with_password_from_descriptor_env(
         found = await _with_stack(
             settings,
             tmp_path,
-            {"main": {"type": "duckdb", "path": str(tmp_path / "unused.duckdb")}},
+            {"pg": {"type": "postgres", **parts, "schema": "unused"}},  # the profile's server
             body,
         )
         assert {"orders", "customers"} <= await _pg_tables(warehouse_pg_url, schema)
@@ -352,15 +352,17 @@ async def test_a_warehouse_on_jetdbts_own_database_is_refused_at_start(settings,
     pgwh = {"type": "postgres", **parts, "host": parts["host"] + "/", "schema": "beta"}
     with pytest.raises(OwnDatabase) as refused:
         await _with_stack(settings, tmp_path, {"pgwh": pgwh}, lambda st: None)
-    assert "warehouse 'pgwh' reaches jetdbt's own database" in str(refused.value)
-    assert f"database {parts['dbname']!r} on socket {parts['host']}" in str(refused.value)
+    assert "warehouse 'pgwh' reaches jetdbt's own database server" in str(refused.value)
+    assert f"(socket {parts['host']}/.s.PGSQL." in str(refused.value)
 
 
 async def test_a_projects_own_profile_on_jetdbts_own_database_is_refused(stack, project_copy):
-    """The same attack through a project's own profiles.yml, which no start check sees: its
-    deploy is refused before dbt runs, naming jetdbt's database."""
+    """The same attack through a project's own profiles.yml, which no start check sees, on
+    another database of the same server (template1, as the superuser of its trust login):
+    its deploy is refused before dbt runs, naming jetdbt's server."""
     parts = pg_parts(stack.settings.database_url)
-    output = {"type": "postgres", **parts, "schema": "beta", "threads": 1, "password": ""}
+    output = {"type": "postgres", **parts, "dbname": "template1", "user": "postgres"}
+    output |= {"schema": "beta", "threads": 1, "password": ""}
     profiles = {"jaffle_shop": {"target": "x", "outputs": {"x": output}}}
     (project_copy / "profiles.yml").write_text(yaml.safe_dump(profiles))
     (project_copy / "jetdbt.yaml").write_text(
@@ -368,5 +370,41 @@ async def test_a_projects_own_profile_on_jetdbts_own_database_is_refused(stack, 
     )
     _, refused = await client.deploy(stack.bus, project_copy, "jaffle_shop")
     assert isinstance(refused, ev.DeployRefused), refused
-    assert "this project's profile reaches jetdbt's own database" in refused.reason
-    assert f"database {parts['dbname']!r} on socket {parts['host']}" in refused.reason
+    assert "this project's profile reaches jetdbt's own database server" in refused.reason
+    assert f"(socket {parts['host']}/.s.PGSQL." in refused.reason
+
+
+async def test_a_projects_own_profile_connects_only_to_the_warehouse_it_names(
+    settings, tmp_path, project_copy, warehouse_pg_url
+):
+    """A team is granted a warehouse by name: a project's own profiles.yml that names it but
+    connects elsewhere (another server, a DuckDB file outside it) is refused at deploy,
+    naming the warehouse and where the profile points."""
+    parts = pg_parts(warehouse_pg_url)
+    pg = {"type": "postgres", **parts, "schema": "s"}
+    main = {"type": "duckdb", "path": str(tmp_path / "main" / "w.duckdb")}
+    elsewhere = tmp_path / "elsewhere"
+    attacks = [
+        ("main", {**pg, "threads": 1}, f"connects to socket {parts['host']}/.s.PGSQL."),
+        ("pg", {**pg, "host": "192.0.2.1", "threads": 1}, "connects to 192.0.2.1:"),
+        ("pg", {"type": "duckdb", "path": str(elsewhere / "x.duckdb")}, f"lies in {elsewhere}"),
+    ]
+
+    async def body(st):
+        said = []
+        for warehouse, output, where in attacks:
+            profiles = {"jaffle_shop": {"target": "x", "outputs": {"x": output}}}
+            (project_copy / "profiles.yml").write_text(yaml.safe_dump(profiles))
+            (project_copy / "jetdbt.yaml").write_text(
+                f"profile:\n  profiles_yml: profiles.yml\n  warehouse: {warehouse}\n"
+            )
+            _, refused = await client.deploy(st.bus, project_copy, "jaffle_shop")
+            assert isinstance(refused, ev.DeployRefused), refused
+            assert where in refused.reason and f"warehouse {warehouse!r}" in refused.reason
+            said.append(refused.reason)
+        return said
+
+    said = await _with_stack(settings, tmp_path, {"pg": pg, "main": main}, body)
+    assert "not to warehouse 'main' (a file warehouse)" in said[0], said[0]
+    assert f"not to warehouse 'pg' (socket {parts['host']}/.s.PGSQL." in said[1], said[1]
+    assert not elsewhere.exists()

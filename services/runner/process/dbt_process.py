@@ -148,7 +148,8 @@ class DbtInvocation:
         timeout: float | None = None,
     ) -> int:
         """dbt's exit code; raises the sandbox's BoundExceeded, naming the bound, when it went
-        past RUN_MEMORY, RUN_PIDS or RUN_DISK."""
+        past RUN_MEMORY, RUN_PIDS or RUN_DISK and did not exit 0 (a run dbt finished is
+        never reported failed: a refused thread it recovered from, a nearly full folder)."""
         if self.sandbox is None:
             return await self._run(on_line, on_event, timeout, None)
         name = f"{self.project_dir.parent.name}-{uuid.uuid4().hex[:12]}"
@@ -157,7 +158,7 @@ class DbtInvocation:
             code = await self.sandbox.watched(self._run(on_line, on_event, timeout, spec))
         finally:
             exceeded = await self.sandbox.leave(name)
-        if exceeded:
+        if exceeded and code != 0:
             raise exceeded
         return code
 

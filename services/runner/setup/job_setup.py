@@ -7,6 +7,7 @@ cannot start becomes one `Refused` whose message names the cause.
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import os
 import shutil
@@ -238,7 +239,9 @@ async def prepare(
         executable = engine.command(engine_name, ctx.settings.engines_dir)
         resolver = ctx.resolver()
         plan = make_plan(desc, cmd, args, wh, resolver, job.project, engine_name)
-        own_database.check_job(plan.place, ctx.own_database)
+        await asyncio.to_thread(own_database.check_job, plan.place, ctx.own_database)
+        if desc.profile.profiles_yml:
+            await asyncio.to_thread(own_database.check_own_profile, plan.place, wh, resolver)
         ctx.containment.check_writable(plan)
         # An engine binary carries its adapters; the installed dbt-core needs one for it.
         environment = None

@@ -15,7 +15,7 @@ import yaml
 
 from services.runner.process.dbt_env import dbt_env
 from services.runner.setup import run_credentials
-from services.runner.setup.own_database import Place, place_of_output
+from services.runner.setup.own_database import OwnDatabase, Place, place_of_output
 from services.runner.setup.secrets import Resolver
 from services.runner.setup.selectors import (
     STATE_METHODS,
@@ -84,7 +84,7 @@ class Plan(msgspec.Struct, frozen=True, kw_only=True):
     configured_folder: str | None = None  # the folder the operator's warehouse names, if any
     packages_path: str = "dbt_packages"  # dbt_project.yml's packages-install-path, rendered
     adapter: str = ""  # the target's type: the dbt adapter that runs it
-    place: Place | None = None  # the database its connection lands in (setup/own_database.py)
+    place: Place | None = None  # the server its connection lands on (setup/own_database.py)
 
     def publishes_ownership(self) -> bool:
         """A run whose graph is what the project owns: no override, nothing dynamic."""
@@ -304,6 +304,28 @@ def _warehouse_folder(output: dict[str, Any]) -> str | None:
     return str(Path(place).resolve().parent if kind == "duckdb" else Path(place).resolve())
 
 
+def _own_file_folder(
+    path: str, folder: str | None, configured: str | None, warehouse: str, job: Path
+) -> str | None:
+    """The folder a project's own profile's file warehouse makes writable: one in the folder
+    of the warehouse it names, or none in its job's folder (already writable). Anywhere else
+    is refused: the folder would become writable by, and owned by, the sandbox's user (a
+    DuckDB file in /etc would hand it /etc)."""
+    if folder is None:
+        return None
+    where = Path(folder)
+    if configured and (where == Path(configured) or Path(configured) in where.parents):
+        where.mkdir(parents=True, exist_ok=True)  # as the warehouse's own profile makes it
+        return folder
+    if job.resolve() in where.parents:
+        return None
+    raise PlanRefused(
+        f"{path}: the target's file lies in {folder}, outside warehouse {warehouse!r}'s folder"
+        f" ({configured or 'none: it is not a file warehouse'}) and the job's folder;"
+        " a project's own profile may write a warehouse file only there"
+    )
+
+
 def make_plan(
     desc: Descriptor,
     cmd: DbtCommand | None,
@@ -348,6 +370,19 @@ def make_plan(
     if not desc.profile.profiles_yml and wh.credentials == run_credentials.PER_RUN:
         text = render_profiles(profile, target, run_credentials.login_left_out(output, lease_scope))
     overridden = narrowed or bool(cmd and (cmd.vars or cmd.full_refresh or scratch))
+    warehouse_folder = _warehouse_folder(output)
+    configured_folder = _warehouse_folder(
+        wh.output if wh.type == "dbt_profile" else {"type": wh.type, "path": wh.path}
+    )
+    if desc.profile.profiles_yml:
+        warehouse_folder = _own_file_folder(
+            desc.profile.profiles_yml, warehouse_folder, configured_folder, wh.name,
+            project_dir.parent,
+        )  # fmt: skip
+    try:
+        place = place_of_output(output)
+    except OwnDatabase as exc:
+        raise PlanRefused(f"the profile's target {target!r}: {exc}") from None
     plan = Plan(
         engine=engine,
         warehouse=wh.name,
@@ -371,13 +406,11 @@ def make_plan(
         home=home,
         lease_scope=lease_scope,
         endpoint=_endpoint(output),
-        warehouse_folder=_warehouse_folder(output),
-        configured_folder=_warehouse_folder(
-            wh.output if wh.type == "dbt_profile" else {"type": wh.type, "path": wh.path}
-        ),
+        warehouse_folder=warehouse_folder,
+        configured_folder=configured_folder,
         packages_path=_packages_path(project_doc, seen),
         adapter=str(output.get("type") or ""),
-        place=place_of_output(output),
+        place=place,
     )
     plan.selection_args()  # refuses a value that would reach dbt as a flag, before it runs
     plan.common_args()
