@@ -155,3 +155,16 @@ def test_an_event_is_masked_string_by_string_keeping_its_shape():
     said = {"message": "ends abc123", "xyz": 1, "other": "a-b-c-1-2-3-x-y-z"}
     out = json.loads(masker.mask_bytes(json.dumps(said).encode()))
     assert out == {"message": "ends abc123", "xyz": 1, "other": MASK}, out
+
+
+def test_a_short_secret_with_a_slash_leaves_an_events_keys_and_words_alone():
+    """A password of `$env:HOME` (`/root`): its URL-safe base64 is looked for, never the
+    secret itself with `/` read as `_`, which turned the key `resolved_root` into
+    `resolved****` and dead-lettered the event (a field gone)."""
+    masker = Masker()
+    masker.add("/root")
+    event = {"resolved_root": "snow", "relation_root": "dbt://snow", "said": "home is /root"}
+    masked = json.loads(masker.mask_bytes(json.dumps(event).encode()))
+    assert masked == {**event, "said": f"home is {MASK}"}
+    urlsafe = base64.urlsafe_b64encode(b"x/root").decode()
+    assert urlsafe not in masker.mask(f"encoded: {urlsafe}")

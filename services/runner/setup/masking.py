@@ -53,14 +53,16 @@ def _base64_cores(data: bytes) -> set[str]:
         encoded = base64.b64encode(b"\0" * shift + data).decode()
         start = -(-shift * 4 // 3)  # characters that still carry the padding bytes
         end = ((shift + len(data)) // 3) * 4
-        cores.add(encoded[start:end])  # URL-safe differs only in `+/`, which are gaps
+        cores.add(encoded[start:end])
     return cores
 
 
 def _spellings(secret: str) -> set[str]:
     data = secret.encode()
+    cores = _base64_cores(data)
     return {secret, secret[::-1], data.hex(), urllib.parse.quote(secret, safe=""),
-            urllib.parse.quote_plus(secret), *_base64_cores(data)}  # fmt: skip
+            urllib.parse.quote_plus(secret), *cores,
+            *(core.translate(_URL_SAFE) for core in cores)}  # fmt: skip
 
 
 def _ascii_letters(text: str) -> str:
@@ -122,7 +124,7 @@ class Masker:
                     _pattern(letters),
                 )
             elif len(spelling) >= MIN_SECRET:
-                exact |= {spelling, spelling.upper(), spelling.translate(_URL_SAFE)}
+                exact |= {spelling, spelling.upper()}
         self._known[secret] = (spaced, exact)
         self._gather()
 
