@@ -62,14 +62,15 @@ async def test_an_own_profile_without_a_warehouse_with_a_relative_file_or_in_hom
     assert "profiles.yml: own.outputs.dev.path is 'data/own.duckdb', a relative path" in (
         final.reason
     )
-    # A folder that would be writable by project code inside, or holding, JETDBT_HOME: its
-    # other jobs' profiles, package trees, engine environments. Refused before any dbt runs.
+    # A folder that would be writable by project code inside, or holding, JETDBT_HOME (its
+    # other jobs' profiles, package trees, engine environments): outside the named
+    # warehouse's folder and the job's, so refused before any dbt runs.
     home = stack.settings.home.resolve()
     for path, kind in ((str(home / "runner" / "x.duckdb"), "duckdb"), (str(home.parent), "sqlite")):
         _own_profile(project, path, kind)
         _, final = await client.deploy(stack.bus, project, "own")
         assert isinstance(final, ev.DeployRefused), final
-        assert "would be writable by project code and overlaps JETDBT_HOME" in final.reason
+        assert "a project's own profile may write a warehouse file only there" in final.reason
 
 
 @pytest.mark.dbt

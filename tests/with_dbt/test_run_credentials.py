@@ -282,7 +282,7 @@ async def test_a_later_holder_replaces_a_dead_ones_role_and_only_its_own_end_dro
 
 
 async def test_a_run_holding_the_old_advisory_lock_keeps_no_other_run_from_its_login(
-    warehouse, pg_url
+    warehouse, warehouse_pg_url
 ):
     """Any role can take an advisory lock: a model holding the one logins were once made
     under held every other run back. The lock is now a table a run's role cannot lock."""
@@ -296,7 +296,7 @@ async def test_a_run_holding_the_old_advisory_lock_keeps_no_other_run_from_its_l
         )
 
     first = await issue("locks-a")
-    held = await _login(pg_url, warehouse["database"], first)
+    held = await _login(warehouse_pg_url, warehouse["database"], first)
     try:
         await held.execute("SELECT pg_advisory_lock(hashtext('jetdbt run credentials'))")
         second = await asyncio.wait_for(issue("locks-b"), 20)
@@ -311,7 +311,7 @@ async def test_a_run_holding_the_old_advisory_lock_keeps_no_other_run_from_its_l
     assert resolver.masker.mask(first.password) == "****"
 
 
-async def test_a_dropped_login_cannot_log_in_again_while_it_is_dropped(warehouse, pg_url):
+async def test_a_dropped_login_cannot_log_in_again_while_it_is_dropped(warehouse, warehouse_pg_url):
     """A run can set its own login's password and log in anew while its role is dropped:
     the role can no longer log in before its sessions are ended, whatever it still owns."""
     wh = load_warehouses(warehouse["file"], Path("unused.duckdb"))["pg"]
@@ -319,13 +319,13 @@ async def test_a_dropped_login_cannot_log_in_again_while_it_is_dropped(warehouse
     login = await run_credentials.issue(
         wh, Resolver(), [place], scope="ends", holder="ends", team="t", writes=True, seconds=60
     )
-    session = await _login(pg_url, warehouse["database"], login)
+    session = await _login(warehouse_pg_url, warehouse["database"], login)
     await session.execute(
         "SET ROLE NONE; CREATE TABLE ends.mine (x int);"
         " ALTER ROLE current_user PASSWORD 'chosen-by-the-run'"
     )
-    admin = await _admin(pg_url, warehouse["database"])
-    holder = await _admin(pg_url, warehouse["database"])
+    admin = await _admin(warehouse_pg_url, warehouse["database"])
+    holder = await _admin(warehouse_pg_url, warehouse["database"])
     try:
         # The drop waits here (giving `mine` to the writer) once the sessions are ended.
         holding = holder.transaction()
@@ -343,7 +343,7 @@ async def test_a_dropped_login_cannot_log_in_again_while_it_is_dropped(warehouse
         )
         again = msgspec.structs.replace(login, password="chosen-by-the-run")
         with pytest.raises(asyncpg.InvalidAuthorizationSpecificationError, match="log in"):
-            await _login(pg_url, warehouse["database"], again)
+            await _login(warehouse_pg_url, warehouse["database"], again)
         await holding.rollback()
         await asyncio.wait_for(dropping, 20)
         assert await _roles(admin, login.user) == {}
@@ -355,13 +355,13 @@ async def test_a_dropped_login_cannot_log_in_again_while_it_is_dropped(warehouse
         await admin.close()
 
 
-async def test_the_sweep_goes_on_past_a_role_it_cannot_drop(warehouse, pg_url):
+async def test_the_sweep_goes_on_past_a_role_it_cannot_drop(warehouse, warehouse_pg_url):
     """An expired run role that owns something in another database cannot be dropped from
     the warehouse's: it is said and left, and the roles after it still go."""
     wh = load_warehouses(warehouse["file"], Path("unused.duckdb"))["pg"]
     tag = uuid.uuid4().hex[:8]
     stuck, gone = (f"{run_credentials.RUN_PREFIX}{c}_{tag}" for c in "az")
-    admin = await _admin(pg_url)  # the server's own database, not the warehouse's
+    admin = await _admin(warehouse_pg_url)  # the server's own database, not the warehouse's
     for role in (stuck, gone):
         await admin.execute(f"CREATE ROLE {role} LOGIN VALID UNTIL '2000-01-01'")
     await admin.execute(f"CREATE SCHEMA {stuck} AUTHORIZATION {stuck}")
@@ -393,7 +393,7 @@ async def test_a_teams_environment_is_refused_to_another_team_naming_only_the_sc
 
 
 async def test_a_schema_another_role_made_first_is_refused_and_a_login_searches_its_own(
-    warehouse, pg_url
+    warehouse, warehouse_pg_url
 ):
     """A writer can make schemas: one team's code can make another's schema first, to own
     what is built there, or one named for its group role, where the default search_path
@@ -408,7 +408,7 @@ async def test_a_schema_another_role_made_first_is_refused_and_a_login_searches_
         )
 
     squatter = await issue("squatter", "team-b")
-    session = await _login(pg_url, warehouse["database"], squatter)
+    session = await _login(warehouse_pg_url, warehouse["database"], squatter)
     try:
         assert await session.fetchval("SHOW search_path") == "squatter"
         await session.execute("CREATE SCHEMA victim")
@@ -423,11 +423,11 @@ async def test_a_schema_another_role_made_first_is_refused_and_a_login_searches_
 
 
 @pytest.mark.dbt
-async def test_a_run_waiting_for_its_login_is_cancelled_at_once(stack, warehouse, pg_url):
+async def test_a_run_waiting_for_its_login_is_cancelled_at_once(stack, warehouse, warehouse_pg_url):
     """A run whose login waits on the warehouse (here, the roles' lock held) does not keep
     its lease and slot: a cancel ends it then, not when the warehouse gives in."""
-    holder = await _admin(pg_url, warehouse["database"])
-    admin = await _admin(pg_url, warehouse["database"])
+    holder = await _admin(warehouse_pg_url, warehouse["database"])
+    admin = await _admin(warehouse_pg_url, warehouse["database"])
     try:
         holding = holder.transaction()
         await holding.start()
