@@ -67,6 +67,19 @@ def _check(what: str, digest: str) -> None:
         raise bundle.BundleRefused(f"<{what}>", str(exc)) from None
 
 
+async def _attached(disk: DiskBound, root: Path) -> Mounted | None:
+    """`root`'s own filesystem. A cancel while the thread mounts it (a stack stopping) waits
+    for the mount and undoes it: a mount nobody holds would outlive the runner."""
+    attaching = asyncio.ensure_future(asyncio.to_thread(disk.attach, root))
+    try:
+        return await asyncio.shield(attaching)
+    except asyncio.CancelledError:
+        mounted = await attaching
+        if mounted is not None:
+            mounted.detach()
+        raise
+
+
 def job_root(cache: Path, name: str) -> Path:
     """Job `name`'s folder. Every job path has the same length (a digest of the name; the
     name is written inside), so dbt's partial-parse file, which holds its job's absolute
@@ -87,7 +100,7 @@ async def prepare(
     job = Job(job_root(cache, name))
     job.cleanup()
     if disk is not None:
-        job.disk = await asyncio.to_thread(disk.attach, job.root)
+        job.disk = await _attached(disk, job.root)
     try:
         job.profiles.mkdir(parents=True)
         (job.root / "name").write_text(name)
