@@ -245,13 +245,15 @@ class Attempt:
             log.info("run_finished", status=finished.result.status, exit_code=ending.code)
             return finished
         finally:
-            for keeper in keepers:
-                keeper.cancel()
-            for lease in leases or ():
-                await lease.release()
-            if self.prepared.login is not None:  # masked until all of the run is out
-                self.prepared.resolver.masker.forget(self.prepared.login.password)
-            self.prepared.cleanup()
+            try:
+                for keeper in keepers:
+                    keeper.cancel()
+                for lease in leases or ():
+                    await lease.release()
+            finally:  # a stop that cancels a release still leaves no job folder mounted
+                if self.prepared.login is not None:  # masked until all of the run is out
+                    self.prepared.resolver.masker.forget(self.prepared.login.password)
+                self.prepared.cleanup()
 
     async def _requested(self) -> tuple[int, str]:
         """The run's command sequence (its place in every queue) and its team."""
