@@ -337,6 +337,18 @@ class Bus:
             msg = await self.js.get_last_msg(EVENTS, subject)
         except NotFoundError:
             return None
+        return self._fact(msg, subject)
+
+    async def event_at(self, seq: int) -> events.Event | None:
+        """The event stored at stream sequence `seq` (None: none there, or not a fact of its
+        subject), read from the stream."""
+        try:
+            msg = await self.js.get_msg(EVENTS, seq)
+        except NotFoundError:
+            return None
+        return self._fact(msg, msg.subject)
+
+    def _fact(self, msg, subject: str) -> events.Event | None:
         try:
             event = events.decode(msg.data)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:

@@ -43,11 +43,14 @@ __all__ = [
     "TRIGGERS",
     "MAX_TRIGGER_DEPTH",
     "DeployCommand",
+    "PromoteCommand",
+    "MAX_PR",
     "CommandRejected",
     "decode_run",
     "decode_deploy",
     "decode_cancel",
     "decode_job",
+    "decode_promote",
     "JobCommand",
     "JobSpec",
     "JOB_ACTIONS",
@@ -71,6 +74,15 @@ DEFAULT_ID = re.compile(r"c[0-9]+")
 Principal = Annotated[str, msgspec.Meta(max_length=MAX_PRINCIPAL_CHARS)]
 # A scratch schema a run may name: one plain identifier, the same in every warehouse.
 SCHEMA = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+# A pull request's number: it names the PR's own schema (`<schema>_pr_<n>`) and slot.
+MAX_PR = 10**9
+PullRequest = Annotated[int, msgspec.Meta(ge=0, le=MAX_PR)]
+
+
+def _check_environment(name: str) -> None:
+    """ "" is the project's default environment; any other name is checked as a subject token."""
+    if name:
+        subjects.check_environment_name(name)
 
 
 def check_selection(field: str, items: list[str]) -> None:
@@ -284,8 +296,15 @@ class RunCommand(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
     # trigger started its cause, one more than its cause's otherwise; 0 for any other run):
     # a runner refuses one past MAX_TRIGGER_DEPTH.
     depth: Annotated[int, msgspec.Meta(ge=0, le=1000)] = 0
+    # The project environment the run builds in ("": the project's default one), and its
+    # version is what that environment holds when the runner takes the command. A pull
+    # request's check (`pr` > 0) builds the version its PR uploaded into the PR's own
+    # schema instead, deferring to `environment`'s state; it changes no environment.
+    environment: str = ""
+    pr: PullRequest = 0
 
     def __post_init__(self):
+        _check_environment(self.environment)
         if self.run_id is not None:
             subjects.check_run_id(self.run_id)
             if DEFAULT_ID.fullmatch(self.run_id):
@@ -316,11 +335,36 @@ class DeployCommand(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
     skipped_count: Annotated[int, msgspec.Meta(ge=0)] = 0
     source: SourceMarks = []
     replace_source: bool = False
+    # Which environment the version is promoted into once it parsed ("": the project's
+    # default one); `promote` false promotes it nowhere. A pull request's version (`pr` > 0)
+    # is promoted into nothing but the PR's own slot.
+    environment: str = ""
+    promote: bool = True
+    pr: PullRequest = 0
 
     def __post_init__(self):
+        _check_environment(self.environment)
         check_digest(self.bundle_digest)
         if self.deploy_id is not None:
             subjects.check_run_id(self.deploy_id)
+
+
+class PromoteCommand(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """The body of `dbt.cmd.promote.<project>`: make `environment` ("": the default one) run
+    `version`, a version of the project deployed before (its digest, or a prefix of at
+    least 12 characters naming one version). Promoting an older version is the rollback."""
+
+    version: Annotated[str, msgspec.Meta(min_length=12, max_length=100)]
+    environment: str = ""
+    requested_by: Principal = ""
+
+    def __post_init__(self):
+        _check_environment(self.environment)
+        if not re.fullmatch(r"(sha256:)?[0-9a-f]+", self.version):
+            raise ValueError(
+                f"version {quote(self.version, 80)} is not a version digest (sha256:<hex>, or a"
+                " prefix of it of at least 12 characters)"
+            )
 
 
 class CancelCommand(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -361,8 +405,11 @@ class JobSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=T
     args: dict[str, Any] = {}
     on_relation: list[str] = []
     after: JobAfter | None = None
+    # The project environment the job's runs build in ("": the project's default one).
+    environment: str = ""
 
     def __post_init__(self):
+        _check_environment(self.environment)
         if len(self.on_relation) > MAX_TRIGGER_RELATIONS:
             raise ValueError(
                 f"on_relation names {len(self.on_relation)} relations; at most"
@@ -470,3 +517,7 @@ def decode_cancel(data: bytes) -> CancelCommand:
 
 def decode_job(data: bytes) -> JobCommand:
     return _decode(data, JobCommand, "job")
+
+
+def decode_promote(data: bytes) -> PromoteCommand:
+    return _decode(data, PromoteCommand, "promote")

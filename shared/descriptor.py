@@ -20,10 +20,16 @@ __all__ = [
     "DescriptorError",
     "Profile",
     "RetryPolicy",
+    "EnvironmentSpec",
+    "DEFAULT_ENVIRONMENT",
+    "PERSONAL_ENVIRONMENT",
     "FILENAME",
     "RESERVED_ARG_NAMES",
     "load",
     "parse",
+    "environment_names",
+    "environment_spec",
+    "in_environment",
     "placeholders",
     "interpolate",
     "is_dynamic",
@@ -92,6 +98,31 @@ class RetryPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
     delay_seconds: Annotated[float, msgspec.Meta(ge=0, le=3600)] = 0
 
 
+# The environment a project's top-level descriptor describes, and runs default to; and the
+# one that is each person's own (a schema per principal, deferring to the default one)
+# whether the descriptor declares it or not.
+DEFAULT_ENVIRONMENT = "prod"
+PERSONAL_ENVIRONMENT = "dev"
+RunRole = Literal["runner", "deployer", "admin"]
+
+
+class EnvironmentSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """One named environment of a project (`environments.<name>` in jetdbt.yaml): what it
+    sets over the top-level descriptor (the default environment's). `profile` keys given
+    replace the top-level ones, `env` values are added over the top-level ones; `roles` are
+    the roles of the project's team that may run in it; `defer_to` names the environment
+    whose published state its deferring runs read (None: its own; a personal one: the
+    default); `personal` builds into `<schema>_<principal>`, one schema per person."""
+
+    profile: Profile = Profile()
+    threads: Annotated[int, msgspec.Meta(ge=1, le=64)] | None = None
+    env: dict[str, str] = {}
+    roles: list[RunRole] = msgspec.field(default_factory=lambda: ["runner", "deployer", "admin"])
+    defer: bool | None = None
+    defer_to: str | None = None
+    personal: bool = False
+
+
 class Descriptor(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     engine: Engine | None = None  # None: the runner's JETDBT_DEFAULT_ENGINE
     profile: Profile = Profile()
@@ -106,6 +137,7 @@ class Descriptor(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
     env: dict[str, str] = {}
     retry_failed_nodes: RetryPolicy | None = None
     defer: bool = False
+    environments: dict[str, EnvironmentSpec] = {}
 
 
 class DescriptorError(ValueError):
@@ -277,6 +309,47 @@ def _check(desc: Descriptor) -> None:
         )
     if desc.selector is not None and not desc.selector.strip():
         raise DescriptorError(f"{FILENAME}: key 'selector' is empty; name a selectors.yml entry")
+
+
+def environment_names(desc: Descriptor) -> list[str]:
+    """Every environment a project has: the default, the personal one, and those declared."""
+    return sorted({DEFAULT_ENVIRONMENT, PERSONAL_ENVIRONMENT, *desc.environments})
+
+
+def environment_spec(desc: Descriptor, name: str) -> EnvironmentSpec:
+    """The environment `name` ("": the default) as declared, or as built in: the default
+    environment is the top-level descriptor, the personal one each person's schema of it.
+    An unknown name is an error naming those the project has."""
+    name = name or DEFAULT_ENVIRONMENT
+    spec = desc.environments.get(name)
+    if spec is not None:
+        return spec
+    if name == DEFAULT_ENVIRONMENT:
+        return EnvironmentSpec()
+    if name == PERSONAL_ENVIRONMENT:
+        return EnvironmentSpec(personal=True)
+    raise DescriptorError(
+        f"the project has no environment {name!r}; its environments:"
+        f" {', '.join(environment_names(desc))} (declare others under `environments:` in"
+        f" {FILENAME})"
+    )
+
+
+def in_environment(desc: Descriptor, name: str) -> Descriptor:
+    """The descriptor a run in environment `name` plans with: the top-level one with the
+    environment's profile keys, threads and env values over it (its `environments` left out,
+    so a plan never reads another environment's)."""
+    spec = environment_spec(desc, name)
+    given = {k: v for k, v in msgspec.structs.asdict(spec.profile).items() if v is not None}
+    profile = msgspec.structs.replace(desc.profile, **given)
+    return msgspec.structs.replace(
+        desc,
+        profile=profile,
+        threads=spec.threads or desc.threads,
+        env={**desc.env, **spec.env},
+        defer=desc.defer if spec.defer is None else spec.defer,
+        environments={},
+    )
 
 
 def load(project_dir) -> Descriptor:

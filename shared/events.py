@@ -34,6 +34,8 @@ __all__ = [
     "Deployed",
     "DeployUnchanged",
     "DeployFailed",
+    "Promoted",
+    "promotion_slot",
     "RunRequested",
     "RunRefused",
     "RunStarted",
@@ -259,7 +261,45 @@ class Deployed(_DeployEvent, frozen=True, kw_only=True, tag="deploy.deployed.v2"
     # The configured warehouse its descriptor names (profile.warehouse): what the API checks
     # a run against the warehouse grants before publishing it ("": deployed before this).
     warehouse: str = ""
+    # The pull request whose check uploaded it (0: none): such a version is promoted only
+    # into the PR's own slot, never into an environment.
+    pr: int = 0
     _kind = "deployed"
+
+
+def promotion_slot(environment: str, principal: str = "", pr: int = 0) -> str:
+    """What a promotion moves: an environment (`prod`), one person's own environment
+    (`dev/<principal>`), or a pull request's check (`pr:<n>`): the one spelling of a slot
+    (no environment name holds a ':' or a '/', so no two of them are one slot)."""
+    if pr:
+        return f"pr:{pr}"
+    return f"{environment}/{principal}" if principal else environment
+
+
+class Promoted(Event, frozen=True, kw_only=True, tag="deploy.promoted.v1"):
+    """A slot of a project (promotion_slot) now runs `version`, which it did not before
+    (`previous`, "": nothing). A deploy promotes its version (`deploy_id`), a promote command
+    moves a slot to any version deployed before, which is also the rollback. `deployed_seq`
+    is the stream sequence of the version's Deployed event, what a run of the slot reads."""
+
+    environment: str
+    principal: str = ""
+    pr: int = 0
+    version: str
+    previous: str = ""
+    deployed_seq: int
+    deploy_id: str = ""
+    requested_by: str = ""
+    command_seq: int = 0
+
+    def slot(self) -> str:
+        return promotion_slot(self.environment, self.principal, self.pr)
+
+    def subject(self) -> str:
+        return subjects.promotion_event(self.project, self.slot())
+
+    def event_id(self) -> str:
+        return f"promoted:{self.project}:{self.slot()}:{self.command_seq}:{self.version}"
 
 
 class DeployUnchanged(_DeployEvent, frozen=True, kw_only=True, tag="deploy.unchanged.v1"):
@@ -297,6 +337,10 @@ class RunRequested(_RunEvent, frozen=True, kw_only=True, tag="run.requested.v1")
     job: str = ""  # the saved job the run is of ("": none)
     trigger: str = ""  # what started it (shared.commands.TRIGGERS; "": before triggers)
     depth: int = 0  # a triggered run's place in its chain of causes (RunCommand.depth)
+    # The project environment it runs in, by name ("": before environments, read as the
+    # default one), and the pull request it checks (0: none).
+    environment: str = ""
+    pr: int = 0
     _kind = "requested"
 
     def event_id(self) -> str:
@@ -724,6 +768,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     Deployed,
     DeployUnchanged,
     DeployFailed,
+    Promoted,
     RunRequested,
     RunRefused,
     RunStarted,

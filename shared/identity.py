@@ -58,7 +58,13 @@ DEFAULT_TEAM = "default"
 # Ordered: a role can do everything a role before it can.
 ROLES = ("viewer", "runner", "deployer", "admin")
 # The least role each command verb needs, on either door (run covers build, retry, parse).
-VERB_ROLES = {"run": "runner", "cancel": "runner", "deploy": "deployer", "job": "runner"}
+VERB_ROLES = {
+    "run": "runner",
+    "cancel": "runner",
+    "deploy": "deployer",
+    "job": "runner",
+    "promote": "deployer",
+}
 Role = Literal["viewer", "runner", "deployer", "admin"]
 
 

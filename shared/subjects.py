@@ -62,6 +62,9 @@ __all__ = [
     "subject_key",
     "COMMAND_VERBS",
     "check_job_name",
+    "check_environment_name",
+    "promotion_event",
+    "promotion_pattern",
     "job_event",
     "job_refused",
     "schedule_event",
@@ -83,7 +86,7 @@ _SAFE = re.compile(r"[a-z0-9][a-z0-9_-]{0,127}\Z")
 # A user string in a subject (a principal, a relation key) is at most this long, so
 # a subject stays far below the server's limit: one over 4 KB closes the connection.
 MAX_TOKEN_CHARS = 256
-COMMAND_VERBS = ("deploy", "run", "cancel", "job")
+COMMAND_VERBS = ("deploy", "run", "cancel", "job", "promote")
 # Every subject of one kind: what a permission, an account's import or a metric spans.
 ALL_COMMANDS = "dbt.cmd.>"
 ALL_EVENTS = "dbt.evt.>"
@@ -122,6 +125,20 @@ def check_project(name: str) -> str:
 def check_job_name(name: str) -> str:
     """Job names travel in subjects and run ids, so they follow the project-name rule."""
     return _short_name("job", name)
+
+
+_ENVIRONMENT = re.compile(r"[a-z][a-z0-9_-]{0,31}\Z")
+
+
+def check_environment_name(name: str) -> str:
+    """A project environment's name (`prod`, `staging`, `dev`): it travels in subjects and
+    becomes part of schema names, so it is short and plain."""
+    if not isinstance(name, str) or not _ENVIRONMENT.match(name):
+        raise InvalidName(
+            f"environment name {quote(name)} is invalid: use lowercase letters, digits, '_' and"
+            " '-', starting with a letter (at most 32 characters)"
+        )
+    return name
 
 
 def check_hook_name(name: str) -> str:
@@ -258,6 +275,18 @@ def command_principal(subject: str) -> str:
 
 def deploy_event(project: str, kind: str) -> str:
     return f"dbt.evt.deploy.{token(project)}.{kind}"
+
+
+def promotion_event(project: str, slot: str) -> str:
+    """What one slot of a project runs: an environment (`prod`), a person's own environment
+    (`dev/<principal>`) or a pull request's check (`pr:<n>`). Its last message is the
+    version the slot holds now (shared.events.Promoted.slot spells it)."""
+    return f"dbt.evt.deploy.{token(project)}.{token(slot)}.promoted"
+
+
+def promotion_pattern(project: str | None) -> str:
+    """Every promotion of a project (of every project when it is None)."""
+    return f"dbt.evt.deploy.{token(project) if project else '*'}.*.promoted"
 
 
 def run_event(project: str, run_id: str, kind: str) -> str:

@@ -79,6 +79,18 @@ EXPECTED = {
         lambda e: (e.version, e.event_id()),
         (BUNDLE, "deploy:jaffle_shop:7aa3c9d0e1f24b6c8d9e0f1a2b3c4d5e:unchanged"),
     ),
+    "deploy.promoted.v1": (
+        ev.Promoted,
+        lambda e: (e.slot(), e.version, e.previous[:15], e.deployed_seq, e.subject(), e.event_id()),
+        (
+            "prod",
+            BUNDLE,
+            "sha256:0a9b8c7d",
+            412,
+            "dbt.evt.deploy.jaffle_shop.prod.promoted",
+            f"promoted:jaffle_shop:prod:57:{BUNDLE}",
+        ),
+    ),
     "deploy.failed.v1": (
         ev.DeployFailed,
         lambda e: (e.reason.startswith("dbt parse failed"), e.subject()),
