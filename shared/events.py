@@ -264,6 +264,10 @@ class Deployed(_DeployEvent, frozen=True, kw_only=True, tag="deploy.deployed.v2"
     # The pull request whose check uploaded it (0: none): such a version is promoted only
     # into the PR's own slot, never into an environment.
     pr: int = 0
+    # Whether the deploy itself made its version the default environment's: every deploy did
+    # before promotions were events (so an old event reads True); a runner now says False
+    # and publishes each promotion as a Promoted event.
+    current: bool = True
     _kind = "deployed"
 
 

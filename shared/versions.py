@@ -3,7 +3,9 @@ the log, never a projection, by the runner that runs it and by the doors that ch
 
 A slot runs the version its last promotion names. Before environments a deploy was the
 current version, so a project's default environment with no promotion yet runs its last
-deployed version; a person's own environment with none runs the default one's.
+deployed version when that deploy made itself current (Deployed.current); an environment
+with none runs the default one's until a version is promoted into it; a pull request's
+slot runs only what its check uploaded.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ async def held_by(bus, project: str, slot: str) -> ev.Deployed | None:
         return None
     if slot == DEFAULT_ENVIRONMENT:
         last = await bus.last_event(subjects.deploy_event(project, "deployed"))
-        return last if isinstance(last, ev.Deployed) and not last.pr else None
-    if "/" in slot:
-        return await held_by(bus, project, DEFAULT_ENVIRONMENT)
-    return None
+        return last if isinstance(last, ev.Deployed) and last.current else None
+    if ":" in slot:
+        return None
+    return await held_by(bus, project, DEFAULT_ENVIRONMENT)
