@@ -213,7 +213,8 @@ class Run(RunSummary, kw_only=True, forbid_unknown_fields=True):
 
 
 class ProjectSummary(_Body):
-    """A project: its deployed version and its latest run."""
+    """A project: the version its default environment runs (before any promotion: its last
+    deployed one), when it last deployed one, and its latest run."""
 
     project: str
     version: str | None
