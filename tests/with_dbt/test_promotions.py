@@ -74,3 +74,7 @@ async def test_deploy_without_promoting_then_promote_and_roll_back(stack, projec
 
     staging = await jetdbt(stack, "promote", PROJECT, v2, "--env", "staging")
     assert staging.returncode == 3 and "no environment 'staging'" in staging.stderr
+    # The folder deployed again: its version is deployed already, so no parse, a promotion.
+    again = await jetdbt(stack, "deploy", str(project_copy))
+    assert again.returncode == 0 and "unchanged" in again.stdout, again.stderr
+    assert f"prod: {v1[:19]} → {v2[:19]}" in again.stdout and await _latest(stack) == v2
