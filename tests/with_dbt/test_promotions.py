@@ -74,7 +74,13 @@ async def test_deploy_without_promoting_then_promote_and_roll_back(stack, projec
 
     staging = await jetdbt(stack, "promote", PROJECT, v2, "--env", "staging")
     assert staging.returncode == 3 and "no environment 'staging'" in staging.stderr
-    # The folder deployed again: its version is deployed already, so no parse, a promotion.
+    # The folder deployed again, its version deployed already: no parse, a promotion; into
+    # the deployer's own dev environment alone, then into production.
+    mine = await jetdbt(stack, "deploy", str(project_copy), "--env", "dev")
+    assert mine.returncode == 0 and "unchanged" in mine.stdout, mine.stderr
+    dev = next(line for line in mine.stdout.splitlines() if line.startswith("dev/"))
+    assert dev.endswith(f"{v1[:19]} → {v2[:19]} (by {dev.split(':')[0][4:]})"), dev
+    assert (await versions.held_by(stack.bus, PROJECT, "prod")).version == v1
     again = await jetdbt(stack, "deploy", str(project_copy))
     assert again.returncode == 0 and "unchanged" in again.stdout, again.stderr
     assert f"prod: {v1[:19]} → {v2[:19]}" in again.stdout and await _latest(stack) == v2

@@ -272,6 +272,7 @@ async def _parse(
         environment_lock=prepared.environment_lock,
         warehouse=prepared.descriptor.profile.warehouse_name(),
         current=False,
+        pr=cmd.pr,
         environments=environments[0],
         personal_environments=environments[1],
     )
