@@ -107,6 +107,12 @@ async def test_a_runner_token_cannot_promote_and_a_bad_body_is_named(stack):
         project=PROJECT, deploy_id="d0", bundle_digest=OLD, bundle_size=1, team="ops"
     )
     await stack.bus.publish(owned)
+
+    async def owned_folded():  # the API reads a project's team from the deploys projection
+        _, body = await get_json(f"{stack.api_url}/v1/projects/{PROJECT}/deploys")
+        return any(d["deploy_id"] == "d0" for d in body.get("deploys", []))
+
+    await wait_for(owned_folded)
     url = f"{stack.api_url}/v1/projects/{PROJECT}/promotions"
     body = {"version": OLD, "environment": "prod"}
     async with aiohttp.ClientSession() as http:
