@@ -158,7 +158,12 @@ def run_args_of(args) -> dict:
 
 async def cmd_run(args, settings: Settings) -> int:
     project = subjects.check_project(args.project)
-    command = RunCommand(command=dbt_command_of(args), args=run_args_of(args), run_id=args.run_id)
+    command = RunCommand(
+        command=dbt_command_of(args),
+        args=run_args_of(args),
+        run_id=args.run_id,
+        environment=args.env or "",
+    )
     return await follow(args, settings, project, command)
 
 
