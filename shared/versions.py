@@ -22,7 +22,15 @@ from shared.descriptor import (
     unknown_environment,
 )
 
-__all__ = ["held_by", "promotion_of", "environments_of", "slot_for", "Slot"]
+__all__ = [
+    "held_by",
+    "promotion_of",
+    "environments_of",
+    "slot_for",
+    "Slot",
+    "slot_for_run",
+    "nothing_held",
+]
 
 
 async def promotion_of(bus, project: str, slot: str) -> ev.Promoted | None:
@@ -81,3 +89,29 @@ def slot_for(
     if name not in names:
         raise unknown_environment(name, names)
     return Slot(name, principal if name in personal else "")
+
+
+async def slot_for_run(bus, project: str, environment: str, principal: str, pr: int) -> str:
+    """The slot a run reads its version from: a pull request's check its PR's own; otherwise
+    the caller's own slot of `environment` once a version was promoted into it, else the
+    environment's (which runs the default's until one is promoted into it)."""
+    if pr:
+        return ev.promotion_slot(environment, pr=pr)
+    own = ev.promotion_slot(environment, principal)
+    if principal and await promotion_of(bus, project, own) is not None:
+        return own
+    return ev.promotion_slot(environment)
+
+
+def nothing_held(project: str, slot: str) -> str:
+    """Why a run of `slot` cannot start when the slot holds no version, and what to do."""
+    if slot.startswith("pr:"):
+        pr = slot.removeprefix("pr:")
+        return (
+            f"pull request {pr} of project {project!r} uploaded no version;"
+            f" check it first: jetdbt ci PATH --pr {pr} --project {project}"
+        )
+    return (
+        f"project {project!r} has no deployed version;"
+        f" deploy it first: jetdbt deploy PATH --project {project}"
+    )
