@@ -85,7 +85,7 @@ async def move(
 ) -> ev.Promoted | None:
     """Promote a version deployed before into `slot`; None when the slot runs it already."""
     previous = await previous_of(bus, project, slot)
-    if previous == deployed.version:
+    if await _moved_to(bus, project, slot, previous, deployed.version):
         return None
     event = promoted(
         project,
@@ -99,3 +99,13 @@ async def move(
     )
     await bus.publish(event)
     return event
+
+
+async def _moved_to(bus, project: str, slot: versions.Slot, previous: str, version: str) -> bool:
+    """Whether `slot` was itself moved to `version`. One that runs it only by following the
+    default environment (no promotion of its own yet) is not: promoting it pins it there, so
+    it stays when the default moves on."""
+    own = await versions.promotion_of(bus, project, slot.name())
+    if own is not None:
+        return own.version == version
+    return slot.name() == DEFAULT_ENVIRONMENT and previous == version
