@@ -15,9 +15,10 @@ from services.cli import client
 from services.cli.watch import Progress, Tally, planned_nodes, result_table
 from services.stack.composition import Stack
 from shared import events as ev
-from shared import run_status, subjects
+from shared import run_status, versions
 from shared.commands import BuildCommand, RunCommand
 from shared.config import Settings
+from shared.descriptor import DEFAULT_ENVIRONMENT
 from shared.links import viewer_url
 
 __all__ = ["demo", "EXAMPLE"]
@@ -62,7 +63,7 @@ async def demo(settings: Settings) -> int:
         else:
             print(f"deploy did not succeed: {deployed}")
             return 1
-        latest = await stack.bus.last_event(subjects.deploy_event(deployed.project, "deployed"))
+        latest = await versions.held_by(stack.bus, deployed.project, DEFAULT_ENVIRONMENT)
         manifest = msgspec.json.decode(await stack.bus.get_blob(latest.manifest_digest))
         _step("building with live per-model progress (one dbt build, events as they happen)")
         progress = Progress(Tally(planned_nodes(manifest)))
