@@ -95,7 +95,7 @@ async def test_the_run_page_is_live_and_a_failure_is_red_with_its_message(
         )
 
         # The relation page of customers lists the run that built it.
-        key = "dbt://main/main/customers"
+        key = "dbt://main/jaffle_shop/customers"
         await page.evaluate(f"location.hash = '#/relations/' + encodeURIComponent({key!r})")
         try:
             await page.wait_for_selector("#relation-runs >> text=view1", timeout=30_000)
