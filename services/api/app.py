@@ -24,7 +24,7 @@ from projections.folds.progress_tables import (
 )
 from services.api import auth, schemas, warehouse_door
 from services.api.artifact_routes import add_artifact_routes
-from services.api.boundary import check_routes, error, guard, page, path, respond
+from services.api.boundary import check_routes, error, guard, page, path, query, respond
 from services.api.cancel_routes import add_cancel_routes
 from services.api.event_stream import add_event_stream_routes
 from services.api.graph_routes import add_graph_routes
@@ -110,30 +110,32 @@ async def get_run(request: web.Request) -> web.Response:
 
 
 async def _project_page(
-    request: web.Request, key: str, sizes: tuple[int, int], sql: str, schema: type
+    request: web.Request, key: str, sizes: tuple[int, int], sql: str, schema: type, *more
 ) -> web.Response:
     """One page of a project's rows of a projection, under `key`, and the next page's query.
 
-    `sql` takes the project as $1 and ends in `LIMIT $2 OFFSET $3` after an ORDER BY
-    that is total, so pages neither repeat nor skip a row.
+    `sql` takes the project as $1, `more` as $4 on, and ends in `LIMIT $2 OFFSET $3` after
+    an ORDER BY that is total, so pages neither repeat nor skip a row.
     """
     project = path(request, "project")
     want = page(request, *sizes)
     async with request.app[POOL].acquire() as conn:
-        fetched = await conn.fetch(sql, project, want.limit + 1, want.offset)
+        fetched = await conn.fetch(sql, project, want.limit + 1, want.offset, *more)
     rows, after = want.rows(fetched)
     body = {"project": project, key: [dict(r) for r in rows], "next": after}
     return respond(schemas.shaped(schema, body))
 
 
 async def list_runs(request: web.Request) -> web.Response:
+    """`?environment=NAME` keeps the runs of one environment."""
     return await _project_page(
         request,
         "runs",
         RUNS_PAGE,
-        f"SELECT {_RUN} FROM runs WHERE project = $1"
+        f"SELECT {_RUN} FROM runs WHERE project = $1 AND ($4 = '' OR environment = $4)"
         " ORDER BY requested_at DESC NULLS LAST, run_id LIMIT $2 OFFSET $3",
         schemas.Runs,
+        query(request, "environment", ""),
     )
 
 

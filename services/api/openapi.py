@@ -75,6 +75,14 @@ _PARAMS = {
     "follow": ("query", {"type": "string", "enum": ["true", "false", "1", "0"]}),
     "version": ("query", {"type": "string", "pattern": "^sha256:[0-9a-f]{64}$"}),
     "projection": ("query", {"type": "string"}),
+    "environment": (
+        "query",
+        {
+            "type": "string",
+            "pattern": "^[a-z][a-z0-9_-]{0,31}$",
+            "description": "a project environment",
+        },
+    ),
     "Last-Event-ID": ("header", {"type": "string", "pattern": "^[0-9]{1,19}$"}),
 }
 _PAGE = ("limit", "offset")
@@ -130,8 +138,9 @@ OPERATIONS = (
               " project pattern, expiry (never its secret)", schemas.Whoami, errors=(401,)),
     Operation("GET", "/v1/projects", "the projects the token may see: version, last run",
               schemas.Projects, params=_PAGE, errors=(400, 401, 403)),
-    Operation("GET", "/v1/projects/{project}/runs", "a project's runs, newest first",
-              schemas.Runs, params=("project", *_PAGE)),
+    Operation("GET", "/v1/projects/{project}/runs", "a project's runs, newest first;"
+              " `environment` keeps one environment's", schemas.Runs,
+              params=("project", "environment", *_PAGE)),
     Operation("POST", "/v1/projects/{project}/runs", "publish a run command",
               schemas.RunAccepted, status=202, params=("project",), request=RunCommand),
     Operation("GET", "/v1/projects/{project}/jobs", "a project's saved jobs and their schedules",

@@ -17,6 +17,7 @@ from typing import Any
 import msgspec
 
 from projections.lag import Lags
+from shared.descriptor import DEFAULT_ENVIRONMENT
 from shared.events import CatalogColumn, Threshold
 from shared.graph import Column, TypedColumn
 
@@ -199,6 +200,10 @@ class RunSummary(_Body):
     # relation, after, api or nats ("": a run recorded before triggers were).
     job: str = ""
     trigger: str = ""
+    # The project environment it builds in (a run from before environments: the default,
+    # prod), and the pull request it checks (0: none).
+    environment: str = DEFAULT_ENVIRONMENT
+    pr: int = 0
 
 
 class Run(RunSummary, kw_only=True, forbid_unknown_fields=True):

@@ -83,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("run_id", nargs="?")
     st.add_argument("--project").completer = _projects
     st.add_argument("--offset", type=int, default=0, help="skip this many newer runs")
+    st.add_argument("--env", metavar="NAME", help="only the runs of this project environment")
     shape = st.add_mutually_exclusive_group()
     shape.add_argument("--json", action="store_true", help="the API's answer as JSON")
     shape.add_argument("--yaml", action="store_true", help="the API's answer as YAML")
