@@ -34,6 +34,7 @@ from services.api.log_routes import add_log_routes
 from services.api.node_routes import add_node_routes
 from services.api.openapi import add_openapi_routes
 from services.api.ops_routes import add_ops_routes
+from services.api.overlap_routes import add_overlap_routes
 from services.api.project_routes import add_project_routes
 from services.api.ui_routes import add_ui_routes
 from services.api.whoami_routes import add_whoami_routes
@@ -224,6 +225,7 @@ def create_app(
     app.router.add_get("/v1/projects/{project}/environments", environments)
     app.router.add_get("/v1/projects/{project}/deploys", list_deploys)
     add_graph_routes(app, pool)
+    add_overlap_routes(app, pool)
     add_node_routes(app, pool)
     add_artifact_routes(app, pool, bus)
     add_ops_routes(app, pool, bus)

@@ -169,6 +169,11 @@ OPERATIONS = (
               schemas.Environments, params=("project", *_PAGE)),
     Operation("GET", "/v1/projects/{project}/graph", "the latest (or `version`) graph, a page",
               schemas.Graph, params=("project", "version", "after", "limit")),
+    Operation("GET", "/v1/projects/{project}/overlaps",
+              "relations its latest version writes that other projects' latest versions write"
+              " too, the first few per project (a project the token may not read: unnamed);"
+              " `version` one deployed version's instead", schemas.Overlaps,
+              params=("project", "version")),
     Operation("GET", "/v1/relations/{key}",
               "producers, readers, writes and the runs that built one relation", schemas.Relation,
               params=("key",)),

@@ -39,6 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="deploy from another folder than the project's current version came from",
     )
+    dep.add_argument(
+        "--json", action="store_true", help="print the deployed event, with its overlaps, as JSON"
+    )
     run = sub.add_parser("run", help="build a deployed project (or run another dbt command)")
     run.add_argument("project").completer = _projects
     _dbt_options(run)
