@@ -36,32 +36,34 @@ _OVERLAPS = (
 )
 
 
+async def _shown(conn, token, rows) -> list[dict]:
+    """Each other project's overlap, named only when the token may read that project."""
+    return [
+        {
+            "project": r["project"]
+            if await auth.scope_problem(conn, token, r["project"]) is None
+            else None,
+            "relations": r["relations"][:RELATIONS_SHOWN],
+            "count": len(r["relations"]),
+        }
+        for r in rows
+    ]
+
+
 def add_overlap_routes(app: web.Application, pool: asyncpg.Pool) -> None:
     async def overlaps(request: web.Request) -> web.Response:
         """`?version=` one deployed version's (one a promotion is about to make current)."""
-        project = path(request, "project")
-        asked = query(request, "version", "")
-        token = auth.token_of(request)
+        project, asked = path(request, "project"), query(request, "version", "")
+        args = (project, SCOPE_VERSION, asked)
         async with pool.acquire() as conn:
-            version = await conn.fetchval(
-                f"SELECT version FROM ({_MINE}) m", project, SCOPE_VERSION, asked
-            )
-            if asked and version is None:
-                return error(
-                    404, f"project {project!r} has no graph of version {asked} (not deployed,"
-                    " not folded yet, or pruned)",
-                )  # fmt: skip
-            rows = await conn.fetch(_OVERLAPS, project, SCOPE_VERSION, asked, sorted(PRODUCING))
-            shown = [
-                {
-                    "project": r["project"]
-                    if await auth.scope_problem(conn, token, r["project"]) is None
-                    else None,
-                    "relations": r["relations"][:RELATIONS_SHOWN],
-                    "count": len(r["relations"]),
-                }
-                for r in rows
-            ]
+            version = await conn.fetchval(f"SELECT version FROM ({_MINE}) m", *args)
+            rows = await conn.fetch(_OVERLAPS, *args, sorted(PRODUCING))
+            shown = await _shown(conn, auth.token_of(request), rows)
+        if asked and version is None:
+            return error(
+                404, f"project {project!r} has no graph of version {asked} (not deployed,"
+                " not folded yet, or pruned)",
+            )  # fmt: skip
         body = {"project": project, "version": version, "overlaps": shown}
         return respond(schemas.shaped(schemas.Overlaps, body))
 
