@@ -28,6 +28,7 @@ __all__ = [
     "RESERVED_ARG_NAMES",
     "load",
     "parse",
+    "environment_name",
     "environment_names",
     "environment_spec",
     "personal_environments",
@@ -367,6 +368,12 @@ def _check_environments(desc: Descriptor) -> None:
             )
 
 
+def environment_name(name: str) -> str:
+    """An environment's name as recorded: "" (a command or an event from before environments,
+    or one that names none) is the default environment."""
+    return name or DEFAULT_ENVIRONMENT
+
+
 def environment_names(desc: Descriptor) -> list[str]:
     """Every environment a project has: the default, the personal one, and those declared."""
     return sorted({DEFAULT_ENVIRONMENT, PERSONAL_ENVIRONMENT, *desc.environments})
@@ -376,7 +383,7 @@ def environment_spec(desc: Descriptor, name: str) -> EnvironmentSpec:
     """The environment `name` ("": the default) as declared, or as built in: the default
     environment is the top-level descriptor, the personal one each person's schema of it.
     An unknown name is an error naming those the project has."""
-    name = name or DEFAULT_ENVIRONMENT
+    name = environment_name(name)
     spec = desc.environments.get(name)
     if spec is not None:
         return spec

@@ -25,6 +25,7 @@ from projections.folds.progress_tables import (
 from shared import event_blobs, run_status
 from shared import events as ev
 from shared.bus import Bus
+from shared.descriptor import environment_name
 from shared.outcomes import NODE_RUNNING, precedence
 
 __all__ = ["ProgressFold"]
@@ -139,6 +140,8 @@ def _new_run(e: ev.Event, status: str, requested_at) -> dict:
         "command": None,
         "job": "",
         "trigger": "",
+        "environment": environment_name(""),
+        "pr": 0,
         "requested_by": None,
         "team": None,
         "door": None,
@@ -176,6 +179,8 @@ def _requested(row: dict | None, e: ev.RunRequested) -> dict:
         hidden=e.hidden,
         job=e.job,
         trigger=e.trigger,
+        environment=environment_name(e.environment),
+        pr=e.pr,
     )
     return row
 

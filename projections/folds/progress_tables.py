@@ -42,6 +42,8 @@ RUN_COLUMNS = (
     "artifacts",
     "job",
     "trigger",
+    "environment",
+    "pr",
 )
 JSON_COLUMNS = ("command", "totals", "result", "artifacts")
 # Counted from the run's run_nodes rows each time the run row is written, never incremented.

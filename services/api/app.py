@@ -24,7 +24,7 @@ from projections.folds.progress_tables import (
 )
 from services.api import auth, schemas, warehouse_door
 from services.api.artifact_routes import add_artifact_routes
-from services.api.boundary import check_routes, error, guard, page, path, respond
+from services.api.boundary import check_routes, error, guard, page, path, query, respond
 from services.api.cancel_routes import add_cancel_routes
 from services.api.event_stream import add_event_stream_routes
 from services.api.graph_routes import add_graph_routes
@@ -34,6 +34,7 @@ from services.api.log_routes import add_log_routes
 from services.api.node_routes import add_node_routes
 from services.api.openapi import add_openapi_routes
 from services.api.ops_routes import add_ops_routes
+from services.api.overlap_routes import add_overlap_routes
 from services.api.project_routes import add_project_routes
 from services.api.promotion_routes import add_promotion_routes
 from services.api.ui_routes import add_ui_routes
@@ -111,30 +112,32 @@ async def get_run(request: web.Request) -> web.Response:
 
 
 async def _project_page(
-    request: web.Request, key: str, sizes: tuple[int, int], sql: str, schema: type
+    request: web.Request, key: str, sizes: tuple[int, int], sql: str, schema: type, *more
 ) -> web.Response:
     """One page of a project's rows of a projection, under `key`, and the next page's query.
 
-    `sql` takes the project as $1 and ends in `LIMIT $2 OFFSET $3` after an ORDER BY
-    that is total, so pages neither repeat nor skip a row.
+    `sql` takes the project as $1, `more` as $4 on, and ends in `LIMIT $2 OFFSET $3` after
+    an ORDER BY that is total, so pages neither repeat nor skip a row.
     """
     project = path(request, "project")
     want = page(request, *sizes)
     async with request.app[POOL].acquire() as conn:
-        fetched = await conn.fetch(sql, project, want.limit + 1, want.offset)
+        fetched = await conn.fetch(sql, project, want.limit + 1, want.offset, *more)
     rows, after = want.rows(fetched)
     body = {"project": project, key: [dict(r) for r in rows], "next": after}
     return respond(schemas.shaped(schema, body))
 
 
 async def list_runs(request: web.Request) -> web.Response:
+    """`?environment=NAME` keeps the runs of one environment."""
     return await _project_page(
         request,
         "runs",
         RUNS_PAGE,
-        f"SELECT {_RUN} FROM runs WHERE project = $1"
+        f"SELECT {_RUN} FROM runs WHERE project = $1 AND ($4 = '' OR environment = $4)"
         " ORDER BY requested_at DESC NULLS LAST, run_id LIMIT $2 OFFSET $3",
         schemas.Runs,
+        query(request, "environment", ""),
     )
 
 
@@ -223,6 +226,7 @@ def create_app(
     app.router.add_get("/v1/projects/{project}/environments", environments)
     app.router.add_get("/v1/projects/{project}/deploys", list_deploys)
     add_graph_routes(app, pool)
+    add_overlap_routes(app, pool)
     add_node_routes(app, pool)
     add_artifact_routes(app, pool, bus)
     add_ops_routes(app, pool, bus)

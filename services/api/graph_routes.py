@@ -39,7 +39,7 @@ from services.api.boundary import error, path, query, respond
 from shared.digests import digest_of
 from shared.graph import SCOPE_VERSION
 
-__all__ = ["add_graph_routes", "NODES_PER_PAGE", "WRITES_SHOWN", "RELATION_ROWS"]
+__all__ = ["add_graph_routes", "LATEST_GRAPHS", "NODES_PER_PAGE", "WRITES_SHOWN", "RELATION_ROWS"]
 
 NODES_PER_PAGE = 10_000  # the default and the most a graph page holds
 WRITES_SHOWN = 50  # a relation's latest writes, and producers declared per relation
@@ -49,6 +49,12 @@ CACHED_BYTES = 64 * 1024 * 1024
 # The projectors whose checkpoints move whenever a graph page can change: the graph's own,
 # and those of what the warehouse said of its nodes (freshness, catalog types).
 _FOLDS = ["catalog", "freshness", "graph"]
+# Each project's latest deployed graph, as `latest` (project, version, run_id); $2 is
+# SCOPE_VERSION. What a project writes is what its latest graph's owned producers build.
+LATEST_GRAPHS = (
+    "WITH latest AS (SELECT DISTINCT ON (project) project, version, run_id"
+    " FROM graph_versions WHERE scope = $2 ORDER BY project, stream_seq DESC)"
+)
 
 
 class _Nodes(NamedTuple):
@@ -310,10 +316,8 @@ def add_graph_routes(app: web.Application, pool: asyncpg.Pool) -> None:
         key = path(request, "key")
         async with pool.acquire() as conn:
             nodes = await conn.fetch(
-                "WITH latest AS (SELECT DISTINCT ON (project) project, version, run_id"
-                " FROM graph_versions WHERE scope = $2 ORDER BY project, stream_seq DESC)"
-                " SELECT n.project, n.version, n.run_id, n.unique_id, n.resource_type, n.name,"
-                " n.owned, n.materialized FROM graph_nodes n"
+                f"{LATEST_GRAPHS} SELECT n.project, n.version, n.run_id, n.unique_id,"
+                " n.resource_type, n.name, n.owned, n.materialized FROM graph_nodes n"
                 " JOIN latest l USING (project, version, run_id) WHERE n.relation = $1"
                 " ORDER BY n.project, n.unique_id LIMIT $3",
                 key,
@@ -362,8 +366,8 @@ def add_graph_routes(app: web.Application, pool: asyncpg.Pool) -> None:
             declared = (await _writes(conn, [key])).get(key, [])
             # Run nodes carry dbt's relation name, not the key: the producing nodes say which.
             runs = await conn.fetch(
-                "SELECT n.run_id, r.project, n.unique_id, n.status, n.outcome, n.finished_at"
-                " FROM run_nodes n JOIN runs r USING (run_id)"
+                "SELECT n.run_id, r.project, r.environment, r.pr, n.unique_id, n.status,"
+                " n.outcome, n.finished_at FROM run_nodes n JOIN runs r USING (run_id)"
                 " WHERE (r.project, n.unique_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))"
                 " ORDER BY n.finished_at DESC NULLS FIRST, n.run_id LIMIT $3",
                 [n["project"] for n in producing],

@@ -75,7 +75,14 @@ _PARAMS = {
     "follow": ("query", {"type": "string", "enum": ["true", "false", "1", "0"]}),
     "version": ("query", {"type": "string", "pattern": "^sha256:[0-9a-f]{64}$"}),
     "projection": ("query", {"type": "string"}),
-    "environment": ("query", {"type": "string", "pattern": "^[a-z][a-z0-9_-]{0,31}$"}),
+    "environment": (
+        "query",
+        {
+            "type": "string",
+            "pattern": "^[a-z][a-z0-9_-]{0,31}$",
+            "description": "a project environment",
+        },
+    ),
     "Last-Event-ID": ("header", {"type": "string", "pattern": "^[0-9]{1,19}$"}),
 }
 _PAGE = ("limit", "offset")
@@ -131,8 +138,9 @@ OPERATIONS = (
               " project pattern, expiry (never its secret)", schemas.Whoami, errors=(401,)),
     Operation("GET", "/v1/projects", "the projects the token may see: version, last run",
               schemas.Projects, params=_PAGE, errors=(400, 401, 403)),
-    Operation("GET", "/v1/projects/{project}/runs", "a project's runs, newest first",
-              schemas.Runs, params=("project", *_PAGE)),
+    Operation("GET", "/v1/projects/{project}/runs", "a project's runs, newest first;"
+              " `environment` keeps one environment's", schemas.Runs,
+              params=("project", "environment", *_PAGE)),
     Operation("POST", "/v1/projects/{project}/runs", "publish a run command",
               schemas.RunAccepted, status=202, params=("project",), request=RunCommand),
     Operation("GET", "/v1/projects/{project}/jobs", "a project's saved jobs and their schedules",
@@ -171,6 +179,11 @@ OPERATIONS = (
               request=PromoteCommand),
     Operation("GET", "/v1/projects/{project}/graph", "the latest (or `version`) graph, a page",
               schemas.Graph, params=("project", "version", "after", "limit")),
+    Operation("GET", "/v1/projects/{project}/overlaps",
+              "relations its latest version writes that other projects' latest versions write"
+              " too, the first few per project (a project the token may not read: unnamed);"
+              " `version` one deployed version's instead", schemas.Overlaps,
+              params=("project", "version")),
     Operation("GET", "/v1/relations/{key}",
               "producers, readers, writes and the runs that built one relation", schemas.Relation,
               params=("key",)),

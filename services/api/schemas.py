@@ -17,6 +17,7 @@ from typing import Any
 import msgspec
 
 from projections.lag import Lags
+from shared.descriptor import DEFAULT_ENVIRONMENT
 from shared.events import CatalogColumn, Threshold
 from shared.graph import Column, TypedColumn
 
@@ -47,6 +48,8 @@ __all__ = [
     "NextAfter",
     "NextOffset",
     "NodeHistory",
+    "Overlap",
+    "Overlaps",
     "ProjectSummary",
     "Projects",
     "PromotionAccepted",
@@ -203,6 +206,10 @@ class RunSummary(_Body):
     # relation, after, api or nats ("": a run recorded before triggers were).
     job: str = ""
     trigger: str = ""
+    # The project environment it builds in (a run from before environments: the default,
+    # prod), and the pull request it checks (0: none).
+    environment: str = DEFAULT_ENVIRONMENT
+    pr: int = 0
 
 
 class Run(RunSummary, kw_only=True, forbid_unknown_fields=True):
@@ -609,6 +616,9 @@ class RelationRun(_Body):
     status: str
     outcome: str | None
     finished_at: datetime | None
+    # The environment the run built it in, and the pull request it checked (0: none).
+    environment: str = DEFAULT_ENVIRONMENT
+    pr: int = 0
 
 
 class Relation(_Body):
@@ -622,6 +632,25 @@ class Relation(_Body):
     writes: list[RelationWrite]
     runs: list[RelationRun]
     truncated: list[str]
+
+
+class Overlap(_Body):
+    """Another project of the warehouse that writes relations the project writes too: the
+    first of them (sorted) and how many. `project` is None for a project the token may not
+    read: its name is not the token's to know, only that the relations are shared."""
+
+    project: str | None
+    relations: list[str]
+    count: int
+
+
+class Overlaps(_Body):
+    """What the project's latest deployed version writes that other projects' latest
+    versions write too (`version` None: nothing deployed yet)."""
+
+    project: str
+    version: str | None
+    overlaps: list[Overlap]
 
 
 class Whoami(_Body):

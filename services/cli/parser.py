@@ -62,6 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
     envs.add_argument("--env", help="one environment only")
     envs.add_argument("--history", action="store_true", help="every promotion, newest first")
     envs.add_argument("--json", action="store_true", help="the API's answer as JSON")
+    dep.add_argument(
+        "--json", action="store_true", help="print the deployed event, with its overlaps, as JSON"
+    )
     run = sub.add_parser("run", help="build a deployed project (or run another dbt command)")
     run.add_argument("project").completer = _projects
     _dbt_options(run)
@@ -106,6 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("run_id", nargs="?")
     st.add_argument("--project").completer = _projects
     st.add_argument("--offset", type=int, default=0, help="skip this many newer runs")
+    st.add_argument("--env", metavar="NAME", help="only the runs of this project environment")
     shape = st.add_mutually_exclusive_group()
     shape.add_argument("--json", action="store_true", help="the API's answer as JSON")
     shape.add_argument("--yaml", action="store_true", help="the API's answer as YAML")

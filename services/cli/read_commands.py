@@ -7,6 +7,8 @@ standard one (see bench/bench_cli_start.py).
 
 from __future__ import annotations
 
+from urllib.parse import urlencode
+
 import msgspec
 
 from services.cli.common import api_json
@@ -22,8 +24,12 @@ def cmd_status(args, settings: Settings) -> int:
         return _print(args, answer, "run_table")
     if args.project:
         path = f"/v1/projects/{subjects.check_project(args.project)}/runs"
-        answer = api_json(settings, path + (f"?offset={args.offset}" if args.offset else ""))
-        return _print(args, answer, "runs_table")
+        env = subjects.check_environment_name(args.env) if args.env else ""
+        params = urlencode({k: v for k, v in (("environment", env), ("offset", args.offset)) if v})
+        answer = api_json(settings, path + (f"?{params}" if params else ""))
+        return _print(args, answer, "runs_table", env)
+    if args.env:
+        raise SystemExit("--env keeps one environment's runs of a project: add --project NAME")
     return _projections(settings)
 
 
@@ -55,8 +61,9 @@ def _yaml(answer) -> str:
     return yaml.safe_dump(answer, sort_keys=False, default_flow_style=False).rstrip()
 
 
-def _print(args, answer: dict, table: str) -> int:
-    """The answer as a table; as the API's JSON with --json, as YAML with --yaml."""
+def _print(args, answer: dict, table: str, *shown) -> int:
+    """The answer as a table (`shown`: what the table says it was kept to); as the API's
+    JSON with --json, as YAML with --yaml."""
     if args.json:
         print(msgspec.json.encode(answer).decode())
     elif args.yaml:
@@ -64,7 +71,7 @@ def _print(args, answer: dict, table: str) -> int:
     else:
         from services.cli import tables
 
-        print(getattr(tables, table)(answer))
+        print(getattr(tables, table)(answer, *shown))
     return 0
 
 

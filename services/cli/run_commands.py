@@ -22,6 +22,7 @@ from services.cli.common import (
     open_bus,
 )
 from services.cli.deploy_source import marks
+from services.cli.overlaps import check_overlaps
 from services.cli.watch import Progress, Tally, planned_nodes, result_table, styled
 from shared import bundle, run_status, subjects, versions
 from shared import events as ev
@@ -91,17 +92,32 @@ async def cmd_deploy(args, settings: Settings) -> int:
         )
     finally:
         await bus.close()
+    checked = None
     if isinstance(final, ev.Deployed):
+        checked = await check_overlaps(settings, project, final.version)
+    word = {ev.DeployRefused: "refused", ev.DeployFailed: "failed"}.get(type(final))
+    code = {"refused": EXIT_REFUSED, "failed": EXIT_FAILED}.get(word, 0)
+    if args.json:
+        overlaps = checked.answer["overlaps"] if checked and checked.answer else None
+        promotions = [msgspec.to_builtins(event) for event in promoted]
+        print(
+            msgspec.json.encode(
+                {**msgspec.to_builtins(final), "overlaps": overlaps, "promoted": promotions}
+            ).decode()
+        )
+        return code
+    if word is not None:
+        print(f"deploy of {project} {word}: {final.reason}", file=sys.stderr)
+        return code
+    if checked is not None:
         print(
             f"deployed {project} version {final.version[:19]} ({len(final.files)} files;"
             f" {final.engine} {final.engine_version}, {final.adapter} {final.adapter_version})"
         )
-    elif isinstance(final, ev.DeployUnchanged):
-        print(f"unchanged: {project} is already at version {final.version[:19]}; nothing to do")
+        for line in checked.lines:
+            print(line)
     else:
-        word = "refused" if isinstance(final, ev.DeployRefused) else "failed"
-        print(f"deploy of {project} {word}: {final.reason}", file=sys.stderr)
-        return EXIT_REFUSED if word == "refused" else EXIT_FAILED
+        print(f"unchanged: {project} is already at version {final.version[:19]}; nothing to do")
     for event in promoted:
         print(promotion_line(event))
     if not promoted and args.no_promote:
@@ -121,6 +137,8 @@ async def cmd_promote(args, settings: Settings) -> int:
         print(msgspec.json.encode(final).decode())
     elif isinstance(final, ev.Promoted):
         print(promotion_line(final))
+        for line in (await check_overlaps(settings, project, final.version)).lines:
+            print(line)
     elif isinstance(final, ev.DeployUnchanged):
         print(f"unchanged: {args.env or 'the default environment'} runs {final.version[:19]}")
     else:

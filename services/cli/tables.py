@@ -49,16 +49,25 @@ def _label(run: dict) -> str:
     return str((run.get("command") or {}).get("label") or "")
 
 
-def runs_table(answer: dict) -> str:
-    """A project's runs (GET /v1/projects/{project}/runs), one row each."""
+def _environment(run: dict) -> str:
+    """The environment a run builds in, and the pull request it checks."""
+    pr = run.get("pr") or 0
+    return str(run.get("environment") or "") + (f" pr {pr}" if pr else "")
+
+
+def runs_table(answer: dict, environment: str = "") -> str:
+    """A project's runs (GET /v1/projects/{project}/runs), one row each; `environment`
+    the one they were kept to."""
     runs = answer.get("runs") or []
     if not runs:
-        return f"project {answer.get('project')} has no runs yet"
-    head = ("run id", "status", "command", "requested by", "started", "took", "nodes")
+        where = f" in environment {environment}" if environment else ""
+        return f"project {answer.get('project')} has no runs{where} yet"
+    head = ("run id", "status", "env", "command", "requested by", "started", "took", "nodes")
     rows = [
         (
             r["run_id"],
             r["status"],
+            _environment(r),
             _label(r),
             r.get("requested_by") or "",
             _when(r.get("started_at") or r.get("requested_at")),
@@ -70,7 +79,10 @@ def runs_table(answer: dict) -> str:
     lines = [printable(line) for line in _columns(head, rows)]
     if answer.get("next"):
         offset = answer["next"].get("offset")
-        lines.append(f"older runs: jetdbt status --project {answer['project']} --offset {offset}")
+        env = f" --env {environment}" if environment else ""
+        lines.append(
+            f"older runs: jetdbt status --project {answer['project']}{env} --offset {offset}"
+        )
     return "\n".join(lines)
 
 
@@ -85,6 +97,7 @@ def run_table(run: dict) -> str:
         ("requested by", run.get("requested_by") or ""),
         ("job", run.get("job") or ""),
         ("trigger", run.get("trigger") or ""),
+        ("environment", _environment(run)),
         ("version", (run.get("version") or "")[:19]),
         ("attempt", str(run.get("attempt") or "")),
         ("started", _when(run.get("started_at"))),

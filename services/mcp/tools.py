@@ -158,7 +158,8 @@ TOOLS: tuple[Tool, ...] = (
         run=_model,
     ),
     _route_tool("list_runs", "List a project's runs", "GET", "/v1/projects/{project}/runs",
-                "A project's runs, newest first: status, command, who asked, node counts."),
+                "A project's runs, newest first: status, environment, command, who asked, node"
+                " counts; `environment` keeps one environment's runs."),
     _route_tool("get_run", "A run and its failures", "GET", "/v1/runs/{run_id}",
                 "A run with every node, failures first with dbt's message, then warned,"
                 " skipped and passed; live while it runs: poll it until `finished_at` is set.",

@@ -5,6 +5,8 @@ from __future__ import annotations
 import aiohttp
 
 from projections.folds.progress_tables import COUNT_COLUMNS, RUN_COLUMNS
+from services.cli import tables
+from shared import events as ev
 from shared.streams import COMMANDS
 from tests.support.helpers import auth_headers, get_json, wait_for
 
@@ -30,3 +32,39 @@ async def test_a_posted_run_is_published_once_and_reads_back(stack):
     assert run["result"] is None and run["nodes"] == []
     _, runs = await get_json(url)
     assert [set(r) for r in runs["runs"]] == [set(listed)]
+
+
+async def test_runs_are_listed_by_environment_and_an_old_run_is_the_default_ones(stack):
+    """A run requested before environments (no `environment`) folds as `prod`; a filter keeps
+    one environment's runs; a name that is no environment name is a 400 naming it."""
+    project = "envs_listed"
+    for run_id, environment, pr in (("e-old", "", 0), ("e-stg", "staging", 0), ("e-pr", "", 4)):
+        await stack.bus.publish(
+            ev.RunRequested(
+                project=project, run_id=run_id, command={"label": "build"},
+                environment=environment, pr=pr,
+            )
+        )  # fmt: skip
+    url = f"{stack.api_url}/v1/projects/{project}/runs"
+
+    async def listed(query: str):
+        status, body = await get_json(url + query)
+        assert status == 200, body
+        return {r["run_id"]: (r["environment"], r["pr"]) for r in body["runs"]} or None
+
+    every = await wait_for(lambda: listed(""))
+    assert every == {"e-old": ("prod", 0), "e-stg": ("staging", 0), "e-pr": ("prod", 4)}
+    assert await listed("?environment=prod") == {"e-old": ("prod", 0), "e-pr": ("prod", 4)}
+    assert await listed("?environment=staging") == {"e-stg": ("staging", 0)}
+    assert await listed("?environment=dev") is None
+    status, body = await get_json(url + "?environment=Prod%3B%20drop")
+    assert status == 400 and "query parameter 'environment'" in body["error"], body
+    assert "'Prod; drop' is invalid" in body["error"], body
+    _, answer = await get_json(url + "?environment=prod")
+    table = tables.runs_table(answer, "prod").splitlines()
+    assert table[0].split()[:4] == ["run", "id", "status", "env"]
+    assert any(line.split()[:3] == ["e-pr", "requested", "prod"] for line in table), table
+    assert "pr 4" in next(line for line in table if line.startswith("e-pr"))
+    assert tables.runs_table({"project": project, "runs": []}, "dev") == (
+        f"project {project} has no runs in environment dev yet"
+    )

@@ -12,7 +12,7 @@ SOURCES = """
 version: 2
 sources:
   - name: shop
-    schema: main
+    schema: "{{ target.schema }}"
     loaded_at_field: "cast(order_date as timestamp)"
     freshness:
       warn_after: {count: 1, period: day}

@@ -38,7 +38,7 @@ def plan_in(tmp_path):
         placed = place(desc, Placement(environment=environment, **where))
         return make_plan(
             placed.desc, cmd or BuildCommand(), {}, wh, Resolver(), project, "dbt-core-1x",
-            home_desc=placed.home, scratch_for=placed.scratch,
+            project="shop", home_desc=placed.home, scratch_for=placed.scratch,
         )  # fmt: skip
 
     return plan

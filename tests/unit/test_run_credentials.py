@@ -58,7 +58,9 @@ def test_the_plans_profile_holds_no_login_until_the_run_has_its_own(tmp_path):
 
     def plan(cmd):
         resolver = Resolver(environ={"PW": CANARY})
-        return make_plan(desc, cmd, {}, warehouses["pg"], resolver, project, "dbt-core-1x")
+        return make_plan(
+            desc, cmd, {}, warehouses["pg"], resolver, project, "dbt-core-1x", project="p"
+        )
 
     built = plan(BuildCommand())
     assert CANARY not in built.profiles_text and "admin" not in built.profiles_text
@@ -83,8 +85,9 @@ def test_a_run_whose_schema_is_known_only_to_dbt_gets_no_login(tmp_path):
         tmp_path, "pg: {type: postgres, host: db, user: admin, dbname: wh, credentials: per_run}"
     )
     built = make_plan(
-        descriptor.load(project), BuildCommand(), {}, warehouses["pg"], Resolver(), project, "x"
-    )
+        descriptor.load(project), BuildCommand(), {}, warehouses["pg"], Resolver(), project, "x",
+        project="p",
+    )  # fmt: skip
     with pytest.raises(run_credentials.CredentialRefused, match="profile's schema is a template"):
         run_credentials.places(built)
 

@@ -44,7 +44,7 @@ def test_a_scratch_schema_replaces_the_own_profiles_schema_and_never_publishes(t
     wh = Warehouse(type="duckdb", name="main", path=str(tmp_path / "unused.duckdb"))
 
     def plan(cmd):
-        return make_plan(desc, cmd, {}, wh, Resolver(), project, "dbt-core-1x")
+        return make_plan(desc, cmd, {}, wh, Resolver(), project, "dbt-core-1x", project="p")
 
     ci = plan(BuildCommand(schema="ci_pr_3", defer=True))
     written = yaml.safe_load(ci.profiles_text)["jaffle_shop"]["outputs"]["dev"]

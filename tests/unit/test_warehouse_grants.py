@@ -137,7 +137,7 @@ def test_an_own_profiles_duckdb_file_lies_in_its_warehouses_folder_or_its_job(tm
         profiles = {"p": {"target": "x", "outputs": {"x": output}}}
         (project / "profiles.yml").write_text(yaml.safe_dump(profiles))
         desc = descriptor.load(project)
-        plan = make_plan(desc, None, None, wh, Resolver({}), project, "dbt-core-1x")
+        plan = make_plan(desc, None, None, wh, Resolver({}), project, "dbt-core-1x", project="p")
         return plan.warehouse_folder
 
     assert folder(str(tmp_path / "wh" / "own.duckdb")) == str(tmp_path / "wh")

@@ -23,7 +23,7 @@ SCHEMA_MACRO = """
 {%- endmacro %}
 """
 
-ENV_KEY = "4:main|4:main|4:main|9:warehouse"
+ENV_KEY = "4:main|4:main|11:jaffle_shop|9:warehouse"
 
 
 async def _run(stack, project="jaffle_shop", **build):
@@ -92,7 +92,7 @@ async def test_a_deferring_run_builds_one_model_into_another_schema(stack, proje
         return body["environments"] if body.get("environments") else None
 
     envs = await wait_for(listed)
-    assert envs[0]["run_id"] == full.run_id and envs[0]["schema"] == "main"
+    assert envs[0]["run_id"] == full.run_id and envs[0]["schema"] == "jaffle_shop"
 
 
 async def test_state_modified_selects_nothing_then_exactly_the_change(stack, project_copy):
@@ -120,7 +120,10 @@ async def test_deferral_refusals(stack, project_copy):
     nothing, _ = await _run(stack, defer=True)
     assert isinstance(nothing, ev.RunRefused)
     assert "no state is published for project 'jaffle_shop'" in nothing.reason
-    assert "warehouse 'main', target 'main', schema 'main', database 'warehouse'" in nothing.reason
+    assert (
+        "warehouse 'main', target 'main', schema 'jaffle_shop', database 'warehouse'"
+        in nothing.reason
+    )
     assert ENV_KEY not in nothing.reason
 
     no_defer, _ = await _run(stack, select=["state:modified+"])

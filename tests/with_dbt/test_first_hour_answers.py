@@ -306,10 +306,12 @@ async def test_a_ci_run_builds_into_a_scratch_schema_and_publishes_nothing(stack
     assert result["deferred_to"] == "prod1"
     warehouse = stack.settings.default_duckdb
     assert "ci_mark" in _columns(warehouse, "ci_pr_7", "stg_payments")
-    assert "ci_mark" not in _columns(warehouse, "main", "stg_payments")  # production untouched
+    assert "ci_mark" not in _columns(
+        warehouse, "jaffle_shop", "stg_payments"
+    )  # production untouched
     assert not _columns(warehouse, "ci_pr_7", "stg_orders")  # unbuilt refs read production
     state = await stack.bus.last_event(
-        subjects.state_event("jaffle_shop", "4:main|4:main|4:main|9:warehouse", "published")
+        subjects.state_event("jaffle_shop", "4:main|4:main|11:jaffle_shop|9:warehouse", "published")
     )
     assert state.run_id == "prod1"
     refused = await jetdbt(stack, "run", "jaffle_shop", "--schema", "ci; drop")

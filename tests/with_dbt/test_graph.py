@@ -29,14 +29,14 @@ from tests.support.paths import EXAMPLE
 P = "jaffle_shop"
 M, S, T = f"model.{P}.", f"seed.{P}.", f"test.{P}."
 NODES = {
-    M + "customers": "dbt://main/main/customers",
-    M + "orders": "dbt://main/main/orders",
-    M + "stg_customers": "dbt://main/main/stg_customers",
-    M + "stg_orders": "dbt://main/main/stg_orders",
-    M + "stg_payments": "dbt://main/main/stg_payments",
-    S + "raw_customers": "dbt://main/main/raw_customers",
-    S + "raw_orders": "dbt://main/main/raw_orders",
-    S + "raw_payments": "dbt://main/main/raw_payments",
+    M + "customers": "dbt://main/jaffle_shop/customers",
+    M + "orders": "dbt://main/jaffle_shop/orders",
+    M + "stg_customers": "dbt://main/jaffle_shop/stg_customers",
+    M + "stg_orders": "dbt://main/jaffle_shop/stg_orders",
+    M + "stg_payments": "dbt://main/jaffle_shop/stg_payments",
+    S + "raw_customers": "dbt://main/jaffle_shop/raw_customers",
+    S + "raw_orders": "dbt://main/jaffle_shop/raw_orders",
+    S + "raw_payments": "dbt://main/jaffle_shop/raw_payments",
     T + "accepted_values_orders_status__placed__shipped__completed.1859fef9bd": None,
     T + "accepted_values_stg_orders_status__placed__shipped__completed__return_pending"
     "__returned.080fb20aad": None,
@@ -124,21 +124,23 @@ async def test_example_graph_is_exact(stack):
     graph_event = await stack.bus.last_event(subjects.graph_event(P, "version", deployed.version))
     assert graph_event.at <= deployed.at and graph_event.node_count == len(NODES)
     # The relation view of one model: produced by jaffle_shop, read by customers.
-    status, rel = await get_json(_relation_url(stack, 'dbt://main/"MAIN"/"Orders"'))
-    assert status == 200 and rel["relation"] == "dbt://main/main/orders"
+    status, rel = await get_json(_relation_url(stack, 'dbt://main/"JAFFLE_SHOP"/"Orders"'))
+    assert status == 200 and rel["relation"] == "dbt://main/jaffle_shop/orders"
     assert rel["producers"] == [{"kind": "dbt", "project": P, "unique_id": M + "orders"}]
     assert M + "customers" in {r["unique_id"] for r in rel["readers"]}
     # Anyone who may read a project that writes or reads it may read the relation's page;
     # a token of another team may not, and is not told which projects those are.
     deployer = await stack.pool.fetchval("SELECT team FROM deploys WHERE project = $1", P)
-    url = _relation_url(stack, "dbt://main/main/orders")
+    url = _relation_url(stack, "dbt://main/jaffle_shop/orders")
     for team, expected in ((deployer, 200), ("elsewhere", 403)):
         _, bearer = await identity.create_token(
             stack.bus, principal=f"reader-{team}", team=team, role="viewer"
         )
         status, body = await get_json(url, bearer)
         assert status == expected, body
-    assert P not in body["error"] and "no project" in body["error"]
+    # The key names the project's schema: it is what the token asked for, no more.
+    told = body["error"].replace("dbt://main/jaffle_shop/orders", "")
+    assert P not in told and "no project" in told
 
 
 REPORTS = {
@@ -147,7 +149,7 @@ REPORTS = {
     # The mart jaffle_shop builds, spelled in another case, and a table only an
     # ingestion job writes.
     "models/sources.yml": "version: 2\nsources:\n"
-    "  - name: jaffle\n    schema: MAIN\n    tables:\n      - name: orders\n"
+    "  - name: jaffle\n    schema: JAFFLE_SHOP\n    tables:\n      - name: orders\n"
     "        identifier: ORDERS\n"
     "  - name: raw\n    schema: raw\n    tables:\n      - name: events\n",
     "models/order_counts.sql": "select customer_id, count(*) as n"
@@ -184,14 +186,14 @@ async def test_two_projects_and_a_declared_write_share_one_node(stack, tmp_path)
     await _deploy(stack, _write(tmp_path / "reports", REPORTS), "shop_reports")
     reports = await project_graph(stack, "shop_reports")
     by_id = {n["unique_id"]: n for n in reports["nodes"]}
-    assert by_id["source.shop_reports.jaffle.orders"]["relation"] == "dbt://main/main/orders"
+    assert by_id["source.shop_reports.jaffle.orders"]["relation"] == "dbt://main/jaffle_shop/orders"
     assert by_id["source.shop_reports.raw.events"]["relation"] == "dbt://main/raw/events"
     assert {(e["parent"], e["child"], e["kind"]) for e in reports["edges"]} == {
         ("source.shop_reports.jaffle.orders", "model.shop_reports.order_counts", "source"),
         ("source.shop_reports.raw.events", "model.shop_reports.event_counts", "source"),
     }
     await project_graph(stack, P)
-    status, rel = await get_json(_relation_url(stack, "dbt://main/main/orders"))
+    status, rel = await get_json(_relation_url(stack, "dbt://main/jaffle_shop/orders"))
     assert status == 200
     assert {(n["project"], n["unique_id"]) for n in rel["nodes"]} == {
         (P, M + "orders"),
@@ -283,7 +285,9 @@ async def test_run_graph_snapshot_only_when_it_differs(stack, project_copy):
     ctx = RunnerContext(bus=stack.bus, settings=stack.settings)
 
     async def refresh(run_id: str, cmd: BuildCommand):
-        prepared = await setup.prepare(ctx, deployed.version, run_id, team="default", cmd=cmd)
+        prepared = await setup.prepare(
+            ctx, deployed.version, run_id, project=P, team="default", cmd=cmd
+        )
         try:
             return await graph.refresh_run_graph(
                 ctx, prepared, P, deployed.version, run_id, cmd, principal="ana"
@@ -302,7 +306,7 @@ async def test_run_graph_snapshot_only_when_it_differs(stack, project_copy):
     body = await wait_for(run_graph)
     assert body["fallback"] is False and body["version"] == deployed.version
     big = next(n for n in body["nodes"] if n["unique_id"] == M + "big_orders")
-    assert big["relation"] == "dbt://main/main/big_orders"
+    assert big["relation"] == "dbt://main/jaffle_shop/big_orders"
     assert (M + "orders", M + "big_orders", "ref") in {
         (e["parent"], e["child"], e["kind"]) for e in body["edges"]
     }
@@ -363,7 +367,7 @@ async def test_descriptor_selection_is_what_the_project_owns(stack, project_copy
     assert {M + "orders", M + "stg_orders", S + "raw_orders", S + "raw_payments"} <= owned
     assert not {M + "customers", M + "stg_payments", M + "stg_customers"} & owned
     assert len(body["nodes"]) == len(NODES)  # the graph is whole; the claim is narrowed
-    status, rel = await get_json(_relation_url(stack, "dbt://main/main/customers"))
+    status, rel = await get_json(_relation_url(stack, "dbt://main/jaffle_shop/customers"))
     assert rel["producers"] == [] and [n["unique_id"] for n in rel["nodes"]] == [M + "customers"]
 
 
@@ -484,7 +488,7 @@ async def test_column_lineage_from_the_engine_index(stack, tmp_path, project_cop
     (project_copy / "jetdbt.yaml").write_text("column_lineage: true\n")
     deployed = await _deploy(stack, project_copy, P)
     ctx = RunnerContext(bus=stack.bus, settings=stack.settings)
-    prepared = await setup.prepare(ctx, deployed.version, "columns", team="default")
+    prepared = await setup.prepare(ctx, deployed.version, "columns", project=P, team="default")
     lines: list[str] = []
 
     async def on_line(line: str) -> None:

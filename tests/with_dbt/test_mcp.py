@@ -155,7 +155,7 @@ async def test_a_viewer_lists_only_read_tools_and_is_refused_a_changing_one_by_n
             assert tool.annotations.read_only_hint is True, tool.name
             assert tool.input_schema["type"] == "object" and tool.output_schema, tool.name
         refused = await mcp.call_tool("start_run", {"project": SHOP, "command": {"label": "build"}})
-    status, body = await _rest(site, "GET", "/v1/relations/dbt://main/main/orders", "vera")
+    status, body = await _rest(site, "GET", "/v1/relations/dbt://main/jaffle_shop/orders", "vera")
     assert status == 200 and body["producers"], body
     status, body = await _rest(
         site, "POST", f"/v1/projects/{SHOP}/runs", "vera", {"command": {"label": "build"}}

@@ -57,9 +57,9 @@ async def test_dbt_never_imports_the_project_or_sees_the_runner_environment(
     try:
         row = con.execute(
             "SELECT nats_url, database_url, runner_token, dbt_empty, home, tmpdir"
-            " FROM main.env_probe"
+            " FROM sealed.env_probe"
         ).fetchone()
-        environ = con.execute("SELECT env FROM main.environ_probe").fetchone()[0]
+        environ = con.execute("SELECT env FROM sealed.environ_probe").fetchone()[0]
     finally:
         con.close()
     nats_url, database_url, token, dbt_empty, home, tmpdir = row

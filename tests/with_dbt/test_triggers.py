@@ -162,17 +162,7 @@ async def test_a_declared_write_triggers_one_run_and_its_end_one_after_run(tmp_p
     assert "Violation" not in log, [line for line in log.splitlines() if "Violation" in line]
 
 
-SHOP_B = "shop_b"  # a copy of the example building into a schema of its own
-
-
-def _own_schema(path) -> None:
-    """Make a copy of the example build every model and seed into schema `<target>_b`."""
-    yml = path / "dbt_project.yml"
-    text = yml.read_text()
-    for kind in ("models", "seeds"):
-        head = f"{kind}:\n  jaffle_shop:\n"
-        text = text.replace(head, f"{head}    +schema: b\n")
-    yml.write_text(text)
+SHOP_B = "shop_b"  # a copy of the example: on the embedded warehouse, a schema of its own
 
 
 async def _writes(bus, project: str) -> dict[str, str]:
@@ -194,7 +184,6 @@ async def _caught_up(js) -> bool:
 async def test_another_projects_build_wakes_a_job_once_and_a_cycle_is_refused(
     tmp_path, pg_url, project_copy
 ):
-    _own_schema(project_copy)
     stack = await up_stack(tmp_path / "home", pg_url)
     try:
         bus = stack.bus

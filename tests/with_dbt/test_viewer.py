@@ -95,7 +95,7 @@ async def test_the_run_page_is_live_and_a_failure_is_red_with_its_message(
         )
 
         # The relation page of customers lists the run that built it.
-        key = "dbt://main/main/customers"
+        key = "dbt://main/jaffle_shop/customers"
         await page.evaluate(f"location.hash = '#/relations/' + encodeURIComponent({key!r})")
         try:
             await page.wait_for_selector("#relation-runs >> text=view1", timeout=30_000)
@@ -110,6 +110,13 @@ async def test_the_run_page_is_live_and_a_failure_is_red_with_its_message(
         await page.wait_for_selector("text=view1", timeout=10_000)
         assert await page.locator("td", has_text="prod").count() >= 1
         await page.screenshot(path=ARTIFACTS / "project.png")
+        # Its runs kept to one environment: the run's own (prod) lists it, another does not.
+        await page.click("#view table a[href*='env=prod']")
+        await page.wait_for_selector("#runs-filter code:text('prod')", timeout=10_000)
+        await page.wait_for_selector("text=view1", timeout=10_000)
+        await page.evaluate("location.hash = '#/projects/jaffle_shop?env=staging'")
+        await page.wait_for_selector("#runs-filter code:text('staging')", timeout=10_000)
+        assert "view1" not in await page.inner_text("#view table:last-of-type")
         await chromium.close()
     assert errors == []
 

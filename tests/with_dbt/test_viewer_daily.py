@@ -181,7 +181,7 @@ async def test_a_failed_run_reads_at_a_glance_and_a_node_and_its_children_run_fr
         assert "as of deploy" in await page.inner_text("#provenance")
         assert await page.evaluate("viewer.cy.nodes().length") >= 7
         relation = page.locator("#relations a[href*='customers']").first
-        assert "dbt://main/main/customers" in await relation.inner_text()
+        assert "dbt://main/jaffle_shop/customers" in await relation.inner_text()
         await page.evaluate(f"viewer.select({STG_ORDERS!r})")
         await _shot(page, "daily-lineage.png")
 

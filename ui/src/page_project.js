@@ -4,10 +4,18 @@ import { api, seg } from "./api.js";
 import { h, link, pill, runLink, seconds, show, table, totals, when } from "./dom.js";
 import { lineageSection } from "./lineage.js";
 
+// The runs of one environment (`?env=NAME`), or of all; each run's environment links to its.
+const runsOf = (project, env, offset = 0) =>
+  `#/projects/${project}?${new URLSearchParams({ ...(env ? { env } : {}), offset })}`;
+const envOf = (project, r) =>
+  [link(runsOf(project, r.environment), r.environment), r.pr ? ` pr ${r.pr}` : ""];
+
 export async function projectPage(project, params) {
   const offset = Number(params.get("offset") || 0);
+  const env = params.get("env") || "";
+  const only = env ? `&environment=${encodeURIComponent(env)}` : "";
   const [runs, deploys, envs, versions] = await Promise.all([
-    api(`/v1/projects/${seg(project)}/runs?limit=25&offset=${offset}`),
+    api(`/v1/projects/${seg(project)}/runs?limit=25&offset=${offset}${only}`),
     api(`/v1/projects/${seg(project)}/deploys?limit=1`),
     api(`/v1/projects/${seg(project)}/environments`),
     api(`/v1/projects/${seg(project)}/versions`),
@@ -15,8 +23,8 @@ export async function projectPage(project, params) {
   const short = (v) => h("code", {}, (v || "").slice(0, 19) || "-");
   const latest = deploys.deploys[0];
   const pager = h("p", {},
-    offset ? link(`#/projects/${project}?offset=${Math.max(0, offset - 25)}`, "← newer") : "",
-    " ", runs.next ? link(`#/projects/${project}?offset=${runs.next.offset}`, "older →") : "");
+    offset ? link(runsOf(project, env, Math.max(0, offset - 25)), "← newer") : "",
+    " ", runs.next ? link(runsOf(project, env, runs.next.offset), "older →") : "");
   const lineage = lineageSection(project, params);
   show(project, [link("#/", "projects"), h("span", {}, project)],
     h("h1", {}, project),
@@ -33,9 +41,13 @@ export async function projectPage(project, params) {
       envs.environments.map((e) => [e.warehouse, e.target, e.schema, runLink(e.run_id),
         when(e.published_at)])) : h("p", { class: "muted" }, "no published state"),
     h("h2", {}, "Runs"),
-    table(["run", "status", "outcomes", "duration", "requested by", "requested"],
-      runs.runs.map((r) => [runLink(r.run_id), pill(r.status), totals(r.totals),
-        seconds(r.started_at, r.finished_at), r.requested_by || "", when(r.requested_at)])),
+    h("p", { id: "runs-filter" }, env
+      ? ["environment ", h("code", {}, env), " · ", link(runsOf(project, ""), "all environments")]
+      : h("span", { class: "muted" }, "all environments: pick one in the environment column")),
+    table(["run", "status", "environment", "outcomes", "duration", "requested by", "requested"],
+      runs.runs.map((r) => [runLink(r.run_id), pill(r.status), envOf(project, r),
+        totals(r.totals), seconds(r.started_at, r.finished_at), r.requested_by || "",
+        when(r.requested_at)])),
     pager);
   window.viewer = await lineage.draw();
   document.body.dataset.ready = "1";

@@ -199,6 +199,7 @@ class Attempt:
                 self.ctx,
                 s.version,
                 f"{self.run_id}.{self.number}",
+                project=self.project,
                 team=owner,
                 packages_digest=s.packages_digest,
                 cmd=s.cmd,

@@ -69,7 +69,9 @@ async def deploy(
     holder = {"project": project, "run_id": f"deploy {deploy_id}", "runner": ctx.name}
     await admission.announce(bus, seq, team, holder)
     try:
-        prepared = await prepare(ctx, cmd.bundle_digest, f"deploy-{deploy_id}", team=team)
+        prepared = await prepare(
+            ctx, cmd.bundle_digest, f"deploy-{deploy_id}", project=project, team=team
+        )
     except Refused as exc:
         await admission.withdraw(bus, seq, team)
         return await _refuse(bus, project, deploy_id, str(exc))

@@ -203,15 +203,17 @@ async def prepare(
     version: str,
     name: str,
     *,
+    project: str,
     team: str,
     packages_digest: str | None = None,
     cmd: DbtCommand | None = None,
     args: dict[str, Any] | None = None,
     where: placement.Placement | None = None,
 ) -> Prepared:
-    """The job of `version`, ready for dbt, or Refused naming why. `team` is the project's:
-    the warehouse its descriptor names must be granted to it. `where` is the environment a
-    run names (None: a deploy's, the default one), whose descriptor it plans with."""
+    """The job `name` of `project`'s `version`, ready for dbt, or Refused naming why. `team` is
+    the project's: the warehouse its descriptor names must be granted to it. `where` is the
+    environment a run names (None: a deploy's, the default one), whose descriptor it plans
+    with."""
     try:
         await ctx.containment.check()
     except SandboxMissing as exc:
@@ -243,7 +245,7 @@ async def prepare(
         resolver = ctx.resolver()
         plan = make_plan(
             desc, cmd, args, wh, resolver, job.project, engine_name,
-            home_desc=placed.home, scratch_for=placed.scratch,
+            project=project, home_desc=placed.home, scratch_for=placed.scratch,
         )  # fmt: skip
         await asyncio.to_thread(own_database.check_job, plan.place, ctx.own_database)
         if desc.profile.profiles_yml:

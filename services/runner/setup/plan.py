@@ -24,7 +24,7 @@ from services.runner.setup.selectors import (
     compares_state,
     selection_methods,
 )
-from services.runner.setup.warehouses import Warehouse, render_output, render_profiles
+from services.runner.setup.warehouses import Warehouse, render_output, render_profiles, schema_of
 from shared import bundle
 from shared.arguments import TAKES, check_value
 from shared.commands import DbtCommand, OperationCommand, ShowCommand
@@ -329,17 +329,24 @@ def _own_file_folder(
 
 
 def _output(
-    desc: Descriptor, wh: Warehouse, resolver: Resolver, project_dir: Path, profile: str
+    desc: Descriptor,
+    wh: Warehouse,
+    resolver: Resolver,
+    project_dir: Path,
+    profile: str,
+    project: str,
 ) -> tuple[str, dict[str, Any]]:
     """The target an environment's descriptor chooses and its output, before any scratch
-    schema: its own profiles.yml's, or the configured warehouse's."""
+    schema: its own profiles.yml's, or the configured warehouse's (in the project's own
+    schema on a warehouse that gives each project one)."""
     if desc.profile.profiles_yml:
         _, target, output = _own_profiles(
             project_dir, desc.profile.profiles_yml, profile, desc.profile.target
         )
         return target, output
     target = desc.profile.target or wh.target
-    return target, render_output(wh, resolver, schema=desc.profile.schema, threads=desc.threads)
+    schema = schema_of(wh, project, desc.profile.schema)
+    return target, render_output(wh, resolver, schema=schema, threads=desc.threads)
 
 
 def _scratch(
@@ -372,12 +379,14 @@ def make_plan(
     project_dir: Path,
     engine: str,
     *,
+    project: str,
     home_desc: Descriptor | None = None,
     scratch_for: Callable[[str], str] | None = None,
 ) -> Plan:
     """`args` is None for a deploy, the run arguments for a run. `desc` is the run's
     environment's (setup/placement.py); `home_desc` the environment its deferral reads when
-    another; `scratch_for` names a schema of the run's own after its environment's."""
+    another; `scratch_for` names a schema of the run's own after its environment's.
+    `project` is the project's name, its schema on a warehouse that gives each project one."""
     defer = bool(desc.defer if cmd is None or cmd.defer is None else cmd.defer) and cmd is not None
     defer = defer and "defer" in TAKES[cmd.label]  # a seed or a freshness check defers to nothing
     _check_state_methods(desc, cmd, defer)
@@ -392,7 +401,7 @@ def make_plan(
     seen = dbt_env(env)
     project_doc = yaml.safe_load((project_dir / "dbt_project.yml").read_text()) or {}
     profile = _render_profile_name(project_doc, seen)
-    target, base = _output(desc, wh, resolver, project_dir, profile)
+    target, base = _output(desc, wh, resolver, project_dir, profile, project)
     scratch = _scratch(cmd, scratch_for, wh.name, target, base)
     if desc.profile.profiles_yml:
         text, target, output = _own_profiles(
@@ -404,7 +413,7 @@ def make_plan(
     home_target, home_output = (
         (target, base)
         if home_desc is None
-        else _output(home_desc, wh, resolver, project_dir, profile)
+        else _output(home_desc, wh, resolver, project_dir, profile, project)
     )
     environment, unlocated = _environment(wh.name, target, output)
     home, home_unlocated = _environment(wh.name, home_target, home_output)

@@ -18,6 +18,7 @@ import yaml
 from services.runner.setup import connections, run_credentials
 from services.runner.setup.secrets import Resolver
 from shared import warehouse_grants
+from shared.schema_names import project_schema
 
 __all__ = [
     "Warehouse",
@@ -26,6 +27,7 @@ __all__ = [
     "pick",
     "render_output",
     "render_profiles",
+    "schema_of",
 ]
 
 _ADAPTER = re.compile(r"[a-z0-9][a-z0-9_-]*\Z")
@@ -57,6 +59,9 @@ class Warehouse(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     # (services/runner/setup/run_credentials.py); configured: the login above, as is.
     credentials: Literal["configured", "per_run"] = "configured"
     teams: warehouse_grants.Teams = None
+    # Projects share the warehouse: one whose descriptor names no schema builds into a schema
+    # named after it (shared/schema_names.py), so two projects' `customers` are two tables.
+    schema_per_project: bool = False
 
     def adapter(self) -> str:
         if self.type == "dbt_profile":
@@ -100,10 +105,14 @@ def _check(wh: Warehouse) -> Warehouse:
 
 
 def load_warehouses(path: Path | None, default_duckdb: Path) -> dict[str, Warehouse]:
-    """The configured warehouses; with no file, the embedded default: DuckDB named `main`."""
+    """The configured warehouses; with no file, the embedded default: DuckDB named `main`,
+    shared by every project, each in a schema of its own."""
     if path is None:
         default = warehouse_grants.DEFAULT
-        return {default: Warehouse(name=default, type="duckdb", path=str(default_duckdb))}
+        embedded = Warehouse(
+            name=default, type="duckdb", path=str(default_duckdb), schema_per_project=True
+        )
+        return {default: embedded}
     out = {}
     for name, body in warehouse_grants.entries(path).items():
         try:
@@ -122,6 +131,14 @@ def pick(warehouses: dict[str, Warehouse], name: str) -> Warehouse:
         raise UnknownWarehouse(
             f"warehouse {name!r} is not configured; configured: {configured}"
         ) from None
+
+
+def schema_of(wh: Warehouse, project: str, named: str | None) -> str | None:
+    """The schema a project's descriptor has it build into: the one it names, else on a
+    warehouse shared by projects one of its own, else the warehouse's (None)."""
+    if named or not wh.schema_per_project:
+        return named
+    return project_schema(project)
 
 
 def render_output(

@@ -1,0 +1,42 @@
+"""A schema per project on a warehouse that projects share: the embedded default gives each
+project one named after it, a descriptor's own schema wins, other warehouses are as set."""
+
+from __future__ import annotations
+
+import shutil
+
+from services.runner.setup.plan import make_plan
+from services.runner.setup.secrets import Resolver
+from services.runner.setup.warehouses import Warehouse, load_warehouses
+from shared import descriptor
+from tests.support.paths import EXAMPLE
+
+
+def _schema(tmp_path, wh: Warehouse, project: str, jetdbt_yaml: str = "") -> str:
+    folder = tmp_path / "shop"
+    if not folder.exists():
+        shutil.copytree(EXAMPLE, folder)
+    (folder / "jetdbt.yaml").write_text(jetdbt_yaml)
+    desc = descriptor.load(folder)
+    plan = make_plan(desc, None, None, wh, Resolver(), folder, "dbt-core-1x", project=project)
+    return plan.environment.schema
+
+
+def test_each_project_has_its_own_schema_on_the_embedded_warehouse(tmp_path):
+    embedded = load_warehouses(None, tmp_path / "wh" / "warehouse.duckdb")["main"]
+    assert embedded.schema_per_project
+    assert _schema(tmp_path, embedded, "jaffle_shop") == "jaffle_shop"
+    assert _schema(tmp_path, embedded, "Shop-B.2") == "shop_b_2"
+    assert _schema(tmp_path, embedded, "9lives") == "_9lives"
+    named = "profile:\n  schema: marts\n"
+    assert _schema(tmp_path, embedded, "jaffle_shop", named) == "marts"
+
+
+def test_a_configured_warehouse_keeps_its_schema_unless_it_asks_for_one_per_project(tmp_path):
+    path = str(tmp_path / "w.duckdb")
+    plain = Warehouse(name="main", type="duckdb", path=path)
+    assert _schema(tmp_path, plain, "jaffle_shop") == "main"
+    set_schema = Warehouse(name="main", type="duckdb", path=path, schema="shared")
+    assert _schema(tmp_path, set_schema, "jaffle_shop") == "shared"
+    shared = Warehouse(name="main", type="duckdb", path=path, schema="x", schema_per_project=True)
+    assert _schema(tmp_path, shared, "jaffle_shop") == "jaffle_shop"
