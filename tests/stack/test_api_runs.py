@@ -52,7 +52,11 @@ async def test_runs_are_listed_by_environment_and_an_old_run_is_the_default_ones
         assert status == 200, body
         return {r["run_id"]: (r["environment"], r["pr"]) for r in body["runs"]} or None
 
-    every = await wait_for(lambda: listed(""))
+    async def all_three():
+        found = await listed("")
+        return found if found and len(found) == 3 else None
+
+    every = await wait_for(all_three)
     assert every == {"e-old": ("prod", 0), "e-stg": ("staging", 0), "e-pr": ("prod", 4)}
     assert await listed("?environment=prod") == {"e-old": ("prod", 0), "e-pr": ("prod", 4)}
     assert await listed("?environment=staging") == {"e-stg": ("staging", 0)}
