@@ -17,12 +17,13 @@ MAX_CHARS = 63
 
 
 def plain(value: str) -> str:
-    """`value` as a plain identifier: lowercase, every other character '_'; one too long keeps
-    its start and a digest of the whole, so two long names never become one."""
+    """`value` as a plain identifier: lowercase, every other character '_'. A value that is
+    not one already keeps a digest of itself, as does one too long, so two names never
+    become one schema (`ana.b` and `ana_b`, projects `a-b` and `a_b`)."""
     text = re.sub(r"[^a-z0-9_]", "_", value.lower()) or "_"
     if text[0].isdigit():
         text = f"_{text}"
-    if len(text) <= MAX_CHARS:
+    if text == value and len(text) <= MAX_CHARS:
         return text
     digest = hashlib.sha256(value.encode()).hexdigest()[:8]
     return f"{text[: MAX_CHARS - 9]}_{digest}"

@@ -15,6 +15,7 @@ from services.runner.setup.secrets import Resolver
 from services.runner.setup.warehouses import Warehouse
 from shared import descriptor
 from shared.commands import BuildCommand
+from shared.schema_names import personal_schema
 from tests.support.paths import EXAMPLE
 
 JETDBT_YAML = """\
@@ -51,7 +52,10 @@ def test_each_environment_builds_where_it_should_and_defers_to_its_home(plan_in)
     qa = plan_in("qa", BuildCommand(defer=True))
     assert (qa.environment.schema, qa.defers_to().schema) == ("qa", "main")
     dev = plan_in("dev", principal="Ann.Lee@example")
-    assert (dev.environment.schema, dev.defers_to().schema) == ("main_ann_lee_example", "main")
+    assert (dev.environment.schema, dev.defers_to().schema) == (
+        personal_schema("main", "Ann.Lee@example"),
+        "main",
+    )
     assert dev.defer and not state.publishes(dev)
     assert not plan_in("dev", BuildCommand(defer=False), principal="ann").defer
     pr = plan_in("staging", pr=7)

@@ -9,6 +9,7 @@ from services.runner.setup.plan import make_plan
 from services.runner.setup.secrets import Resolver
 from services.runner.setup.warehouses import Warehouse, load_warehouses
 from shared import descriptor
+from shared.schema_names import personal_schema, project_schema
 from tests.support.paths import EXAMPLE
 
 
@@ -26,8 +27,8 @@ def test_each_project_has_its_own_schema_on_the_embedded_warehouse(tmp_path):
     embedded = load_warehouses(None, tmp_path / "wh" / "warehouse.duckdb")["main"]
     assert embedded.schema_per_project
     assert _schema(tmp_path, embedded, "jaffle_shop") == "jaffle_shop"
-    assert _schema(tmp_path, embedded, "Shop-B.2") == "shop_b_2"
-    assert _schema(tmp_path, embedded, "9lives") == "_9lives"
+    assert _schema(tmp_path, embedded, "Shop-B.2").startswith("shop_b_2_")
+    assert _schema(tmp_path, embedded, "9lives").startswith("_9lives_")
     named = "profile:\n  schema: marts\n"
     assert _schema(tmp_path, embedded, "jaffle_shop", named) == "marts"
 
@@ -40,3 +41,12 @@ def test_a_configured_warehouse_keeps_its_schema_unless_it_asks_for_one_per_proj
     assert _schema(tmp_path, set_schema, "jaffle_shop") == "shared"
     shared = Warehouse(name="main", type="duckdb", path=path, schema="x", schema_per_project=True)
     assert _schema(tmp_path, shared, "jaffle_shop") == "jaffle_shop"
+
+
+def test_two_names_never_become_one_schema():
+    """`.` and `_` (or `-` and `_`) are one character of a plain identifier: a name that is not
+    one already keeps a digest of itself, so two principals or projects keep two schemas."""
+    assert personal_schema("main", "ana") == "main_ana"
+    assert personal_schema("main", "ana.b") != personal_schema("main", "ana_b")
+    assert project_schema("a-b") != project_schema("a_b") == "a_b"
+    assert len(personal_schema("m" * 60, "x" * 60)) <= 63
