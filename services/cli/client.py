@@ -108,12 +108,14 @@ async def deploy(
     say: Callable[[str], None] | None = None,
     source: list[str] | None = None,
     replace_source: bool = False,
+    pr: int = 0,
 ) -> tuple[bundle.Packed, ev.Event]:
     """Pack (unless given `packed`), store the bundle, publish the deploy command, wait for
     its final event (a version's every file read, wherever they travelled). `say` hears
     each step as it starts: a deploy waits on a runner and on dbt, and should say so.
     `source` names the folder it comes from (services/cli/deploy_source.py), `replace_source`
-    lets it replace the project's."""
+    lets it replace the project's; `pr` makes it a pull request's version, promoted only into
+    that PR's own slot."""
     say = say or (lambda _: None)
     packed = packed or bundle.pack(path)
     say(f"uploading the bundle ({len(packed.files)} files, {packed.size:,} bytes)")
@@ -129,6 +131,7 @@ async def deploy(
         requested_by=requested_by or principal(),
         source=source or [],
         replace_source=replace_source,
+        pr=pr,
     )
     say(f"deploying {project} {digest[:19]}: a runner runs dbt deps and dbt parse")
     final = await _await_final(
