@@ -96,7 +96,7 @@ async def _check(args, settings: Settings) -> int:
     result = msgspec.structs.replace(result, version=final.version)
     given = args.select or []
     build = BuildCommand(select=given or MODIFIED, exclude=args.exclude or [], defer=True)
-    ended = await _run(args, settings, project, RunCommand(command=build, environment=environment))
+    ended = await _run(args, settings, project, _check_run(build, environment, args.pr))
     if isinstance(ended, ev.RunRefused) and NO_STATE in ended.reason:
         say(
             f"environment {result.environment!r} has no published state to compare with or"
@@ -105,12 +105,14 @@ async def _check(args, settings: Settings) -> int:
         whole = [s for s in given if not s.startswith("state:")]
         build = msgspec.structs.replace(build, select=whole, defer=False)
         result = msgspec.structs.replace(result, whole_selection=True)
-        ended = await _run(
-            args, settings, project, RunCommand(command=build, environment=environment)
-        )
+        ended = await _run(args, settings, project, _check_run(build, environment, args.pr))
     result = _outcome(result, ended)
     _print_check(args, result)
     return _exit_code(result.status)
+
+
+def _check_run(build: BuildCommand, environment: str, pr: int) -> RunCommand:
+    return RunCommand(command=build, environment=environment, pr=pr)
 
 
 def _outcome(result: CheckResult, ended: ev.Event) -> CheckResult:
@@ -138,7 +140,7 @@ def _outcome(result: CheckResult, ended: ev.Event) -> CheckResult:
 
 async def _close(args, settings: Settings, project: str) -> int:
     environment = args.env or ""
-    command = RunCommand(command=ClosePrCommand(), environment=environment)
+    command = RunCommand(command=ClosePrCommand(), environment=environment, pr=args.pr)
     ended = await _run(args, settings, project, command)
     result = CloseResult(project=project, pr=args.pr, status="", run_id=ended.run_id)
     if isinstance(ended, ev.RunRefused):
@@ -184,7 +186,7 @@ async def _dropped(settings: Settings, run_id: str) -> list[str]:
 
 async def _run(args, settings: Settings, project: str, command: RunCommand) -> ev.Event:
     """Publish the pull request's run and wait for its end (RunFinished or RunRefused)."""
-    command = msgspec.structs.replace(command, pr=args.pr, run_id=uuid.uuid4().hex)
+    command = msgspec.structs.replace(command, run_id=uuid.uuid4().hex)
     bus = await open_bus(settings)
     try:
         say(f"run {command.run_id} of pull request {args.pr}: {command.command.label}")
