@@ -130,6 +130,8 @@ async def test_a_pull_requests_check_builds_only_its_change_in_its_own_schema(st
     assert _columns(warehouse, second["schema"]) == {}
     twice = await jetdbt(stack, "ci", "close", "--pr", "7", "--project", "jaffle_shop")
     assert twice.returncode == 0 and "(it held nothing)" in twice.stdout, twice.stderr
+    never = await jetdbt(stack, "ci", "close", "--pr", "99", "--project", "jaffle_shop")
+    assert never.returncode == 0 and "(it held nothing)" in never.stdout, never.stderr
     assert "customers" in _columns(warehouse, schema)
 
     # Nothing a PR did published state or promoted an environment.
@@ -139,3 +141,20 @@ async def test_a_pull_requests_check_builds_only_its_change_in_its_own_schema(st
     assert {e.slot() for e in seen.seen if isinstance(e, ev.Promoted) and e.pr} == {"pr:7", "pr:8"}
     promoted = {e.version for e in seen.seen if isinstance(e, ev.Promoted) and not e.pr}
     assert promoted <= {started.version}, promoted
+
+
+async def test_a_check_with_no_state_to_defer_to_builds_the_whole_selection(stack, tmp_path):
+    """A project whose environment never published state: nothing to compare with, so the
+    check builds everything into the PR's schema, says so, and still publishes no state."""
+    seen = Events()
+    sub = await stack.bus.nc.subscribe("dbt.evt.>", cb=seen.on_msg)
+    project = tmp_path / "fresh"
+    shutil.copytree(EXAMPLE, project)
+    checked = await jetdbt(stack, "ci", str(project), "--pr", "3", "--project", "fresh", "--json")
+    await sub.unsubscribe()
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    result = json.loads(checked.stdout)
+    assert result["whole_selection"] and result["deferred_to"] is None, result
+    assert "no published state" in checked.stderr
+    assert {"customers", "orders"} <= set(_columns(stack.settings.default_duckdb, result["schema"]))
+    assert not [e for e in seen.seen if isinstance(e, ev.StatePublished) and e.project == "fresh"]
