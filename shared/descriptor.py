@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 import yaml
 
+from shared import subjects
 from shared.engines import ENGINES
 
 __all__ = [
@@ -78,9 +79,6 @@ Engine = Literal[ENGINES]
 TestBehavior = Literal["build", "after_all", "none"]
 
 
-_CHOICES = {"engine": ", ".join(Engine.__args__), "test_behavior": ", ".join(TestBehavior.__args__)}
-
-
 class Profile(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     # The configured warehouse its relations are keyed by: `main` unless named, except
     # with an own profiles.yml, which has no default identity and must name one.
@@ -104,6 +102,12 @@ class RetryPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
 DEFAULT_ENVIRONMENT = "prod"
 PERSONAL_ENVIRONMENT = "dev"
 RunRole = Literal["runner", "deployer", "admin"]
+
+_CHOICES = {
+    "engine": ", ".join(Engine.__args__),
+    "test_behavior": ", ".join(TestBehavior.__args__),
+    "roles": ", ".join(RunRole.__args__),
+}
 
 
 class EnvironmentSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -142,15 +146,6 @@ class Descriptor(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
 
 class DescriptorError(ValueError):
     """What is wrong with jetdbt.yaml, naming the key."""
-
-
-def _allowed(path: str) -> str:
-    kind = (
-        Profile
-        if path.endswith(".profile")
-        else (RetryPolicy if path.endswith(".retry_failed_nodes") else Descriptor)
-    )
-    return ", ".join(f.name for f in msgspec.structs.fields(kind))
 
 
 # msgspec's names of types, as a descriptor's author reads them.
@@ -200,12 +195,20 @@ def _suggestion(word: str, allowed: list[str]) -> str:
 
 
 def _allowed(path: str) -> list[str]:
-    kind = (
-        Profile
-        if path.endswith(".profile")
-        else (RetryPolicy if path.endswith(".retry_failed_nodes") else Descriptor)
-    )
+    if path.endswith(".profile"):
+        kind = Profile
+    elif path.endswith(".retry_failed_nodes"):
+        kind = RetryPolicy
+    elif re.fullmatch(r"\$\.environments\.[^.]+", path):
+        kind = EnvironmentSpec
+    else:
+        kind = Descriptor
     return [f.name for f in msgspec.structs.fields(kind)]
+
+
+def _choices(key: str) -> str:
+    """The values a fixed-choice key takes, also inside an environment or a list."""
+    return _CHOICES.get(re.sub(r"^environments\.[^.]+\.|\[\d+\]$", "", key), "")
 
 
 def _value_at(raw: Any, key: str) -> Any:
@@ -220,8 +223,12 @@ def _value_at(raw: Any, key: str) -> Any:
     return raw
 
 
-def _explain(exc: msgspec.ValidationError, raw: Any) -> str:
-    text = str(exc)
+def _explain(exc: msgspec.ValidationError, raw: Any, at: str = "$") -> str:
+    """msgspec's error in the descriptor's words; `at` is where the value it checked sits
+    (an environment's spec is checked on its own: msgspec names no mapping key)."""
+    text = re.sub(r"`\$", f"`{at}", str(exc))
+    if " - at `" not in text and at != "$":
+        text += f" - at `{at}`"
     match = re.match(r"Object contains unknown field `([^`]+)`(?: - at `([^`]+)`)?", text)
     if match:
         key, at = match.groups()
@@ -239,7 +246,7 @@ def _explain(exc: msgspec.ValidationError, raw: Any) -> str:
     value = _value_at(raw, key)
     shown = repr(value) if isinstance(value, str) else str(value)
     if found := re.fullmatch(r"Invalid enum value '(.*)'", what):
-        choices = _CHOICES.get(key, "")
+        choices = _choices(key)
         return (
             f"key '{key}': {found.group(1)!r} is not allowed"
             f"{_suggestion(found.group(1), choices.split(', '))}; allowed: {choices}"
@@ -261,20 +268,39 @@ def parse(text: str) -> Descriptor:
         return Descriptor()
     if not isinstance(raw, dict):
         raise DescriptorError(f"{FILENAME} must be a mapping of keys, got {_kind_of(raw)}")
-    env = raw.get("env")
-    if isinstance(env, dict):
-        for key, value in env.items():
-            if not isinstance(value, str):
-                raise DescriptorError(
-                    f"{FILENAME}: key 'env.{key}' takes text, got {_kind_of(value)}: {value}"
-                    " (quote it, or use $env:NAME / $var:PATH)"
-                )
+    _check_env_text(raw.get("env"), "env")
+    environments = raw.get("environments")
+    if isinstance(environments, dict):
+        for name, spec in environments.items():
+            if isinstance(spec, dict):
+                _check_env_text(spec.get("env"), f"environments.{name}.env")
+    environments = raw.get("environments")
+    for name, spec in environments.items() if isinstance(environments, dict) else ():
+        if not isinstance(name, str):
+            raise DescriptorError(f"{FILENAME}: key 'environments' has {name!r}; name it by text")
+        try:
+            msgspec.convert(spec, EnvironmentSpec)
+        except msgspec.ValidationError as exc:
+            at = f"$.environments.{name}"
+            raise DescriptorError(f"{FILENAME}: {_explain(exc, raw, at)}") from None
     try:
         desc = msgspec.convert(raw, Descriptor)
     except msgspec.ValidationError as exc:
         raise DescriptorError(f"{FILENAME}: {_explain(exc, raw)}") from None
     _check(desc)
     return desc
+
+
+def _check_env_text(env: Any, where: str) -> None:
+    """Env values are text: YAML would read `3` or `true` as another kind."""
+    if not isinstance(env, dict):
+        return
+    for key, value in env.items():
+        if not isinstance(value, str):
+            raise DescriptorError(
+                f"{FILENAME}: key '{where}.{key}' takes text, got {_kind_of(value)}: {value}"
+                " (quote it, or use $env:NAME / $var:PATH)"
+            )
 
 
 def _check(desc: Descriptor) -> None:
@@ -284,31 +310,59 @@ def _check(desc: Descriptor) -> None:
                 f"{FILENAME}: key 'vars' uses placeholder '{{{{ {name} }}}}', a reserved argument"
                 f" name; reserved: {', '.join(sorted(RESERVED_ARG_NAMES))}"
             )
-    for key, value in desc.env.items():
+    _check_env(desc.env, "env")
+    _check_profile(desc.profile, "profile")
+    if desc.selector is not None and not desc.selector.strip():
+        raise DescriptorError(f"{FILENAME}: key 'selector' is empty; name a selectors.yml entry")
+    _check_environments(desc)
+
+
+def _check_env(env: dict[str, str], where: str) -> None:
+    """Env values a project sets (top level or an environment's), one rule for both."""
+    for key, value in env.items():
         if _RUNNER_OWNED.match(key):
             raise DescriptorError(
-                f"{FILENAME}: key 'env.{key}' is refused: PATH, HOME, TMPDIR, LD_* and"
+                f"{FILENAME}: key '{where}.{key}' is refused: PATH, HOME, TMPDIR, LD_* and"
                 " PYTHON* decide what runs and where, and are the runner's"
             )
         if _TOOL_OWNED.match(key):
             raise DescriptorError(
-                f"{FILENAME}: key 'env.{key}' is refused: GIT_*, SSH_*, *_PROXY, CURL_*, PIP_*,"
-                " UV_*, SSL_CERT_*, REQUESTS_CA_BUNDLE and DBT_PACKAGE_HUB_URL steer the tools"
-                " dbt starts (git, the package hub, installers), not the project"
+                f"{FILENAME}: key '{where}.{key}' is refused: GIT_*, SSH_*, *_PROXY, CURL_*,"
+                " PIP_*, UV_*, SSL_CERT_*, REQUESTS_CA_BUNDLE and DBT_PACKAGE_HUB_URL steer the"
+                " tools dbt starts (git, the package hub, installers), not the project"
             )
         if value.startswith("$") and not _REFERENCE.match(value):
             raise DescriptorError(
-                f"{FILENAME}: key 'env.{key}' is {value!r}; a reference is $env:NAME or"
+                f"{FILENAME}: key '{where}.{key}' is {value!r}; a reference is $env:NAME or"
                 " $var:PATH (a literal starting with '$' is not allowed)"
             )
-    if desc.profile.profiles_yml and desc.profile.warehouse is None:
+
+
+def _check_profile(profile: Profile, where: str) -> None:
+    if profile.profiles_yml and profile.warehouse is None:
         raise DescriptorError(
-            f"{FILENAME}: key 'profile.warehouse' is required with profile.profiles_yml: an own"
+            f"{FILENAME}: key '{where}.warehouse' is required with {where}.profiles_yml: an own"
             " profiles.yml has no default identity, so name the configured warehouse its"
             " relations are keyed by"
         )
-    if desc.selector is not None and not desc.selector.strip():
-        raise DescriptorError(f"{FILENAME}: key 'selector' is empty; name a selectors.yml entry")
+
+
+def _check_environments(desc: Descriptor) -> None:
+    """Each declared environment: a plain name, its env and profile under the top level's
+    rules, and a `defer_to` naming an environment the project has."""
+    known = environment_names(desc)
+    for name, spec in desc.environments.items():
+        try:
+            subjects.check_environment_name(name)
+        except subjects.InvalidName as exc:
+            raise DescriptorError(f"{FILENAME}: key 'environments.{name}': {exc}") from None
+        _check_env(spec.env, f"environments.{name}.env")
+        _check_profile(spec.profile, f"environments.{name}.profile")
+        if spec.defer_to is not None and spec.defer_to not in known:
+            raise DescriptorError(
+                f"{FILENAME}: key 'environments.{name}.defer_to' is {spec.defer_to!r}, which is"
+                f" not an environment of the project; its environments: {', '.join(known)}"
+            )
 
 
 def environment_names(desc: Descriptor) -> list[str]:

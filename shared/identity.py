@@ -413,6 +413,27 @@ def command_problem(caller: Caller, verb: str, project: str, owner: str) -> str 
     return None
 
 
+def run_role(caller: Caller, project: str) -> str:
+    """The role `caller` runs `project` with, by the door it came in: the API token's role, a
+    system's own user's highest grant on the project, the operator's NATS user admin."""
+    if caller.via_api:
+        return caller.token.role if caller.token is not None else "viewer"
+    if caller.own_user:
+        held = [g.role for g in caller.grants if project_matches(g.project, project)]
+        return max(held, key=ROLES.index, default="viewer")
+    return "admin"
+
+
+def environment_problem(role: str, environment: str, roles: list[str]) -> str | None:
+    """Why a caller of `role` may not run in `environment`, which lets only `roles` run."""
+    if role in roles:
+        return None
+    return (
+        f"environment {environment!r} lets roles {', '.join(roles) or 'none'} run in it;"
+        f" the caller's role on the project is {role!r}"
+    )
+
+
 def deploy_team(caller: Caller, project: str, owner: str) -> tuple[str, str | None]:
     """The team a deploy of `project` records, or why it is refused. A project belongs to
     its first deployer's team (`owner`, "" before its first deploy): a principal of another

@@ -18,10 +18,11 @@ from typing import Any
 import msgspec
 from nats.js.errors import ObjectNotFoundError
 
-from shared import event_blobs, subjects
+from shared import event_blobs, subjects, versions
 from shared import events as ev
 from shared import graph as graph_mod
 from shared.bus import Bus
+from shared.descriptor import DEFAULT_ENVIRONMENT
 from shared.graph import SCOPE_RUN, SCOPE_VERSION, Graph
 from shared.relations import InvalidRelation, parse
 
@@ -93,7 +94,7 @@ async def _graph(bus: Bus, subject: str) -> Graph | None:
 async def deployed_graph(bus: Bus, project: str) -> Graph | None:
     """The graph of the project's deployed version; None before its first deploy. Raises
     ValueError when its blob cannot be read."""
-    deployed = await bus.last_event(subjects.deploy_event(project, "deployed"))
+    deployed = await versions.held_by(bus, project, DEFAULT_ENVIRONMENT)
     if not isinstance(deployed, ev.Deployed):
         return None
     return await _graph(bus, subjects.graph_event(project, SCOPE_VERSION, deployed.version))

@@ -14,7 +14,7 @@ from shared import events as ev
 from shared import subjects
 from shared.descriptor import DEFAULT_ENVIRONMENT
 
-__all__ = ["held_by", "promotion_of"]
+__all__ = ["held_by", "promotion_of", "slot_for_run", "nothing_held"]
 
 
 async def promotion_of(bus, project: str, slot: str) -> ev.Promoted | None:
@@ -37,3 +37,29 @@ async def held_by(bus, project: str, slot: str) -> ev.Deployed | None:
     if ":" in slot:
         return None
     return await held_by(bus, project, DEFAULT_ENVIRONMENT)
+
+
+async def slot_for_run(bus, project: str, environment: str, principal: str, pr: int) -> str:
+    """The slot a run reads its version from: a pull request's check its PR's own; otherwise
+    the caller's own slot of `environment` once a version was promoted into it, else the
+    environment's (which runs the default's until one is promoted into it)."""
+    if pr:
+        return ev.promotion_slot(environment, pr=pr)
+    own = ev.promotion_slot(environment, principal)
+    if principal and await promotion_of(bus, project, own) is not None:
+        return own
+    return ev.promotion_slot(environment)
+
+
+def nothing_held(project: str, slot: str) -> str:
+    """Why a run of `slot` cannot start when the slot holds no version, and what to do."""
+    if slot.startswith("pr:"):
+        pr = slot.removeprefix("pr:")
+        return (
+            f"pull request {pr} of project {project!r} uploaded no version;"
+            f" check it first: jetdbt ci PATH --pr {pr} --project {project}"
+        )
+    return (
+        f"project {project!r} has no deployed version;"
+        f" deploy it first: jetdbt deploy PATH --project {project}"
+    )

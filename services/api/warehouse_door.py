@@ -1,10 +1,13 @@
 """The warehouse grants at the API's door: a run of a project whose team may not use the
 warehouse its current version names is a 403 before anything is published.
 
-The warehouse is the one the project's latest Deployed event recorded and the team the one
-its deploys recorded, both read from the log as a runner reads them; the grants are the
-operator's warehouses file (shared/warehouse_grants.py). A warehouse this API was not told
-of passes: the runner, which knows every warehouse it serves, checks again and refuses.
+The warehouse is the one the version the project's default environment runs recorded
+(shared/versions.py) and the team the one its deploys recorded, both read from the log as a
+runner reads them; the grants are the operator's warehouses file (shared/warehouse_grants.py).
+A run in another environment may build in another warehouse, which only the version's
+descriptor names: the runner, which plans every run in its environment and knows every
+warehouse it serves, checks the grant again and refuses; so does it for a warehouse this API
+was not told of.
 """
 
 from __future__ import annotations
@@ -13,8 +16,9 @@ from aiohttp import web
 
 from services.api.boundary import error
 from shared import events as ev
-from shared import identity, subjects, warehouse_grants
+from shared import identity, versions, warehouse_grants
 from shared.bus import Bus
+from shared.descriptor import DEFAULT_ENVIRONMENT
 
 __all__ = ["install", "refusal"]
 
@@ -31,7 +35,7 @@ async def refusal(request: web.Request, project: str) -> web.Response | None:
     """A 403 naming the warehouse and the team when `project`'s team may not use the
     warehouse of its current version, else None."""
     bus, grants = request.app[_BUS], request.app[_GRANTS]
-    deployed = await bus.last_event(subjects.deploy_event(project, "deployed"))
+    deployed = await versions.held_by(bus, project, DEFAULT_ENVIRONMENT)
     if not isinstance(deployed, ev.Deployed) or deployed.warehouse not in grants:
         return None
     team = await identity.project_team(bus, project)

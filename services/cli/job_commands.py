@@ -43,7 +43,9 @@ async def _send(settings: Settings, project: str, command: JobCommand) -> int:
 
 
 def _spec(args, **triggers) -> JobSpec:
-    return JobSpec(command=dbt_command_of(args), args=run_args_of(args), **triggers)
+    return JobSpec(
+        command=dbt_command_of(args), args=run_args_of(args), environment=args.env or "", **triggers
+    )
 
 
 def _triggered(args) -> JobSpec:

@@ -250,6 +250,12 @@ def _dbt_options(p: argparse.ArgumentParser) -> None:
         metavar="SCHEMA",
         help="build into this scratch schema instead of the profile's (CI); publishes no state",
     )
+    p.add_argument(
+        "--env",
+        metavar="NAME",
+        help="the project environment it runs in (default: the project's default, prod;"
+        " dev builds into a schema of your own, deferring to prod)",
+    )
     p.add_argument("--test-behavior", choices=("build", "after_all", "none"), help="build only")
     p.add_argument("--macro", help="run-operation: the macro to run")
     p.add_argument("--macro-args", help="run-operation: the macro's args as YAML/JSON")

@@ -23,7 +23,7 @@ from services.cli.common import (
 )
 from services.cli.deploy_source import marks
 from services.cli.watch import Progress, Tally, planned_nodes, result_table, styled
-from shared import bundle, run_status, subjects
+from shared import bundle, run_status, subjects, versions
 from shared import events as ev
 from shared.bus import Bus
 from shared.commands import (
@@ -34,6 +34,7 @@ from shared.commands import (
     dbt_command,
 )
 from shared.config import Settings
+from shared.descriptor import DEFAULT_ENVIRONMENT
 from shared.digests import short_digest
 
 __all__ = ["cmd_deploy", "cmd_run", "cmd_parse", "cmd_retry", "deploy_folder", "say", "waited"]
@@ -127,7 +128,7 @@ async def _planned(bus: Bus, project: str, cmd: BuildCommand) -> int | None:
     """The node count of an unselected build, from the deployed manifest."""
     if cmd.select or cmd.exclude:
         return None
-    deployed = await bus.last_event(subjects.deploy_event(project, "deployed"))
+    deployed = await versions.held_by(bus, project, DEFAULT_ENVIRONMENT)
     if not isinstance(deployed, ev.Deployed):
         return None
     with contextlib.suppress(Exception):
@@ -161,7 +162,12 @@ def run_args_of(args) -> dict:
 
 async def cmd_run(args, settings: Settings) -> int:
     project = subjects.check_project(args.project)
-    command = RunCommand(command=dbt_command_of(args), args=run_args_of(args), run_id=args.run_id)
+    command = RunCommand(
+        command=dbt_command_of(args),
+        args=run_args_of(args),
+        run_id=args.run_id,
+        environment=args.env or "",
+    )
     return await follow(args, settings, project, command)
 
 

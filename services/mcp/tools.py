@@ -182,7 +182,8 @@ TOOLS: tuple[Tool, ...] = (
                 "Publish a run command and return its run id at once; follow it with get_run."
                 " `command` is {label: build, select, exclude, vars, full_refresh, defer},"
                 " {label: retry, dbt_retry_job} or {label: parse, vars}. A build writes"
-                " the warehouse.",
+                " the warehouse. `environment` names the project environment it runs in"
+                " (default: the project's default; `dev`: the caller's own schema).",
                 changes=True, idempotent=False),
     Tool(
         name="retry_run",

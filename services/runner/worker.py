@@ -32,7 +32,8 @@ from services.runner.process import spawn
 from services.runner.process.containment import SandboxMissing
 from services.runner.process.spawn import ForkServerLost
 from services.runner.setup import run_credentials
-from shared import commands, identity, subjects, supervise, uploads
+from services.runner.setup.placement import Placement
+from shared import commands, descriptor, identity, subjects, supervise, uploads, versions
 from shared import events as ev
 from shared import logging as jlog
 from shared.bus import TRANSIENT
@@ -283,6 +284,7 @@ class Runner:
             job = body.command.name
             body, problem = await _job_run(bus, project, body, problem)
         problem = problem or _depth_problem(body)
+        body = await _in_environment(bus, project, body)
         run_id = body.run_id or f"c{seq}"
         owner = await self._owner(run_id)
         if owner is not None and owner != project:
@@ -306,6 +308,8 @@ class Runner:
                 job=job,
                 trigger=body.trigger,
                 depth=body.depth,
+                environment=body.environment,
+                pr=body.pr,
             )
         )
         fire = jobs.fired(msg, project, job, run_id, seq) if job else None
@@ -323,25 +327,32 @@ class Runner:
             isinstance(command, commands.ParseCommand) and not command.bundle_digest
         )
         if reason is None and needs_version:
-            deployed = await bus.last_event(subjects.deploy_event(project, "deployed"))
+            slot = await versions.slot_for_run(
+                bus, project, body.environment, body.requested_by, body.pr
+            )
+            deployed = await versions.held_by(bus, project, slot)
             if deployed is None:
-                reason = (
-                    f"project {project!r} has no deployed version;"
-                    f" deploy it first: jetdbt deploy PATH --project {project}"
-                )
+                reason = versions.nothing_held(project, slot)
         if reason is not None:
             await bus.publish(ev.RunRefused(project=project, run_id=run_id, reason=reason))
             return
         attempt_number = await self._attempt_number(project, run_id)
         key = (project, run_id)
         cancelled = self.active.setdefault(key, Cancel())
+        where = Placement(
+            environment=body.environment,
+            principal=body.requested_by,
+            pr=body.pr,
+            role=identity.run_role(caller, project),
+        )
+        started = (self.ctx, project, body, run_id, attempt_number)
         try:
             if isinstance(command, commands.RetryCommand):
-                await retry(self.ctx, project, body, run_id, attempt_number, cancelled)
+                await retry(*started, cancelled, where)
             elif isinstance(command, commands.ParseCommand):
-                await parse(self.ctx, project, body, run_id, attempt_number, deployed, cancelled)
+                await parse(*started, deployed, cancelled, where)
             else:
-                await build(self.ctx, project, body, run_id, attempt_number, deployed, cancelled)
+                await build(*started, deployed, cancelled, where)
         finally:
             self.active.pop(key, None)
 
@@ -415,8 +426,23 @@ async def _job_run(
     except msgspec.ValidationError as exc:
         return body, problem or f"job {name!r} cannot be read: {quote(str(exc), 200)}"
     return msgspec.structs.replace(
-        body, command=spec.command, args={**spec.args, **body.args}
+        body, command=spec.command, args={**spec.args, **body.args}, environment=spec.environment
     ), problem
+
+
+async def _in_environment(bus, project: str, body: commands.RunCommand) -> commands.RunCommand:
+    """The run with its environment named ("" is the default one) and its pull request: a
+    retry resumes in the environment, and for the pull request, of the run it resumes."""
+    environment, pr = body.environment, body.pr
+    if isinstance(body.command, commands.RetryCommand):
+        resumed = await bus.last_event(
+            subjects.run_event(project, body.command.dbt_retry_job, "requested")
+        )
+        if isinstance(resumed, ev.RunRequested):
+            environment, pr = resumed.environment, resumed.pr
+    return msgspec.structs.replace(
+        body, environment=environment or descriptor.DEFAULT_ENVIRONMENT, pr=pr
+    )
 
 
 async def _upload_problem(bus, body: commands.DeployCommand) -> str | None:

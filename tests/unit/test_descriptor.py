@@ -9,6 +9,8 @@ import pytest
 from shared.descriptor import (
     Descriptor,
     DescriptorError,
+    environment_names,
+    in_environment,
     interpolate,
     is_dynamic,
     load,
@@ -49,6 +51,23 @@ ERRORS = [
     ("defer: sometimes", ["'defer' takes true or false"]),
     ("[1, 2]", ["mapping of keys, got a list"]),
     ("a: [", ["not valid YAML"]),
+    # Environments: their names, their env and profile under the top level's rules.
+    ("environments: [staging]", ["'environments' takes a mapping, got a list"]),
+    ("environments: {Staging: {}}", ["'environments.Staging'", "lowercase letters"]),
+    ("environments: {staging: 3}", ["'environments.staging' takes a mapping"]),
+    ("environments: {staging: {shema: x}}", ["'shema' in environments.staging", "defer_to"]),
+    ("environments: {staging: {profile: {shema: x}}}", ["environments.staging.profile", "schema"]),
+    ("environments: {staging: {roles: [owner]}}", ["'owner'", "runner, deployer, admin"]),
+    ("environments: {staging: {threads: 0}}", ["'environments.staging.threads'", "at least 1"]),
+    ("environments: {staging: {env: {PATH: /x}}}", ["'environments.staging.env.PATH' is refused"]),
+    ("environments: {ci: {env: {GIT_DIR: /x}}}", ["'environments.ci.env.GIT_DIR' is refused"]),
+    ("environments: {staging: {env: {A: 3}}}", ["'environments.staging.env.A' takes text"]),
+    ("environments: {staging: {env: {A: $x}}}", ["'environments.staging.env.A'", "$env:NAME"]),
+    ("environments: {staging: {defer_to: qa}}", ["'qa'", "dev, prod, staging"]),
+    (
+        "environments: {staging: {profile: {profiles_yml: p.yml}}}",
+        ["'environments.staging.profile.warehouse' is required"],
+    ),
 ]
 
 
@@ -101,3 +120,17 @@ def test_an_unnamed_engine_is_the_operators_default_and_a_bad_default_is_refused
     assert load_settings({"JETDBT_DEFAULT_ENGINE": "fusion"}).default_engine == "fusion"
     with pytest.raises(ValueError, match="JETDBT_DEFAULT_ENGINE='dbt3' is not an engine"):
         load_settings({"JETDBT_DEFAULT_ENGINE": "dbt3"})
+
+
+def test_an_environment_sets_its_keys_over_the_top_level_and_an_unknown_one_is_named():
+    desc = parse(
+        "profile: {schema: main, target: dev}\nthreads: 2\nenv: {A: a, B: b}\n"
+        "environments:\n  staging: {profile: {schema: stg}, env: {B: s}, roles: [admin]}\n"
+    )
+    staging = in_environment(desc, "staging")
+    assert (staging.profile.schema, staging.profile.target) == ("stg", "dev")
+    assert (staging.threads, staging.env) == (2, {"A": "a", "B": "s"})
+    assert in_environment(desc, "").profile.schema == "main"
+    assert environment_names(desc) == ["dev", "prod", "staging"]
+    with pytest.raises(DescriptorError, match="no environment 'qa'.*dev, prod, staging"):
+        in_environment(desc, "qa")

@@ -30,6 +30,7 @@ from services.runner.process.dbt_process import DbtInvocation, RunTimedOut
 from services.runner.process.spawn import ForkServerLost
 from services.runner.setup import run_credentials
 from services.runner.setup.job_setup import Prepared, Refused, prepare
+from services.runner.setup.placement import Placement
 from services.runner.setup.warehouses import Warehouse
 from shared import event_blobs, run_status, subjects
 from shared import events as ev
@@ -86,6 +87,8 @@ class Source:
     resumes: ev.RetryStateSaved | None = None
     # The engine environment the version was deployed with (Deployed.environment_lock).
     environment_lock: dict[str, str] | None = None
+    # The project environment it runs in, for whom (setup/placement.py).
+    where: Placement | None = None
 
 
 async def refuse(ctx: RunnerContext, project: str, run_id: str, reason: str) -> ev.RunRefused:
@@ -200,6 +203,7 @@ class Attempt:
                 packages_digest=s.packages_digest,
                 cmd=s.cmd,
                 args=s.args,
+                where=s.where,
             )
         except Refused as exc:
             return await refuse(self.ctx, self.project, self.run_id, str(exc))

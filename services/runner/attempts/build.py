@@ -26,6 +26,7 @@ from services.runner.context import RunnerContext
 from services.runner.setup import close_pr, selection
 from services.runner.setup import environment_state as state_mod
 from services.runner.setup.job_setup import Prepared
+from services.runner.setup.placement import Placement
 from services.runner.setup.plan import command_args
 from shared import events as ev
 from shared.commands import ClosePrCommand, OperationCommand, RunCommand
@@ -50,6 +51,7 @@ async def build(
     attempt_number: int,
     deployed: ev.Deployed,
     cancelled: asyncio.Event,
+    where: Placement,
 ) -> ev.Event:
     """Run to the end and publish RunFinished, or RunRefused when the run cannot start."""
     source = Source(
@@ -58,6 +60,7 @@ async def build(
         body.command,
         body.args,
         environment_lock=deployed.environment_lock,
+        where=where,
     )
     return await _Build(ctx, project, body, run_id, attempt_number, cancelled, source).run()
 

@@ -4,8 +4,9 @@ The retry state is the last message on the (project, principal) retry subject,
 so a runner that never saw the run restores its run_results.json from the object
 store; `dbt retry` re-parses the project itself, so the manifest is not stored.
 A retry names the run it resumes and is refused for any other, naming both. It resumes
-the version that run built (the run's identity: version, packages, profile); when a newer
-version is deployed it is refused, naming both, unless the command asks for the old one.
+the version that run built (the run's identity: version, packages, profile) in that run's
+environment; when the environment holds another version now it is refused, naming both,
+unless the command asks for the old one.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ import msgspec
 from services.runner.attempts.attempt import Attempt, Source, refuse
 from services.runner.context import RunnerContext
 from services.runner.process.dbt_process import DbtInvocation
+from services.runner.setup.placement import Placement
 from shared import events as ev
-from shared import subjects
+from shared import subjects, versions
 from shared.commands import AnyDbtCommand, RetryCommand, RunCommand
 from shared.digests import short_digest
 
@@ -36,6 +38,7 @@ async def retry(
     run_id: str,
     attempt_number: int,
     cancelled: asyncio.Event,
+    where: Placement,
 ) -> ev.Event:
     """Resume the run the command names; publish RunFinished, or RunRefused naming why not."""
     command: RetryCommand = body.command
@@ -60,19 +63,29 @@ async def retry(
             f" {saved.run_id!r} (only the latest run per project and principal"
             " is kept)",
         )
-    newer = await _newer_version(ctx, project, saved, command)
+    newer = await _newer_version(ctx, project, saved, command, where)
     if newer:
         return await refuse(ctx, project, run_id, newer)
     resumed = msgspec.convert(saved.command, AnyDbtCommand)
-    source = Source(saved.version, saved.packages_digest, resumed, saved.args, resumes=saved)
+    source = Source(
+        saved.version, saved.packages_digest, resumed, saved.args, resumes=saved, where=where
+    )
     return await _Retry(ctx, project, body, run_id, attempt_number, cancelled, source).run()
 
 
 async def _newer_version(
-    ctx: RunnerContext, project: str, saved: ev.RetryStateSaved, command: RetryCommand
+    ctx: RunnerContext,
+    project: str,
+    saved: ev.RetryStateSaved,
+    command: RetryCommand,
+    where: Placement,
 ) -> str | None:
-    """Why the retry is refused because another version is deployed since its run, or None."""
-    deployed = await ctx.bus.last_event(subjects.deploy_event(project, "deployed"))
+    """Why the retry is refused because its run's environment holds another version now
+    than the one its run built, or None."""
+    slot = await versions.slot_for_run(
+        ctx.bus, project, where.environment, where.principal, where.pr
+    )
+    deployed = await versions.held_by(ctx.bus, project, slot)
     if command.old_version or not isinstance(deployed, ev.Deployed):
         return None
     if deployed.version == saved.version:

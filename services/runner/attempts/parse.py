@@ -14,6 +14,7 @@ import msgspec
 from services.runner import graph
 from services.runner.attempts.attempt import Attempt, Source
 from services.runner.context import RunnerContext
+from services.runner.setup.placement import Placement
 from shared import events as ev
 from shared.commands import BuildCommand, ParseCommand, RunCommand
 
@@ -28,6 +29,7 @@ async def parse(
     attempt_number: int,
     deployed: ev.Deployed | None,
     cancelled: asyncio.Event,
+    where: Placement,
 ) -> ev.Event:
     """Parse a bundle (undeployed) or the deployed version; publish RunFinished or RunRefused."""
     command: ParseCommand = body.command
@@ -35,7 +37,7 @@ async def parse(
         version, packages = command.bundle_digest, None
     else:
         version, packages = deployed.version, deployed.packages_digest
-    source = Source(version, packages, BuildCommand(vars=command.vars), body.args)
+    source = Source(version, packages, BuildCommand(vars=command.vars), body.args, where=where)
     return await _Parse(ctx, project, body, run_id, attempt_number, cancelled, source).run()
 
 

@@ -27,7 +27,7 @@ from services.runner.process.dbt_process import DbtInvocation
 from services.runner.process.job_disk import DiskUnavailable
 from services.runner.provision import engine, environments
 from services.runner.provision.packages import PackageCache, PackagesRefused, declared
-from services.runner.setup import own_database, run_credentials, workspace
+from services.runner.setup import own_database, placement, run_credentials, workspace
 from services.runner.setup.plan import Plan, PlanRefused, make_plan
 from services.runner.setup.secrets import Resolver, UnresolvedReference
 from services.runner.setup.warehouses import UnknownWarehouse, pick
@@ -207,9 +207,11 @@ async def prepare(
     packages_digest: str | None = None,
     cmd: DbtCommand | None = None,
     args: dict[str, Any] | None = None,
+    where: placement.Placement | None = None,
 ) -> Prepared:
     """The job of `version`, ready for dbt, or Refused naming why. `team` is the project's:
-    the warehouse its descriptor names must be granted to it."""
+    the warehouse its descriptor names must be granted to it. `where` is the environment a
+    run names (None: a deploy's, the default one), whose descriptor it plans with."""
     try:
         await ctx.containment.check()
     except SandboxMissing as exc:
@@ -232,13 +234,17 @@ async def prepare(
             raise
         raise Refused(f"version {version} does not fit: {ctx.containment.disk_error()}") from None
     try:
-        desc = descriptor.load(job.project)
+        placed = placement.place(descriptor.load(job.project), where)
+        desc = placed.desc
         wh = pick(ctx.warehouses, desc.profile.warehouse_name())
         warehouse_grants.check(wh.name, team, wh.teams)
         engine_name = desc.engine or ctx.settings.default_engine
         executable = engine.command(engine_name, ctx.settings.engines_dir)
         resolver = ctx.resolver()
-        plan = make_plan(desc, cmd, args, wh, resolver, job.project, engine_name)
+        plan = make_plan(
+            desc, cmd, args, wh, resolver, job.project, engine_name,
+            home_desc=placed.home, scratch_for=placed.scratch,
+        )  # fmt: skip
         await asyncio.to_thread(own_database.check_job, plan.place, ctx.own_database)
         if desc.profile.profiles_yml:
             await asyncio.to_thread(own_database.check_own_profile, plan.place, wh, resolver)

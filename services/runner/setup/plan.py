@@ -6,6 +6,7 @@ see the same profile, target, environment and vars.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -72,8 +73,9 @@ class Plan(msgspec.Struct, frozen=True, kw_only=True):
     defer: bool = False
     environment: Environment | None = None
     unlocated: str | None = None  # why `environment` (or a scratch run's `home`) is None
-    # A run's scratch schema (the command's `schema`): `environment` is then where it builds,
-    # and `home` the profile's own environment, whose state a deferral reads.
+    # A run's scratch schema (the command's `schema`, a person's or a pull request's):
+    # `environment` is where it builds; `home` is where a deferral reads the state of: the
+    # environment's own location, or that of the environment it defers to.
     scratch_schema: str | None = None
     home: Environment | None = None
     lease_scope: str = ""  # what one build at a time is kept to (see _lease_scope)
@@ -110,9 +112,9 @@ class Plan(msgspec.Struct, frozen=True, kw_only=True):
         return args
 
     def defers_to(self) -> Environment | None:
-        """The environment whose published state a deferral reads: the profile's own, also
-        for a run that builds into a scratch schema."""
-        return self.home if self.scratch_schema else self.environment
+        """The environment whose published state a deferral reads: the profile's own (also
+        for a run that builds into a scratch schema), or the one its environment defers to."""
+        return self.home
 
     def has_selection(self) -> bool:
         return bool(self.select or self.exclude or self.selector)
@@ -326,6 +328,41 @@ def _own_file_folder(
     )
 
 
+def _output(
+    desc: Descriptor, wh: Warehouse, resolver: Resolver, project_dir: Path, profile: str
+) -> tuple[str, dict[str, Any]]:
+    """The target an environment's descriptor chooses and its output, before any scratch
+    schema: its own profiles.yml's, or the configured warehouse's."""
+    if desc.profile.profiles_yml:
+        _, target, output = _own_profiles(
+            project_dir, desc.profile.profiles_yml, profile, desc.profile.target
+        )
+        return target, output
+    target = desc.profile.target or wh.target
+    return target, render_output(wh, resolver, schema=desc.profile.schema, threads=desc.threads)
+
+
+def _scratch(
+    cmd: DbtCommand | None,
+    scratch_for: Callable[[str], str] | None,
+    warehouse: str,
+    target: str,
+    base: dict[str, Any],
+) -> str | None:
+    """The schema a run builds into instead of its environment's: the command's own, else
+    the one its placement names after the environment's schema (a person's, a PR's)."""
+    if cmd is not None and cmd.schema:
+        return cmd.schema
+    if scratch_for is None:
+        return None
+    located, unlocated = _environment(warehouse, target, base)
+    if located is None:
+        raise PlanRefused(
+            f"the run builds into a schema of its own, named after its own: {unlocated}"
+        )
+    return scratch_for(located.schema)
+
+
 def make_plan(
     desc: Descriptor,
     cmd: DbtCommand | None,
@@ -334,8 +371,13 @@ def make_plan(
     resolver: Resolver,
     project_dir: Path,
     engine: str,
+    *,
+    home_desc: Descriptor | None = None,
+    scratch_for: Callable[[str], str] | None = None,
 ) -> Plan:
-    """`args` is None for a deploy, the run arguments for a run."""
+    """`args` is None for a deploy, the run arguments for a run. `desc` is the run's
+    environment's (setup/placement.py); `home_desc` the environment its deferral reads when
+    another; `scratch_for` names a schema of the run's own after its environment's."""
     defer = bool(desc.defer if cmd is None or cmd.defer is None else cmd.defer) and cmd is not None
     defer = defer and "defer" in TAKES[cmd.label]  # a seed or a freshness check defers to nothing
     _check_state_methods(desc, cmd, defer)
@@ -350,22 +392,23 @@ def make_plan(
     seen = dbt_env(env)
     project_doc = yaml.safe_load((project_dir / "dbt_project.yml").read_text()) or {}
     profile = _render_profile_name(project_doc, seen)
-    scratch = cmd.schema if cmd is not None else None
+    target, base = _output(desc, wh, resolver, project_dir, profile)
+    scratch = _scratch(cmd, scratch_for, wh.name, target, base)
     if desc.profile.profiles_yml:
-        _, target, home_output = _own_profiles(
-            project_dir, desc.profile.profiles_yml, profile, desc.profile.target
-        )
         text, target, output = _own_profiles(
             project_dir, desc.profile.profiles_yml, profile, desc.profile.target, scratch
         )
     else:
-        target = desc.profile.target or wh.target
-        home_output = render_output(wh, resolver, schema=desc.profile.schema, threads=desc.threads)
-        output = {**home_output, "schema": scratch} if scratch else home_output
+        output = {**base, "schema": scratch} if scratch else base
         text = render_profiles(profile, target, output)
+    home_target, home_output = (
+        (target, base)
+        if home_desc is None
+        else _output(home_desc, wh, resolver, project_dir, profile)
+    )
     environment, unlocated = _environment(wh.name, target, output)
-    home, home_unlocated = _environment(wh.name, target, home_output)
-    unlocated = unlocated or (home_unlocated if scratch else None)
+    home, home_unlocated = _environment(wh.name, home_target, home_output)
+    unlocated = unlocated or home_unlocated
     lease_scope = _lease_scope(wh.name, target, output, environment)
     if not desc.profile.profiles_yml and wh.credentials == run_credentials.PER_RUN:
         text = render_profiles(profile, target, run_credentials.login_left_out(output, lease_scope))

@@ -310,15 +310,15 @@ async def _drop_role(conn: asyncpg.Connection, name: str, holder: str | None = N
 
 
 def places(plan: Plan) -> list[Environment]:
-    """Where a run's login acts: the environment it runs in, then, for a run in a scratch
-    schema, its profile's own environment, which a deferral reads. Raises
+    """Where a run's login acts: the environment it runs in, then, when another, the
+    environment a deferral reads (a scratch schema's own, or the one deferred to). Raises
     CredentialRefused when the run's environment is known only once dbt runs."""
     if plan.environment is None:
         raise CredentialRefused(
             f"warehouse {plan.warehouse!r} gives each run a role of its own (credentials:"
             f" per_run), which needs the run's schema known before dbt runs: {plan.unlocated}"
         )
-    home = plan.home if plan.scratch_schema and plan.home != plan.environment else None
+    home = plan.home if plan.home != plan.environment else None
     return [plan.environment, *([home] if home else [])]
 
 
