@@ -14,6 +14,7 @@ from projections.folds.graph import GraphFold
 from projections.folds.hooks import HooksFold
 from projections.folds.jobs import JobsFold
 from projections.folds.progress import ProgressFold
+from projections.folds.promotions import PromotionsFold
 from projections.folds.retry_state import RetryStateFold
 from projections.loop import Fold
 from shared.bus import Bus
@@ -30,6 +31,7 @@ FOLDS: dict[str, Callable[[Bus], Fold]] = {
     "hooks": lambda bus: HooksFold(),
     "freshness": FreshnessFold,
     "catalog": CatalogFold,
+    "promotions": lambda bus: PromotionsFold(),
 }
 
 # The tables each projection writes, for `jetdbt replay --projection NAME`: a
@@ -51,4 +53,5 @@ TABLES = {
     "hooks": ("hooks", "hook_deliveries"),
     "freshness": ("source_freshness",),
     "catalog": ("node_catalog",),
+    "promotions": ("environment_versions", "promotions"),
 }

@@ -333,11 +333,17 @@ class Bus:
 
     async def last_event(self, subject: str) -> events.Event | None:
         """The newest event on one subject, read from the stream (never from a projection)."""
+        found = await self.last_stored(subject)
+        return found[0] if found is not None else None
+
+    async def last_stored(self, subject: str) -> tuple[events.Event, int] | None:
+        """The newest event on one subject and its stream sequence (None: none there)."""
         try:
             msg = await self.js.get_last_msg(EVENTS, subject)
         except NotFoundError:
             return None
-        return self._fact(msg, subject)
+        event = self._fact(msg, subject)
+        return None if event is None else (event, msg.seq)
 
     async def event_at(self, seq: int) -> events.Event | None:
         """The event stored at stream sequence `seq` (None: none there, or not a fact of its

@@ -30,6 +30,8 @@ __all__ = [
     "parse",
     "environment_names",
     "environment_spec",
+    "personal_environments",
+    "unknown_environment",
     "in_environment",
     "placeholders",
     "interpolate",
@@ -382,10 +384,19 @@ def environment_spec(desc: Descriptor, name: str) -> EnvironmentSpec:
         return EnvironmentSpec()
     if name == PERSONAL_ENVIRONMENT:
         return EnvironmentSpec(personal=True)
-    raise DescriptorError(
-        f"the project has no environment {name!r}; its environments:"
-        f" {', '.join(environment_names(desc))} (declare others under `environments:` in"
-        f" {FILENAME})"
+    raise unknown_environment(name, environment_names(desc))
+
+
+def personal_environments(desc: Descriptor) -> list[str]:
+    """The environments of `desc` that build one schema per person."""
+    return [n for n in environment_names(desc) if environment_spec(desc, n).personal]
+
+
+def unknown_environment(name: str, known: list[str]) -> DescriptorError:
+    """The error for an environment a project does not have, naming those it has."""
+    return DescriptorError(
+        f"the project has no environment {name!r}; its environments: {', '.join(known)}"
+        f" (declare others under `environments:` in {FILENAME})"
     )
 
 

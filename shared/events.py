@@ -271,6 +271,11 @@ class Deployed(_DeployEvent, frozen=True, kw_only=True, tag="deploy.deployed.v2"
     # before promotions were events (so an old event reads True); a runner now says False
     # and publishes each promotion as a Promoted event.
     current: bool = True
+    # The environments its descriptor has (shared.descriptor.environment_names) and which of
+    # them are personal: what a promotion checks without opening the bundle ([]: deployed
+    # before environments, read as an empty descriptor's).
+    environments: list[str] = []
+    personal_environments: list[str] = []
     _kind = "deployed"
 
 

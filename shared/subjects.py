@@ -417,8 +417,8 @@ def project_pattern(project: str | None) -> str:
 
 
 def deploy_pattern(project: str) -> str:
-    """Every deploy event of a project."""
-    return f"dbt.evt.deploy.{token(project)}.*"
+    """Every deploy event of a project, its promotions included."""
+    return f"dbt.evt.deploy.{token(project)}.>"
 
 
 def deployed_of_any_project() -> str:

@@ -10,11 +10,27 @@ slot runs only what its check uploaded.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from shared import events as ev
 from shared import subjects
-from shared.descriptor import DEFAULT_ENVIRONMENT
+from shared.descriptor import (
+    DEFAULT_ENVIRONMENT,
+    Descriptor,
+    environment_names,
+    personal_environments,
+    unknown_environment,
+)
 
-__all__ = ["held_by", "promotion_of", "slot_for_run", "nothing_held"]
+__all__ = [
+    "held_by",
+    "promotion_of",
+    "environments_of",
+    "slot_for",
+    "Slot",
+    "slot_for_run",
+    "nothing_held",
+]
 
 
 async def promotion_of(bus, project: str, slot: str) -> ev.Promoted | None:
@@ -37,6 +53,42 @@ async def held_by(bus, project: str, slot: str) -> ev.Deployed | None:
     if ":" in slot:
         return None
     return await held_by(bus, project, DEFAULT_ENVIRONMENT)
+
+
+def environments_of(deployed: ev.Deployed) -> tuple[list[str], list[str]]:
+    """The environments a deployed version's descriptor has, and its personal ones; a version
+    deployed before environments has an empty descriptor's."""
+    if deployed.environments:
+        return deployed.environments, deployed.personal_environments
+    empty = Descriptor()
+    return environment_names(empty), personal_environments(empty)
+
+
+class Slot(NamedTuple):
+    """A slot by its parts, as a Promoted event carries them."""
+
+    environment: str
+    principal: str = ""
+    pr: int = 0
+
+    def name(self) -> str:
+        return ev.promotion_slot(self.environment, self.principal, self.pr)
+
+
+def slot_for(
+    environments: tuple[list[str], list[str]], environment: str, principal: str, pr: int = 0
+) -> Slot:
+    """The slot a promotion into `environment` ("": the default) for `principal` moves, for a
+    version with `environments` (every name, the personal ones: environments_of): a pull
+    request's own, that person's own in a personal environment, else the environment. One
+    the version does not have raises DescriptorError naming those it has."""
+    if pr:
+        return Slot("", pr=pr)
+    name = environment or DEFAULT_ENVIRONMENT
+    names, personal = environments
+    if name not in names:
+        raise unknown_environment(name, names)
+    return Slot(name, principal if name in personal else "")
 
 
 async def slot_for_run(bus, project: str, environment: str, principal: str, pr: int) -> str:

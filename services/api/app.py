@@ -35,6 +35,7 @@ from services.api.node_routes import add_node_routes
 from services.api.openapi import add_openapi_routes
 from services.api.ops_routes import add_ops_routes
 from services.api.project_routes import add_project_routes
+from services.api.promotion_routes import add_promotion_routes
 from services.api.ui_routes import add_ui_routes
 from services.api.whoami_routes import add_whoami_routes
 from shared import commands, warehouse_grants
@@ -231,6 +232,7 @@ def create_app(
     add_log_routes(app, bus)
     add_event_stream_routes(app, bus)
     add_project_routes(app, pool)
+    add_promotion_routes(app, pool, bus)
     add_whoami_routes(app)
     add_ui_routes(app)
     add_openapi_routes(app)

@@ -46,6 +46,7 @@ ROUTE_ROLES = {
     # Dead letters hold raw events of every project.
     ("GET", "/v1/dead-letters"): "admin",
     ("POST", "/v1/projects/{project}/deploys"): "deployer",
+    ("POST", "/v1/projects/{project}/promotions"): "deployer",
 }
 _TOKEN = web.RequestKey("token", identity.Token)
 _POOL = web.AppKey("auth_pool", object)

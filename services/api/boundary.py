@@ -29,7 +29,13 @@ from shared.artifacts import check_name
 from shared.digests import check_digest
 from shared.quote import quote, shorten
 from shared.relations import InvalidRelation, normalise
-from shared.subjects import check_hook_name, check_job_name, check_project, check_run_id
+from shared.subjects import (
+    check_environment_name,
+    check_hook_name,
+    check_job_name,
+    check_project,
+    check_run_id,
+)
 
 __all__ = [
     "BadParameter",
@@ -147,6 +153,7 @@ QUERY_RULES: dict[str, Callable[[str], object]] = {
     "version": check_digest,  # a version is its bundle's digest
     "projection": _projection,
     "state": _one_of("delivered", "retrying", "dead"),  # a webhook delivery's attempts
+    "environment": check_environment_name,  # a project environment (prod, staging, dev)
 }
 
 

@@ -26,7 +26,7 @@ from services.api.auth import PUBLIC
 from services.api.boundary import MAX_OFFSET
 from shared import events as ev
 from shared.artifacts import NAMES as ARTIFACTS
-from shared.commands import JobCommand, RunCommand
+from shared.commands import JobCommand, PromoteCommand, RunCommand
 from shared.webhooks import HookRequest
 
 __all__ = [
@@ -75,6 +75,7 @@ _PARAMS = {
     "follow": ("query", {"type": "string", "enum": ["true", "false", "1", "0"]}),
     "version": ("query", {"type": "string", "pattern": "^sha256:[0-9a-f]{64}$"}),
     "projection": ("query", {"type": "string"}),
+    "environment": ("query", {"type": "string", "pattern": "^[a-z][a-z0-9_-]{0,31}$"}),
     "Last-Event-ID": ("header", {"type": "string", "pattern": "^[0-9]{1,19}$"}),
 }
 _PAGE = ("limit", "offset")
@@ -158,6 +159,16 @@ OPERATIONS = (
     Operation("GET", "/v1/projects/{project}/environments",
               "published environment states, with the run that published each",
               schemas.Environments, params=("project", *_PAGE)),
+    Operation("GET", "/v1/projects/{project}/versions", "what each environment runs now (and"
+              " each person's own, each pull request's check), and the promotion that put it",
+              schemas.Versions, params=("project", "environment", *_PAGE)),
+    Operation("GET", "/v1/projects/{project}/promotions", "promotions, newest first: who moved"
+              " which environment from which version to which", schemas.Promotions,
+              params=("project", "environment", *_PAGE)),
+    Operation("POST", "/v1/projects/{project}/promotions", "publish a promote command: make an"
+              " environment run a deployed version (the rollback too)",
+              schemas.PromotionAccepted, status=202, params=("project",),
+              request=PromoteCommand),
     Operation("GET", "/v1/projects/{project}/graph", "the latest (or `version`) graph, a page",
               schemas.Graph, params=("project", "version", "after", "limit")),
     Operation("GET", "/v1/relations/{key}",

@@ -1,4 +1,4 @@
-"""`GET /v1/projects`: every project a token may see, with its deployed version and last run.
+"""`GET /v1/projects`: every project a token may see, with the version it runs and last run.
 
 A project is a name a deploy was accepted under (one not refused): a refused deploy or a
 run of a misspelled name leaves nothing in the list. Its last run is a run of what it
@@ -16,17 +16,20 @@ from aiohttp import web
 from services.api import auth, schemas
 from services.api.boundary import page, respond
 from shared import identity
+from shared.descriptor import DEFAULT_ENVIRONMENT
 
 __all__ = ["add_project_routes", "PROJECTS_PAGE"]
 
 PROJECTS_PAGE = (100, 500)  # rows per page: default, maximum
 
 _SQL = """
-SELECT p.project, d.version, d.at AS deployed_at, r.run_id AS last_run_id,
+SELECT p.project, COALESCE(v.version, d.version) AS version, d.at AS deployed_at,
+       r.run_id AS last_run_id,
        r.status AS last_run_status, r.finished_at AS last_run_finished_at
 FROM (SELECT DISTINCT project FROM deploys WHERE status <> 'refused') p
 LEFT JOIN LATERAL (SELECT version, at FROM deploys WHERE project = p.project
                    AND status IN ('deployed', 'unchanged') ORDER BY at DESC LIMIT 1) d ON true
+LEFT JOIN environment_versions v ON v.project = p.project AND v.slot = $4
 LEFT JOIN LATERAL (SELECT run_id, status, finished_at FROM runs WHERE project = p.project
                    AND NOT hidden AND command->>'bundle_digest' IS NULL
                    ORDER BY requested_at DESC NULLS LAST, run_id LIMIT 1) r ON true
@@ -43,7 +46,7 @@ def add_project_routes(app: web.Application, pool: asyncpg.Pool) -> None:
         team = None if token.role == "admin" else token.team
         want = page(request, *PROJECTS_PAGE)
         async with pool.acquire() as conn:
-            fetched = await conn.fetch(_SQL, team, want.limit + 1, want.offset)
+            fetched = await conn.fetch(_SQL, team, want.limit + 1, want.offset, DEFAULT_ENVIRONMENT)
         rows, after = want.rows(fetched)
         shown = [dict(r) for r in rows if identity.project_matches(token.project, r["project"])]
         body = {"projects": shown, "next": after}

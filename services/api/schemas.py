@@ -49,6 +49,8 @@ __all__ = [
     "NodeHistory",
     "ProjectSummary",
     "Projects",
+    "PromotionAccepted",
+    "Promotions",
     "Reader",
     "Relation",
     "RelationNode",
@@ -63,7 +65,9 @@ __all__ = [
     "RunNodeDetail",
     "RunSummary",
     "Runs",
+    "SlotVersion",
     "Upstream",
+    "Versions",
     "Whoami",
     "shaped",
 ]
@@ -209,7 +213,8 @@ class Run(RunSummary, kw_only=True, forbid_unknown_fields=True):
 
 
 class ProjectSummary(_Body):
-    """A project: its deployed version and its latest run."""
+    """A project: the version its default environment runs (before any promotion: its last
+    deployed one), when it last deployed one, and its latest run."""
 
     project: str
     version: str | None
@@ -408,6 +413,46 @@ class Environments(_Body):
     project: str
     environments: list[Environment]
     next: NextOffset | None
+
+
+class SlotVersion(_Body):
+    """What one slot of a project runs: an environment (`prod`), a person's own environment
+    (`dev/<principal>`) or a pull request's check (`pr:<n>`), and the promotion that put the
+    version there. `previous` is "" when the slot ran nothing before."""
+
+    slot: str
+    environment: str
+    principal: str
+    pr: int
+    version: str
+    previous: str
+    deploy_id: str
+    promoted_by: str
+    promoted_at: datetime
+
+
+class Versions(_Body):
+    project: str
+    versions: list[SlotVersion]
+    next: NextOffset | None
+
+
+class Promotions(_Body):
+    """Promotions, newest first: each moved its slot from `previous` to `version`."""
+
+    project: str
+    promotions: list[SlotVersion]
+    next: NextOffset | None
+
+
+class PromotionAccepted(_Body):
+    """A promote command published; its outcome follows on the log (deploy.promoted, or a
+    deploy.refused whose deploy_id is `command_id`) and then in GET .../versions."""
+
+    project: str
+    environment: str
+    version: str
+    command_id: str
 
 
 class DeclaredWrite(_Body):

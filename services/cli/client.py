@@ -23,6 +23,7 @@ from shared.bus import Bus
 __all__ = [
     "CommandNotStored",
     "deploy",
+    "promote",
     "run",
     "project_name",
     "principal",
@@ -65,10 +66,13 @@ async def _await_final(
     pattern: str,
     publish: Callable[[], Awaitable[object]],
     wanted: Callable[[ev.Event, object], bool],
-    final: tuple,
+    final: tuple | Callable[[ev.Event], bool],
     on_event: Callable[[ev.Event], Awaitable[None]] | None,
     timeout: float | None,
 ) -> ev.Event:
+    """Follow `pattern`, publish, and read the events `wanted` of the publish's ack until one
+    is `final` (a tuple of event types, or a predicate)."""
+    done = final if callable(final) else (lambda event: isinstance(event, final))
     queue: asyncio.Queue = asyncio.Queue()
 
     async def collect(msg) -> None:
@@ -91,7 +95,7 @@ async def _await_final(
                     continue
                 if on_event is not None:
                     await on_event(event)
-                if isinstance(event, final):
+                if done(event):
                     return event
     finally:
         await sub.unsubscribe()
@@ -108,14 +112,18 @@ async def deploy(
     say: Callable[[str], None] | None = None,
     source: list[str] | None = None,
     replace_source: bool = False,
+    environment: str = "",
+    promote: bool = True,
     pr: int = 0,
+    on_promoted: Callable[[ev.Promoted], None] | None = None,
 ) -> tuple[bundle.Packed, ev.Event]:
     """Pack (unless given `packed`), store the bundle, publish the deploy command, wait for
-    its final event (a version's every file read, wherever they travelled). `say` hears
-    each step as it starts: a deploy waits on a runner and on dbt, and should say so.
-    `source` names the folder it comes from (services/cli/deploy_source.py), `replace_source`
-    lets it replace the project's; `pr` makes it a pull request's version, promoted only into
-    that PR's own slot."""
+    its final event (a version's every file read, wherever they travelled) and, when it
+    promotes its version (into `environment`, "" the default one; a pull request's `pr`
+    into its own slot; none when `promote` is false), for its promotion, which
+    `on_promoted` hears. `say` hears each step as it starts: a deploy waits on a runner and
+    on dbt, and should say so. `source` names the folder it comes from
+    (services/cli/deploy_source.py), `replace_source` lets it replace the project's."""
     say = say or (lambda _: None)
     packed = packed or bundle.pack(path)
     say(f"uploading the bundle ({len(packed.files)} files, {packed.size:,} bytes)")
@@ -131,20 +139,62 @@ async def deploy(
         requested_by=requested_by or principal(),
         source=source or [],
         replace_source=replace_source,
+        environment=environment,
+        promote=promote,
         pr=pr,
     )
+    heard: list[ev.Event] = []
+
+    async def hear(event: ev.Event) -> None:
+        heard.append(event)
+        if isinstance(event, ev.Promoted) and on_promoted is not None:
+            on_promoted(event)
+
+    def done(event: ev.Event) -> bool:
+        # A new version's promotion follows its Deployed event; an unchanged one's precedes.
+        if isinstance(event, ev.Promoted):
+            return any(isinstance(e, ev.Deployed) for e in heard)
+        if isinstance(event, ev.Deployed):
+            return not (promote or pr)
+        return isinstance(event, DEPLOY_FINAL)
+
     say(f"deploying {project} {digest[:19]}: a runner runs dbt deps and dbt parse")
-    final = await _await_final(
+    await _await_final(
         bus,
         subjects.deploy_pattern(project),
         lambda: bus.publish_command("deploy", project, cmd, deploy_id, principal=cmd.requested_by),
         # A deploy refused before it started is filed under its command's own id.
         lambda e, ack: getattr(e, "deploy_id", None) in (deploy_id, f"c{ack.seq}"),
-        DEPLOY_FINAL,
+        done,
+        hear,
+        timeout,
+    )
+    final = next(e for e in heard if isinstance(e, DEPLOY_FINAL))
+    return packed, await event_blobs.resolved(bus, final)
+
+
+async def promote(
+    bus: Bus, project: str, command: commands.PromoteCommand, *, timeout: float | None = 120
+) -> ev.Event:
+    """Publish a promote command and wait for its Promoted event, or the DeployRefused or
+    DeployUnchanged filed under its command's id."""
+    command = msgspec.structs.replace(command, requested_by=command.requested_by or principal())
+    return await _await_final(
+        bus,
+        subjects.deploy_pattern(project),
+        lambda: bus.publish_command(
+            "promote", project, command, uuid.uuid4().hex, principal=command.requested_by
+        ),
+        lambda e, ack: (
+            isinstance(e, ev.Promoted)
+            and e.command_seq == ack.seq
+            or isinstance(e, ev.DeployRefused | ev.DeployUnchanged)
+            and e.deploy_id == f"c{ack.seq}"
+        ),
+        (ev.Promoted, ev.DeployRefused, ev.DeployUnchanged),
         None,
         timeout,
     )
-    return packed, await event_blobs.resolved(bus, final)
 
 
 async def run(

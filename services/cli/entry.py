@@ -17,6 +17,8 @@ COMMANDS = {
     "serve": "stack_commands:cmd_serve",
     "demo": "stack_commands:cmd_demo",
     "deploy": "run_commands:cmd_deploy",
+    "promote": "run_commands:cmd_promote",
+    "environments": "read_commands:cmd_environments",
     "run": "run_commands:cmd_run",
     "retry": "run_commands:cmd_retry",
     "parse": "run_commands:cmd_parse",

@@ -39,6 +39,29 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="deploy from another folder than the project's current version came from",
     )
+    promoted = dep.add_mutually_exclusive_group()
+    promoted.add_argument(
+        "--env", help="the environment to promote the version into (default: the default one)"
+    )
+    promoted.add_argument(
+        "--no-promote",
+        action="store_true",
+        help="upload and parse the version only; `jetdbt promote` makes it run somewhere",
+    )
+    pro = sub.add_parser(
+        "promote", help="make an environment run a deployed version (also the rollback)"
+    )
+    pro.add_argument("project").completer = _projects
+    pro.add_argument("version", help="a deployed version: its digest, or 12+ of its hex digits")
+    pro.add_argument("--env", help="the environment (default: the project's default one)")
+    pro.add_argument("--json", action="store_true", help="print the outcome's event as JSON")
+    envs = sub.add_parser(
+        "environments", help="what each environment of a project runs, and since when"
+    )
+    envs.add_argument("project").completer = _projects
+    envs.add_argument("--env", help="one environment only")
+    envs.add_argument("--history", action="store_true", help="every promotion, newest first")
+    envs.add_argument("--json", action="store_true", help="the API's answer as JSON")
     run = sub.add_parser("run", help="build a deployed project (or run another dbt command)")
     run.add_argument("project").completer = _projects
     _dbt_options(run)

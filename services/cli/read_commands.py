@@ -13,7 +13,7 @@ from services.cli.common import api_json
 from shared import subjects
 from shared.config import Settings
 
-__all__ = ["cmd_status", "show"]
+__all__ = ["cmd_environments", "cmd_status", "show"]
 
 
 def cmd_status(args, settings: Settings) -> int:
@@ -25,6 +25,22 @@ def cmd_status(args, settings: Settings) -> int:
         answer = api_json(settings, path + (f"?offset={args.offset}" if args.offset else ""))
         return _print(args, answer, "runs_table")
     return _projections(settings)
+
+
+def cmd_environments(args, settings: Settings) -> int:
+    """What each environment of a project runs, or (--history) every promotion."""
+    key = "promotions" if args.history else "versions"
+    path = f"/v1/projects/{subjects.check_project(args.project)}/{key}"
+    if args.env:
+        path += f"?environment={subjects.check_environment_name(args.env)}"
+    answer = api_json(settings, path)
+    if args.json:
+        print(msgspec.json.encode(answer).decode())
+        return 0
+    from services.cli import tables
+
+    print(tables.versions_table(answer, key))
+    return 0
 
 
 def show(settings: Settings, path: str) -> int:

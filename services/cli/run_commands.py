@@ -29,6 +29,7 @@ from shared.bus import Bus
 from shared.commands import (
     BuildCommand,
     ParseCommand,
+    PromoteCommand,
     RetryCommand,
     RunCommand,
     dbt_command,
@@ -37,7 +38,17 @@ from shared.config import Settings
 from shared.descriptor import DEFAULT_ENVIRONMENT
 from shared.digests import short_digest
 
-__all__ = ["cmd_deploy", "cmd_run", "cmd_parse", "cmd_retry", "deploy_folder", "say", "waited"]
+__all__ = [
+    "cmd_deploy",
+    "cmd_promote",
+    "cmd_run",
+    "cmd_parse",
+    "cmd_retry",
+    "deploy_folder",
+    "promotion_line",
+    "say",
+    "waited",
+]
 
 
 # Up to this many skipped files are named one a line; more are summarised per reason.
@@ -89,19 +100,57 @@ async def deploy_folder(
 async def cmd_deploy(args, settings: Settings) -> int:
     path = Path(args.path)
     project = client.project_name(path, args.project)
-    final = await deploy_folder(path, project, settings, replace_source=args.replace_source)
+    promoted: list[ev.Promoted] = []
+    final = await deploy_folder(
+        path,
+        project,
+        settings,
+        replace_source=args.replace_source,
+        environment=args.env or "",
+        promote=not args.no_promote,
+        on_promoted=promoted.append,
+    )
     if isinstance(final, ev.Deployed):
         print(
             f"deployed {project} version {final.version[:19]} ({len(final.files)} files;"
             f" {final.engine} {final.engine_version}, {final.adapter} {final.adapter_version})"
         )
-        return 0
-    if isinstance(final, ev.DeployUnchanged):
+    elif isinstance(final, ev.DeployUnchanged):
         print(f"unchanged: {project} is already at version {final.version[:19]}; nothing to do")
-        return 0
-    word = "refused" if isinstance(final, ev.DeployRefused) else "failed"
-    print(f"deploy of {project} {word}: {final.reason}", file=sys.stderr)
-    return EXIT_REFUSED if word == "refused" else EXIT_FAILED
+    else:
+        word = "refused" if isinstance(final, ev.DeployRefused) else "failed"
+        print(f"deploy of {project} {word}: {final.reason}", file=sys.stderr)
+        return EXIT_REFUSED if word == "refused" else EXIT_FAILED
+    for event in promoted:
+        print(promotion_line(event))
+    if not promoted and args.no_promote:
+        print(f"promoted nowhere: jetdbt promote {project} {final.version[7:19]} --env NAME")
+    return 0
+
+
+async def cmd_promote(args, settings: Settings) -> int:
+    project = subjects.check_project(args.project)
+    cmd = PromoteCommand(version=args.version, environment=args.env or "")
+    bus = await open_bus(settings)
+    try:
+        final = await client.promote(bus, project, cmd)
+    finally:
+        await bus.close()
+    if args.json:
+        print(msgspec.json.encode(final).decode())
+    elif isinstance(final, ev.Promoted):
+        print(promotion_line(final))
+    elif isinstance(final, ev.DeployUnchanged):
+        print(f"unchanged: {args.env or 'the default environment'} runs {final.version[:19]}")
+    else:
+        print(f"promote of {project} refused: {final.reason}", file=sys.stderr)
+    return EXIT_REFUSED if isinstance(final, ev.DeployRefused) else 0
+
+
+def promotion_line(event: ev.Promoted) -> str:
+    """`prod: sha256:0a9b8c7d6e5f → sha256:6f1ed002ab55 (by ana)`."""
+    before = short_digest(event.previous) if event.previous else "(nothing)"
+    return f"{event.slot()}: {before} → {short_digest(event.version)} (by {event.requested_by})"
 
 
 def _vars(text: str | None) -> dict:

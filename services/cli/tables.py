@@ -13,7 +13,7 @@ from datetime import datetime
 from services.cli.watch import printable
 from shared.outcomes import attention
 
-__all__ = ["runs_table", "run_table"]
+__all__ = ["runs_table", "run_table", "versions_table"]
 
 
 def _when(text: str | None) -> str:
@@ -134,3 +134,23 @@ def _columns(head: tuple, rows: list[tuple], right: frozenset | set = frozenset(
         return "  ".join(out).rstrip()
 
     return [line(head), *(line(r) for r in rows)]
+
+
+def versions_table(answer: dict, key: str = "versions") -> str:
+    """What each slot runs (or, with `key` "promotions", each promotion, newest first): the
+    slot, the version and the one before it, when and by whom."""
+    rows = [
+        (
+            r["slot"],
+            r["version"][:19],
+            r["previous"][:19] or "-",
+            _when(r["promoted_at"]),
+            printable(r["promoted_by"]),
+            f"deploy {r['deploy_id']}" if r["deploy_id"] else "promote",
+        )
+        for r in answer[key]
+    ]
+    if not rows:
+        return f"{answer['project']}: nothing promoted yet (jetdbt deploy PATH)"
+    head = ("ENVIRONMENT", "VERSION", "PREVIOUS", "PROMOTED", "BY", "VIA")
+    return "\n".join(_columns(head, rows))

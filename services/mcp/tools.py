@@ -172,6 +172,14 @@ TOOLS: tuple[Tool, ...] = (
                 "/v1/projects/{project}/environments",
                 "Each environment's published state, with the run that published it"
                 " (what `defer` resolves against)."),
+    _route_tool("list_versions", "What each environment runs", "GET",
+                "/v1/projects/{project}/versions",
+                "Each environment's current version (and each person's own dev environment,"
+                " each pull request's check): since when, by whom, and the version before it."),
+    _route_tool("list_promotions", "A project's promotions", "GET",
+                "/v1/projects/{project}/promotions",
+                "Every promotion and rollback, newest first: which environment, from which"
+                " version to which, who and when; `environment` filters one."),
     _route_tool("get_retry_state", "What a retry would resume", "GET",
                 "/v1/projects/{project}/retry-state",
                 "Per principal, the run `retry_run` would resume."),

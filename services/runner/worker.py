@@ -26,6 +26,7 @@ from services.runner.attempts.build import build
 from services.runner.attempts.dbt_retry import retry
 from services.runner.attempts.deploy import deploy
 from services.runner.attempts.parse import parse
+from services.runner.attempts.promote import promote
 from services.runner.context import RunnerContext
 from services.runner.facts import jobs
 from services.runner.process import spawn
@@ -166,7 +167,7 @@ class Runner:
                 reason = self.rate.reason(caller.principal)
                 await self.ctx.bus.publish(
                     ev.DeployRefused(project=project, deploy_id=f"c{seq}", reason=reason)
-                    if verb == "deploy"
+                    if verb in ("deploy", "promote")
                     else ev.RunRefused(project=project, run_id=f"c{seq}", reason=reason)
                 )
                 return
@@ -178,6 +179,8 @@ class Runner:
             await self._check_cancel(msg, project, problem, seq, caller)
         elif verb == "job":
             await jobs.handle(self.ctx, msg, project, problem, seq, caller)
+        elif verb == "promote":
+            await promote(self.ctx.bus, msg, project, problem, seq, caller)
         else:
             await self.ctx.bus.publish(
                 ev.RunRefused(

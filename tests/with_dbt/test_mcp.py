@@ -364,6 +364,8 @@ async def test_a_viewer_reads_a_projects_deploys_environments_and_retry_state(si
             ("list_deploys", "deploys"),
             ("list_environments", "environments"),
             ("get_retry_state", "retry_state"),
+            ("list_versions", "versions"),
+            ("list_promotions", "promotions"),
         ]:
             page = await mcp.call_tool(tool, {"project": SHOP, "limit": 5})
             assert not page.is_error and page.structured_content["project"] == SHOP, tool

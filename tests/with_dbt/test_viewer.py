@@ -104,9 +104,11 @@ async def test_the_run_page_is_live_and_a_failure_is_red_with_its_message(
             raise AssertionError(await page.inner_html("#view")) from None
         await page.screenshot(path=ARTIFACTS / "relation.png")
 
-        # The project's page lists the run with its outcome, newest first.
+        # The project's page lists the run with its outcome, newest first, and what each
+        # environment runs.
         await page.evaluate("location.hash = '#/projects/jaffle_shop'")
         await page.wait_for_selector("text=view1", timeout=10_000)
+        assert await page.locator("td", has_text="prod").count() >= 1
         await page.screenshot(path=ARTIFACTS / "project.png")
         await chromium.close()
     assert errors == []

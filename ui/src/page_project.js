@@ -1,16 +1,18 @@
-// A project: its deployed version and its lineage, its environments' published state,
-// its runs.
+// A project: its deployed version and its lineage, what each environment runs and its
+// published state, its runs.
 import { api, seg } from "./api.js";
 import { h, link, pill, runLink, seconds, show, table, totals, when } from "./dom.js";
 import { lineageSection } from "./lineage.js";
 
 export async function projectPage(project, params) {
   const offset = Number(params.get("offset") || 0);
-  const [runs, deploys, envs] = await Promise.all([
+  const [runs, deploys, envs, versions] = await Promise.all([
     api(`/v1/projects/${seg(project)}/runs?limit=25&offset=${offset}`),
     api(`/v1/projects/${seg(project)}/deploys?limit=1`),
     api(`/v1/projects/${seg(project)}/environments`),
+    api(`/v1/projects/${seg(project)}/versions`),
   ]);
+  const short = (v) => h("code", {}, (v || "").slice(0, 19) || "-");
   const latest = deploys.deploys[0];
   const pager = h("p", {},
     offset ? link(`#/projects/${project}?offset=${Math.max(0, offset - 25)}`, "← newer") : "",
@@ -24,6 +26,9 @@ export async function projectPage(project, params) {
       : "not deployed"),
     ...lineage.elements,
     h("h2", {}, "Environments"),
+    versions.versions.length ? table(["environment", "runs version", "before", "promoted by", "at"],
+      versions.versions.map((v) => [v.slot, short(v.version), short(v.previous),
+        v.promoted_by || "?", when(v.promoted_at)])) : h("p", { class: "muted" }, "nothing promoted yet"),
     envs.environments.length ? table(["warehouse", "target", "schema", "published by", "at"],
       envs.environments.map((e) => [e.warehouse, e.target, e.schema, runLink(e.run_id),
         when(e.published_at)])) : h("p", { class: "muted" }, "no published state"),

@@ -1,9 +1,12 @@
 """Deploy: accept the bundle, pin its packages (runner/provision/packages.py), `dbt parse`,
 publish.
 
-The bundle digest is the version. Deploying the version that is already the
-latest is a no-op that says so. A descriptor, warehouse or engine problem
-refuses the deploy with the reason, before any dbt runs.
+The bundle digest is the version. A deployed version runs nowhere by itself: the deploy
+then promotes it (promotion.py) into the default environment, the one it names, a
+person's own, or a pull request's slot, unless it promotes nowhere. Deploying the version
+that is already the latest parses nothing and says so (promoting it where it is not yet).
+A descriptor, environment, warehouse or engine problem refuses the deploy with the
+reason, before any dbt runs.
 """
 
 from __future__ import annotations
@@ -15,15 +18,18 @@ from nats.js.errors import ObjectNotFoundError
 
 from services.runner import graph
 from services.runner.admission import admission
+from services.runner.attempts import promotion
 from services.runner.context import RunnerContext
 from services.runner.process.containment import BoundExceeded
 from services.runner.process.dbt_env import package_hub
 from services.runner.provision import packages
 from services.runner.setup.job_setup import Prepared, Refused, prepare
-from shared import event_blobs, subjects
+from shared import event_blobs, subjects, versions
 from shared import events as ev
 from shared.commands import DeployCommand
+from shared.descriptor import DescriptorError, environment_names, personal_environments
 from shared.digests import digest_of, short_digest
+from shared.versions import Slot, slot_for
 
 __all__ = ["deploy"]
 
@@ -43,7 +49,7 @@ async def deploy(
     """Run one deploy to its end; returns the final event it published. `cmd.requested_by`
     is the authenticated principal, `team` and `door` how it came in (the worker's), `seq`
     its command's place in the queues: a deploy's dbt takes a team slot and a run slot,
-    and one deploy of a project at a time, in the order they were submitted."""
+    and one deploy of a slot at a time, in the order they were submitted."""
     bus = ctx.bus
     await bus.publish(
         ev.DeployRequested(
@@ -56,74 +62,157 @@ async def deploy(
             door=door,
         )
     )
-    latest = await bus.last_event(subjects.deploy_event(project, "deployed"))
+    found = await bus.last_stored(subjects.deploy_event(project, "deployed"))
+    latest, latest_seq = found if found is not None else (None, 0)
     if isinstance(latest, ev.Deployed) and latest.version == cmd.bundle_digest:
-        final = ev.DeployUnchanged(project=project, deploy_id=deploy_id, version=cmd.bundle_digest)
-        await bus.publish(final)
-        return final
-    another = _another_source(project, latest, cmd)
-    if another:
-        final = ev.DeployRefused(project=project, deploy_id=deploy_id, reason=another)
-        await bus.publish(final)
-        return final
+        return await _unchanged(bus, project, cmd, deploy_id, seq, latest, latest_seq)
     holder = {"project": project, "run_id": f"deploy {deploy_id}", "runner": ctx.name}
     await admission.announce(bus, seq, team, holder)
     try:
         prepared = await prepare(ctx, cmd.bundle_digest, f"deploy-{deploy_id}", team=team)
     except Refused as exc:
         await admission.withdraw(bus, seq, team)
-        final = ev.DeployRefused(project=project, deploy_id=deploy_id, reason=str(exc))
-        await bus.publish(final)
-        return final
+        return await _refuse(bus, project, deploy_id, str(exc))
     try:
+        desc = prepared.descriptor
+        environments = (environment_names(desc), personal_environments(desc))
+        slot = _target(environments, cmd)
+        refused = await _another_source(bus, project, slot, cmd)
+        if refused:
+            return await _refuse(bus, project, deploy_id, refused)
         async with admission.admitted(
             ctx, scope=f"deploy {project}", team=team, seq=seq, holder=holder
         ):
-            newer = await _submitted_later(bus, project, seq)
+            newer = await _submitted_later(bus, project, slot, seq)
             if newer:
-                final = ev.DeployRefused(project=project, deploy_id=deploy_id, reason=newer)
-                await bus.publish(final)
-                return final
-            return await _parse(ctx, project, cmd, deploy_id, prepared, seq, team)
+                return await _refuse(bus, project, deploy_id, newer)
+            built = await _parse(ctx, project, cmd, deploy_id, prepared, seq, team, environments)
+            if isinstance(built, str):
+                return await _fail(bus, project, cmd, deploy_id, built)
+            return await _publish(bus, project, cmd, slot, built)
+    except DescriptorError as exc:
+        return await _refuse(bus, project, deploy_id, str(exc))
     except BoundExceeded as exc:
-        final = ev.DeployFailed(
-            project=project, deploy_id=deploy_id, version=cmd.bundle_digest, reason=str(exc)
-        )
-        await bus.publish(final)
-        return final
+        return await _fail(bus, project, cmd, deploy_id, str(exc))
     finally:
         await admission.withdraw(bus, seq, team)
         prepared.cleanup()
 
 
-def _another_source(project: str, latest: ev.Event | None, cmd: DeployCommand) -> str | None:
-    """Why a deploy from another folder than the current version's is refused, or None: the
-    same folder or a clone of it shares a mark (services/cli/deploy_source.py), and a deploy
-    that names no source, or asks to replace it, is not held to it."""
-    if not isinstance(latest, ev.Deployed) or not latest.source or not cmd.source:
+async def _refuse(bus, project: str, deploy_id: str, reason: str) -> ev.Event:
+    final = ev.DeployRefused(project=project, deploy_id=deploy_id, reason=reason)
+    await bus.publish(final)
+    return final
+
+
+async def _fail(bus, project: str, cmd: DeployCommand, deploy_id: str, reason: str) -> ev.Event:
+    final = ev.DeployFailed(
+        project=project, deploy_id=deploy_id, version=cmd.bundle_digest, reason=reason
+    )
+    await bus.publish(final)
+    return final
+
+
+def _target(environments: tuple[list[str], list[str]], cmd: DeployCommand) -> Slot | None:
+    """The slot the deploy promotes its version into (None: none, `--no-promote`); raises
+    DescriptorError for an environment the version does not have."""
+    if not cmd.promote and not cmd.pr:
+        if cmd.environment:
+            slot_for(environments, cmd.environment, cmd.requested_by)  # checked all the same
         return None
-    if cmd.replace_source or set(latest.source) & set(cmd.source):
+    return slot_for(environments, cmd.environment, cmd.requested_by, cmd.pr)
+
+
+async def _unchanged(
+    bus,
+    project: str,
+    cmd: DeployCommand,
+    deploy_id: str,
+    seq: int,
+    deployed: ev.Deployed,
+    deployed_seq: int,
+) -> ev.Event:
+    """The version deployed last deployed again: no parse, no second Deployed; promoted into
+    the target slot when that slot does not hold it yet."""
+    try:
+        slot = _target(versions.environments_of(deployed), cmd)
+    except DescriptorError as exc:
+        return await _refuse(bus, project, deploy_id, str(exc))
+    if slot is not None:
+        await promotion.move(
+            bus,
+            project,
+            slot,
+            deployed,
+            deployed_seq,
+            requested_by=cmd.requested_by,
+            command_seq=seq,
+            deploy_id=deploy_id,
+        )
+    final = ev.DeployUnchanged(project=project, deploy_id=deploy_id, version=cmd.bundle_digest)
+    await bus.publish(final)
+    return final
+
+
+async def _publish(
+    bus, project: str, cmd: DeployCommand, slot: Slot | None, built: ev.Deployed
+) -> ev.Event:
+    """Publish the version (current nowhere by itself), then its promotion into `slot`."""
+    if slot is None:
+        await promotion.keep_default(bus, project)
+        await bus.publish(built)
+        return built
+    previous = await promotion.previous_of(bus, project, slot)
+    ack = await bus.publish(built)
+    await bus.publish(
+        promotion.promoted(
+            project,
+            slot,
+            built,
+            ack.seq,
+            previous=previous,
+            requested_by=cmd.requested_by,
+            command_seq=built.command_seq,
+            deploy_id=built.deploy_id,
+        )
+    )
+    return built
+
+
+async def _another_source(bus, project: str, slot: Slot | None, cmd: DeployCommand) -> str | None:
+    """Why a deploy from another folder than the version its slot runs came from is refused,
+    or None: the same folder or a clone of it shares a mark (services/cli/deploy_source.py),
+    and a deploy that names no source, asks to replace it, or promotes nothing, is not held
+    to it."""
+    if slot is None or not cmd.source or cmd.replace_source:
+        return None
+    held = await versions.held_by(bus, project, slot.name())
+    if held is None or not held.source or set(held.source) & set(cmd.source):
         return None
     return (
-        f"project {project!r} (version {short_digest(latest.version)}) was deployed from"
-        f" another folder ({', '.join(latest.source)}) than this one"
+        f"project {project!r} (version {short_digest(held.version)} in {slot.name()}) was"
+        f" deployed from another folder ({', '.join(held.source)}) than this one"
         f" ({', '.join(cmd.source)}): deploy this one under its own name"
         f" (jetdbt deploy PATH --project NAME), or make this folder the source of {project!r}"
         " on purpose (jetdbt deploy PATH --replace-source; replace_source: true in the command)"
     )
 
 
-async def _submitted_later(bus, project: str, seq: int) -> str | None:
-    """Why this deploy must not become the current version: a deploy submitted after it
-    (a higher command sequence) is deployed already. Deploys of a project take its scope one
-    at a time, so this holds until this one's version is published."""
-    latest = await bus.last_event(subjects.deploy_event(project, "deployed"))
-    if not isinstance(latest, ev.Deployed) or latest.command_seq <= seq:
+async def _submitted_later(bus, project: str, slot: Slot | None, seq: int) -> str | None:
+    """Why this deploy must not promote its version: a deploy (or a promotion) of its slot
+    submitted after it (a higher command sequence) is promoted already. Deploys of a project
+    take its scope one at a time, so this holds until this one's version is published; a
+    deploy that promotes nothing supersedes nothing and is superseded by nothing."""
+    if slot is None:
         return None
+    latest = await versions.promotion_of(bus, project, slot.name())
+    if latest is None or latest.command_seq <= seq:
+        return None
+    by = f"deploy {latest.deploy_id!r}" if latest.deploy_id else "a promotion"
     return (
-        f"superseded: deploy {latest.deploy_id!r} of project {project!r}, submitted after this"
-        f" one, is deployed already (version {short_digest(latest.version)}); the current"
-        " version is the one submitted last, so this one changes nothing"
+        f"superseded: {by} of project {project!r} into {slot.name()}, submitted after this"
+        f" one, is promoted already (version {short_digest(latest.version)}); a slot runs"
+        " the version submitted last, so this one changes nothing"
     )
 
 
@@ -135,30 +224,22 @@ async def _parse(
     prepared: Prepared,
     seq: int,
     team: str,
-) -> ev.Event:
+    environments: tuple[list[str], list[str]],
+) -> ev.Deployed | str:
+    """The version parsed (not yet published), or why it failed."""
     job, plan = prepared.job, prepared.plan
     version = cmd.bundle_digest
     files = job.files()
-
-    async def fail(reason: str) -> ev.Event:
-        final = ev.DeployFailed(
-            project=project,
-            deploy_id=deploy_id,
-            version=version,
-            reason=reason,
-        )
-        await ctx.bus.publish(final)
-        return final
 
     resolution = None
     if packages.declares_packages(job.project):
         try:
             resolution = await _pin_packages(ctx, prepared, team)
         except packages.PackagesRefused as exc:
-            return await fail(str(exc))
+            return str(exc)
     parse = prepared.dbt("parse", plan.common_args())
     if await parse.run(timeout=ctx.settings.run_timeout_seconds) != 0:
-        return await fail("dbt parse failed:\n" + parse.error_tail(LOG_TAIL))
+        return "dbt parse failed:\n" + parse.error_tail(LOG_TAIL)
     manifest = await asyncio.to_thread(parse.artifact_path("manifest.json").read_bytes)
     # Storing the manifest and ingesting the graph from it need nothing of each other.
     manifest_digest, reason = await asyncio.gather(
@@ -166,9 +247,9 @@ async def _parse(
         graph.ingest_version_graph(ctx, prepared, project, version, manifest, cmd.requested_by),
     )
     if reason:
-        return await fail(reason)
+        return reason
     files, files_blob = await event_blobs.split(ctx.bus, files)
-    final = ev.Deployed(
+    return ev.Deployed(
         project=project,
         deploy_id=deploy_id,
         version=version,
@@ -190,9 +271,11 @@ async def _parse(
         package_lock_digest=resolution.lock_digest if resolution else None,
         environment_lock=prepared.environment_lock,
         warehouse=prepared.descriptor.profile.warehouse_name(),
+        current=False,
+        pr=cmd.pr,
+        environments=environments[0],
+        personal_environments=environments[1],
     )
-    await ctx.bus.publish(final)
-    return final
 
 
 async def _pin_packages(
