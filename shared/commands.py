@@ -34,6 +34,8 @@ __all__ = [
     "DocsCommand",
     "ShowCommand",
     "OperationCommand",
+    "ClosePrCommand",
+    "CLOSE_PR_LINE",
     "MAX_SHOW_LIMIT",
     "dbt_command",
     "ParseCommand",
@@ -189,6 +191,29 @@ class OperationCommand(DbtCommand, frozen=True, tag="run_operation"):
             raise ValueError("run_operation selects no nodes: it takes no select or exclude")
 
 
+# How a close_pr run's log names each relation it drops: these words, then the relation.
+CLOSE_PR_LINE = "jetdbt close_pr: dropping "
+
+
+class ClosePrCommand(DbtCommand, frozen=True, tag="close_pr"):
+    """Drop a pull request's schema and every relation in it, when the PR closes: a macro the
+    runner writes runs as `dbt run-operation` against the schema the run's plan computes for
+    the run's `pr`, so nothing the command says names a schema. Only a run with a `pr` may be
+    one; it takes no selection, vars or overrides."""
+
+    def __post_init__(self):
+        super().__post_init__()
+        given = [
+            name
+            for name in ("select", "exclude", "vars", "schema")
+            if getattr(self, name) not in ([], {}, None)
+        ]
+        if given:
+            raise ValueError(
+                f"close_pr drops the pull request's own schema and takes no {', '.join(given)}"
+            )
+
+
 # Every dbt command a run may be; the runner plans and runs each the same way.
 DBT_COMMANDS = (
     BuildCommand,
@@ -200,6 +225,7 @@ DBT_COMMANDS = (
     DocsCommand,
     ShowCommand,
     OperationCommand,
+    ClosePrCommand,
 )
 AnyDbtCommand = (
     BuildCommand
@@ -211,6 +237,7 @@ AnyDbtCommand = (
     | DocsCommand
     | ShowCommand
     | OperationCommand
+    | ClosePrCommand
 )
 
 
@@ -221,7 +248,7 @@ def dbt_command(name: str, **fields: Any) -> AnyDbtCommand:
     if label not in DBT_WORDS:
         raise ValueError(
             f"unknown dbt command {quote(name)}; known: "
-            + ", ".join(" ".join(words) for words in DBT_WORDS.values())
+            + ", ".join(dict.fromkeys(" ".join(words) for words in DBT_WORDS.values()))
         )
     try:
         return msgspec.convert({"label": label, **fields}, AnyDbtCommand)
@@ -305,6 +332,8 @@ class RunCommand(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
 
     def __post_init__(self):
         _check_environment(self.environment)
+        if isinstance(self.command, ClosePrCommand) and not self.pr:
+            raise ValueError("close_pr closes a pull request's schema: the run names its pr")
         if self.run_id is not None:
             subjects.check_run_id(self.run_id)
             if DEFAULT_ID.fullmatch(self.run_id):
@@ -410,6 +439,8 @@ class JobSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=T
 
     def __post_init__(self):
         _check_environment(self.environment)
+        if isinstance(self.command, ClosePrCommand):
+            raise ValueError("a job cannot close a pull request: close_pr runs as its own run")
         if len(self.on_relation) > MAX_TRIGGER_RELATIONS:
             raise ValueError(
                 f"on_relation names {len(self.on_relation)} relations; at most"

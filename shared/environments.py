@@ -11,7 +11,11 @@ from __future__ import annotations
 
 import msgspec
 
-__all__ = ["Environment", "is_template"]
+__all__ = ["Environment", "NO_STATE", "is_template"]
+
+# What a deferral refused for want of a published state says: a pull request's check
+# (`jetdbt ci`) reads it as "the environment has no state yet" and builds without deferring.
+NO_STATE = "no state is published"
 
 
 def is_template(value: str | None) -> bool:

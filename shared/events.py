@@ -166,6 +166,9 @@ class RunResult(msgspec.Struct, frozen=True, kw_only=True):
     deferred_to: str | None = None
     cancelled_by: str | None = None  # the principal whose cancel ended the run
     preview: list[dict[str, Any]] = []  # a show's rows, as dbt printed them (at most 64 KiB)
+    # The schema the run built in, when known before dbt ran (a pull request's own, a
+    # scratch one, the environment's); None: not known, or recorded before it was said.
+    schema: str | None = None
 
 
 class CatalogColumn(msgspec.Struct, frozen=True, kw_only=True):

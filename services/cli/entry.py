@@ -22,6 +22,7 @@ COMMANDS = {
     "run": "run_commands:cmd_run",
     "retry": "run_commands:cmd_retry",
     "parse": "run_commands:cmd_parse",
+    "ci": "ci_commands:cmd_ci",
     "status": "read_commands:cmd_status",
     "logs": "logs_command:cmd_logs",
     "cancel": "cancel_command:cmd_cancel",

@@ -72,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--watch", action="store_true", help="show live per-model progress")
     run.add_argument("--json", action="store_true", help="print the structured result as JSON")
     _wait_limit(run)
+    _ci_command(sub)
     ps = sub.add_parser("parse", help="parse a project directory (not deployed) into a graph")
     ps.add_argument("path")
     ps.add_argument("--project", help="project name (default: dbt_project.yml's name)")
@@ -214,6 +215,44 @@ def _hook_commands(sub) -> None:
         one.add_argument("--project", required=True).completer = _projects
         if action == "deliveries":
             one.add_argument("--dead", action="store_true", help="only the dead letters")
+
+
+def _ci_command(sub) -> None:
+    """`jetdbt ci PATH --pr N` and `jetdbt ci close --pr N --project NAME`."""
+    ci = sub.add_parser(
+        "ci",
+        help="check a pull request: deploy it unpromoted, build what it changes in its own schema",
+        description="Check a pull request as a CI job does on each push: deploy PATH as the\n"
+        "PR's version (promoted into no environment), build state:modified+ (or -s) into\n"
+        "the PR's own schema, deferring to the environment's published state; exit 0 when\n"
+        "it passed, 1 when it failed, 3 when refused. `jetdbt ci close --pr N --project NAME`\n"
+        "drops the PR's schema with everything in it (a folder named close: ./close).",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ci.add_argument("path", help="the PR's project folder, or `close`")
+    ci.add_argument("--pr", required=True, type=_pr_number, help="the pull request's number")
+    ci.add_argument(
+        "--project", help="project name (default: dbt_project.yml's name; close needs it)"
+    ).completer = _projects
+    ci.add_argument(
+        "--env",
+        metavar="NAME",
+        help="the environment it defers to (default: the project's default)",
+    )
+    ci.add_argument("--select", "-s", action="extend", nargs="+", help="dbt's --select")
+    ci.add_argument("--exclude", action="extend", nargs="+", help="dbt's --exclude")
+    ci.add_argument("--json", action="store_true", help="print the structured result as JSON")
+    _wait_limit(ci)
+
+
+def _pr_number(text: str) -> int:
+    """--pr: a pull request's number, 1 to MAX_PR (imported only when --pr is given)."""
+    from shared.commands import MAX_PR
+
+    number = int(text) if text.isdigit() else 0
+    if not 0 < number <= MAX_PR:
+        raise argparse.ArgumentTypeError(f"a pull request's number is 1 to {MAX_PR}; got {text!r}")
+    return number
 
 
 def _dbt_options(p: argparse.ArgumentParser) -> None:

@@ -39,14 +39,24 @@ from shared.config import Settings
 from shared.descriptor import DEFAULT_ENVIRONMENT
 from shared.digests import short_digest
 
-__all__ = ["cmd_deploy", "cmd_promote", "cmd_run", "cmd_parse", "cmd_retry", "promotion_line"]
+__all__ = [
+    "cmd_deploy",
+    "cmd_promote",
+    "cmd_run",
+    "cmd_parse",
+    "cmd_retry",
+    "deploy_folder",
+    "promotion_line",
+    "say",
+    "waited",
+]
 
 
 # Up to this many skipped files are named one a line; more are summarised per reason.
 SKIPPED_SHOWN = 10
 
 
-def _say(text: str) -> None:
+def say(text: str) -> None:
     """A step of a deploy, on stderr: stdout keeps what a script reads (skips, the result)."""
     print(f"jetdbt: {text}", file=sys.stderr, flush=True)
 
@@ -68,30 +78,39 @@ def _skipped_lines(skipped: list[bundle.Skipped]) -> list[str]:
     return lines
 
 
-async def cmd_deploy(args, settings: Settings) -> int:
-    path = Path(args.path)
-    project = client.project_name(path, args.project)
-    _say(f"packing {path}")
+async def deploy_folder(
+    path: Path, project: str, settings: Settings, out=sys.stdout, **fields
+) -> ev.Event:
+    """Pack the folder `path`, upload it and deploy it as `project`, saying each step on
+    stderr and what the pack left out on `out`; the deploy's final event. `fields` are the
+    deploy command's own (client.deploy)."""
+    say(f"packing {path}")
     packed = bundle.pack(path)
     for line in _skipped_lines(packed.skipped):
-        print(line, flush=True)
+        print(line, file=out, flush=True)
     bus = await open_bus(settings)
-    promoted: list[ev.Promoted] = []
     try:
         _, final = await client.deploy(
-            bus,
-            path,
-            project,
-            packed=packed,
-            say=_say,
-            source=marks(path),
-            replace_source=args.replace_source,
-            environment=args.env or "",
-            promote=not args.no_promote,
-            on_promoted=promoted.append,
+            bus, path, project, packed=packed, say=say, source=marks(path), **fields
         )
     finally:
         await bus.close()
+    return final
+
+
+async def cmd_deploy(args, settings: Settings) -> int:
+    path = Path(args.path)
+    project = client.project_name(path, args.project)
+    promoted: list[ev.Promoted] = []
+    final = await deploy_folder(
+        path,
+        project,
+        settings,
+        replace_source=args.replace_source,
+        environment=args.env or "",
+        promote=not args.no_promote,
+        on_promoted=promoted.append,
+    )
     checked = None
     if isinstance(final, ev.Deployed):
         checked = await check_overlaps(settings, project, final.version)
@@ -228,7 +247,7 @@ async def cmd_parse(args, settings: Settings) -> int:
     try:
         digest = await bus.put_blob(packed.data)
         command = RunCommand(command=ParseCommand(bundle_digest=digest, vars=_vars(args.vars)))
-        final = await _waited(client.run(bus, project, command), args.timeout, "the parse")
+        final = await waited(client.run(bus, project, command), args.timeout, "the parse")
     finally:
         await bus.close()
     if isinstance(final, ev.RunRefused):
@@ -271,7 +290,7 @@ async def cmd_retry(args, settings: Settings) -> int:
     return await follow(args, settings, subjects.check_project(project), command, resumes)
 
 
-async def _waited(waiting, seconds: float, what: str):
+async def waited(waiting, seconds: float, what: str):
     """The run's final event, or a clear word that the CLI stopped waiting (not the run)."""
     try:
         return await asyncio.wait_for(waiting, seconds)
@@ -332,7 +351,7 @@ async def follow(args, settings: Settings, project: str, command: RunCommand, he
         if args.watch and isinstance(command.command, BuildCommand):
             tally.total = await _planned(bus, project, command.command)
         follower = _follower(args, tally, sys.stderr if args.json else sys.stdout)
-        final = await _waited(
+        final = await waited(
             client.run(bus, project, command, on_event=on_event),
             args.timeout,
             f"run {command.run_id} of project {project!r}",

@@ -334,6 +334,10 @@ class Runner:
                 bus, project, body.environment, body.requested_by, body.pr
             )
             deployed = await versions.held_by(bus, project, slot)
+            if deployed is None and isinstance(command, commands.ClosePrCommand):
+                # A pull request never checked closes too: its environment's version plans it.
+                environment = ev.promotion_slot(body.environment)
+                deployed = await versions.held_by(bus, project, environment)
             if deployed is None:
                 reason = versions.nothing_held(project, slot)
         if reason is not None:

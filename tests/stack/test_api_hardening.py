@@ -57,9 +57,16 @@ async def answer(method: str, url: str, **kwargs) -> tuple[int, str, dict]:
             {"command": {"label": "build"}, "requested_by": "a" * 3000},
             "length <= 128 - at `$.requested_by`",
         ),
+        ("POST", "/v1/projects/shop/runs", {"command": {"label": "build"}, "pr": -1}, "`$.pr`"),
+        (
+            "POST",
+            "/v1/projects/shop/runs",
+            {"command": {"label": "close_pr"}},
+            "close_pr closes a pull request's schema: the run names its pr",
+        ),
     ],
     ids=["nul-in-run-id", "nul-in-project", "nul-in-limit", "negative-limit", "limit-abc",
-         "long-requested-by"],
+         "long-requested-by", "negative-pr", "close-without-pr"],
 )  # fmt: skip
 async def test_a_hostile_request_the_review_found_is_a_400_naming_the_parameter(
     stack, method, path, body, named

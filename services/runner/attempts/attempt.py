@@ -577,6 +577,7 @@ class Attempt:
             deferred_to=self.deferred_to(),
             cancelled_by=(self.cancelled.by or None) if ending.cancelled else None,
             preview=self.preview,
+            schema=plan.environment.schema if plan.environment else None,
         )
 
     async def _finish(self, ending: Ending) -> ev.RunFinished:

@@ -23,13 +23,13 @@ from services.runner.after import catalog
 from services.runner.attempts.attempt import Attempt, Failed, Source
 from services.runner.attempts.node_retry_rounds import retry_rounds
 from services.runner.context import RunnerContext
+from services.runner.setup import close_pr, selection
 from services.runner.setup import environment_state as state_mod
-from services.runner.setup import selection
 from services.runner.setup.job_setup import Prepared
 from services.runner.setup.placement import Placement
 from services.runner.setup.plan import command_args
 from shared import events as ev
-from shared.commands import OperationCommand, RunCommand
+from shared.commands import ClosePrCommand, OperationCommand, RunCommand
 
 __all__ = ["build"]
 
@@ -89,6 +89,9 @@ class _Build(Attempt):
         return self.state.run_id if self.state else None
 
     async def check(self) -> str | None:
+        if isinstance(self.body.command, ClosePrCommand):
+            plan, project = self.prepared.plan, self.prepared.job.project
+            return close_pr.problem(plan, self.body.pr) or close_pr.write_macro(project)
         if isinstance(self.body.command, OperationCommand):
             return None  # a macro selects no nodes
         reason = await _check_selection(self.prepared, self.project)

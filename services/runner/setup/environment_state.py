@@ -20,6 +20,7 @@ from services.runner.setup.selectors import selection_methods
 from shared import events as ev
 from shared import run_status, subjects
 from shared.bus import Bus
+from shared.environments import NO_STATE
 
 __all__ = ["STATE_DIR", "DeferRefused", "load", "defer_args", "publishes", "publish"]
 
@@ -43,7 +44,7 @@ async def load(ctx: RunnerContext, project: str, prepared: Prepared) -> ev.State
     state = await ctx.bus.last_event(subjects.state_event(project, home.key(), "published"))
     if not isinstance(state, ev.StatePublished):
         raise DeferRefused(
-            f"defer is refused: no state is published for project {project!r} in {where}."
+            f"defer is refused: {NO_STATE} for project {project!r} in {where}."
             " A successful build publishes it when it does not defer, is not a retry, and keeps"
             " the project's own graph (no vars/select/full_refresh override, no dynamic"
             " descriptor): run one first"

@@ -15,7 +15,7 @@ import msgspec
 import yaml
 
 from services.runner.process.dbt_env import dbt_env
-from services.runner.setup import run_credentials
+from services.runner.setup import close_pr, run_credentials
 from services.runner.setup.own_database import OwnDatabase, Place, place_of_output
 from services.runner.setup.secrets import Resolver
 from services.runner.setup.selectors import (
@@ -27,7 +27,7 @@ from services.runner.setup.selectors import (
 from services.runner.setup.warehouses import Warehouse, render_output, render_profiles, schema_of
 from shared import bundle
 from shared.arguments import TAKES, check_value
-from shared.commands import DbtCommand, OperationCommand, ShowCommand
+from shared.commands import ClosePrCommand, DbtCommand, OperationCommand, ShowCommand
 from shared.descriptor import (
     Descriptor,
     interpolate,
@@ -476,6 +476,8 @@ def command_args(plan: Plan, cmd: DbtCommand, defer: list[str]) -> list[str]:
     """The arguments of a dbt command other than a build's sequence, after the plan's
     common ones: its selection, and the overrides its dbt takes (shared.arguments.TAKES).
     `defer` is the deferral's flags when the run defers."""
+    if isinstance(cmd, ClosePrCommand):
+        return [close_pr.MACRO]  # the runner's own macro, which takes no argument
     if isinstance(cmd, OperationCommand):
         # The macro is dbt's positional argument: check_macro let only a name through.
         args = [check_value("macro", cmd.macro)]

@@ -67,7 +67,7 @@ READER_PREFIX = "jetdbt_r_"
 # (test, show, docs generate, source freshness) only reads. A macro exists to change the
 # warehouse (grants, clean-ups), so run-operation writes too. A test that stores its
 # failures, or an on-run-end hook that grants, needs the writer: `build` (docs/security.md).
-WRITING = frozenset({"build", "run", "seed", "snapshot", "run_operation"})
+WRITING = frozenset({"build", "run", "seed", "snapshot", "run_operation", "close_pr"})
 CONNECT_TIMEOUT = 10.0  # seconds to reach the warehouse before the run fails saying so
 # Seconds the operator's session waits for a lock, and for any one statement, before it
 # fails saying so: whatever a run's code holds, no other run waits on it for longer.
