@@ -65,7 +65,9 @@ def _plan(tmp_path, schema: str | None):
         shutil.copytree(EXAMPLE, project)
     wh = Warehouse(type="duckdb", name="main", path=str(tmp_path / "wh.duckdb"))
     cmd = commands.BuildCommand(schema=schema)
-    return make_plan(descriptor.load(project), cmd, {}, wh, Resolver(), project, "dbt-core-1x")
+    return make_plan(
+        descriptor.load(project), cmd, {}, wh, Resolver(), project, "dbt-core-1x", project="shop"
+    )
 
 
 def test_a_close_drops_only_the_pull_requests_own_schema(tmp_path):
