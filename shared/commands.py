@@ -76,7 +76,7 @@ DEFAULT_ID = re.compile(r"c[0-9]+")
 Principal = Annotated[str, msgspec.Meta(max_length=MAX_PRINCIPAL_CHARS)]
 # A scratch schema a run may name: one plain identifier, the same in every warehouse.
 SCHEMA = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
-# A pull request's number: it names the PR's own schema (`<schema>_pr_<n>`) and slot.
+# A pull request's number: it names the PR's own schema (`<schema>__pr_<n>`) and slot.
 MAX_PR = 10**9
 PullRequest = Annotated[int, msgspec.Meta(ge=0, le=MAX_PR)]
 

@@ -119,7 +119,7 @@ class EnvironmentSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
     replace the top-level ones, `env` values are added over the top-level ones; `roles` are
     the roles of the project's team that may run in it; `defer_to` names the environment
     whose published state its deferring runs read (None: its own; a personal one: the
-    default); `personal` builds into `<schema>_<principal>`, one schema per person."""
+    default); `personal` builds into `<schema>__<principal>`, one schema per person."""
 
     profile: Profile = Profile()
     threads: Annotated[int, msgspec.Meta(ge=1, le=64)] | None = None

@@ -15,7 +15,7 @@ from services.runner.setup.secrets import Resolver
 from services.runner.setup.warehouses import Warehouse
 from shared import descriptor
 from shared.commands import BuildCommand
-from shared.schema_names import personal_schema
+from shared.schema_names import personal_schema, pr_schema
 from tests.support.paths import EXAMPLE
 
 JETDBT_YAML = """\
@@ -59,7 +59,11 @@ def test_each_environment_builds_where_it_should_and_defers_to_its_home(plan_in)
     assert dev.defer and not state.publishes(dev)
     assert not plan_in("dev", BuildCommand(defer=False), principal="ann").defer
     pr = plan_in("staging", pr=7)
-    assert (pr.environment.schema, pr.defers_to().schema, pr.defer) == ("stg_pr_7", "stg", True)
+    assert (pr.environment.schema, pr.defers_to().schema, pr.defer) == (
+        pr_schema("stg", 7),
+        "stg",
+        True,
+    )
     assert plan_in("prod", BuildCommand(schema="mine"), pr=7).environment.schema == "mine"
 
 

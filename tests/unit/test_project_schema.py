@@ -9,7 +9,7 @@ from services.runner.setup.plan import make_plan
 from services.runner.setup.secrets import Resolver
 from services.runner.setup.warehouses import Warehouse, load_warehouses
 from shared import descriptor
-from shared.schema_names import personal_schema, project_schema
+from shared.schema_names import personal_schema, pr_schema, project_schema
 from tests.support.paths import EXAMPLE
 
 
@@ -46,7 +46,21 @@ def test_a_configured_warehouse_keeps_its_schema_unless_it_asks_for_one_per_proj
 def test_two_names_never_become_one_schema():
     """`.` and `_` (or `-` and `_`) are one character of a plain identifier: a name that is not
     one already keeps a digest of itself, so two principals or projects keep two schemas."""
-    assert personal_schema("main", "ana") == "main_ana"
+    assert personal_schema("main", "ana") == "main__ana"
     assert personal_schema("main", "ana.b") != personal_schema("main", "ana_b")
     assert project_schema("a-b") != project_schema("a_b") == "a_b"
     assert len(personal_schema("m" * 60, "x" * 60)) <= 63
+
+
+def test_a_persons_or_a_pull_requests_schema_is_never_another_projects():
+    """Attack: team B names its project `jaffle_x` (or `jaffle_pr_3`, `jaffle__x`) so that
+    team A's person `x` (or PR 3) of project `jaffle` builds, and a PR's close drops, team
+    B's schema; or a principal named `pr_3` builds into PR 3's schema."""
+    for project in ("jaffle_x", "jaffle__x", "jaffle_pr_3", "jaffle__pr_3", "jaffle_", "x" * 128):
+        theirs = project_schema(project)
+        assert "__" not in theirs and not theirs.endswith("_"), theirs
+        assert theirs not in (personal_schema("jaffle", "x"), pr_schema("jaffle", 3))
+    mine = project_schema("jaffle")
+    assert personal_schema(mine, "pr_3") != pr_schema(mine, 3) == "jaffle__pr_3"
+    assert personal_schema(project_schema("a_"), "x") != personal_schema("a", "_x")
+    assert "__" in personal_schema("m" * 60, "x" * 60)

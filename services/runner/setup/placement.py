@@ -4,9 +4,9 @@ published state its deferral reads.
 
 - An ordinary environment (`prod`, `staging`) builds in its own schema and defers to its own
   state, or to `defer_to`'s.
-- A personal one (`dev`) builds into `<schema>_<principal>`, deferring by default to
+- A personal one (`dev`) builds into `<schema>__<principal>`, deferring by default to
   `defer_to` (the default environment unless it names another).
-- A pull request's check builds into `<schema>_pr_<n>` of the environment it names,
+- A pull request's check builds into `<schema>__pr_<n>` of the environment it names,
   deferring by default to that environment's state.
 
 A schema of a run's own is the plan's scratch schema, so such a run never publishes an
