@@ -647,6 +647,9 @@ class JobSaved(_JobEvent, frozen=True, kw_only=True, tag="job.saved.v1"):
 
     spec: dict[str, Any]
     saved_by: str = ""
+    # The role its saver ran the project with (shared.identity.run_role): a run of the job
+    # takes no higher one, whoever fires it ("": saved before roles were recorded).
+    role: str = ""
     _kind = "saved"
 
 
@@ -679,6 +682,7 @@ class ScheduleSaved(Event, frozen=True, kw_only=True, tag="schedule.saved.v1"):
     cron: str = ""
     tz: str = ""
     principal: str = ""  # whose runs its fires are (the runs' principal)
+    role: str = ""  # the role it was scheduled (or resumed) with: its fires take no higher
     command_seq: int = 0
 
     def subject(self) -> str:

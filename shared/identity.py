@@ -46,6 +46,7 @@ __all__ = [
     "put_principal",
     "revoke_token",
     "role_allows",
+    "least_role",
     "team_of",
     "project_team",
 ]
@@ -422,6 +423,11 @@ def run_role(caller: Caller, project: str) -> str:
         held = [g.role for g in caller.grants if project_matches(g.project, project)]
         return max(held, key=ROLES.index, default="viewer")
     return "admin"
+
+
+def least_role(*roles: str) -> str:
+    """The lowest of `roles`: a run others start for someone takes no more than each gave."""
+    return min(roles, key=ROLES.index)
 
 
 def environment_problem(role: str, environment: str, roles: list[str]) -> str | None:

@@ -282,10 +282,11 @@ class Runner:
         body = msgspec.structs.replace(
             body, requested_by=caller.principal, trigger=trigger, depth=depth
         )
-        job = ""
+        job, role = "", identity.run_role(caller, project)
         if isinstance(body.command, commands.JobRun):
             job = body.command.name
-            body, problem = await _job_run(bus, project, body, problem)
+            body, problem, cap = await _job_run(bus, msg, project, body, problem)
+            role = identity.least_role(role, cap)
         problem = problem or _depth_problem(body)
         body = await _in_environment(bus, project, body)
         run_id = body.run_id or f"c{seq}"
@@ -350,7 +351,7 @@ class Runner:
             environment=body.environment,
             principal=body.requested_by,
             pr=body.pr,
-            role=identity.run_role(caller, project),
+            role=role,
         )
         started = (self.ctx, project, body, run_id, attempt_number)
         try:
@@ -418,23 +419,36 @@ def _depth_problem(body: commands.RunCommand) -> str | None:
 
 
 async def _job_run(
-    bus, project: str, body: commands.RunCommand, problem: str | None
-) -> tuple[commands.RunCommand, str | None]:
+    bus, msg, project: str, body: commands.RunCommand, problem: str | None
+) -> tuple[commands.RunCommand, str | None, str]:
     """A job's run as the job is saved now: its command and run arguments (the command's
-    own arguments over them); a job that does not exist refuses the run."""
+    own arguments over them), and the highest role it runs with (jobs.role_cap); a job that
+    does not exist refuses the run."""
     name = body.command.name
     saved = await jobs.job_of(bus, project, name)
+    least = identity.ROLES[0]
     if saved is None:
-        return body, problem or (
-            f"project {project!r} has no job {name!r}: jetdbt job list --project {project}"
+        return (
+            body,
+            problem
+            or (f"project {project!r} has no job {name!r}: jetdbt job list --project {project}"),
+            least,
         )
     try:
         spec = msgspec.convert(saved.spec, commands.JobSpec)
     except msgspec.ValidationError as exc:
-        return body, problem or f"job {name!r} cannot be read: {quote(str(exc), 200)}"
-    return msgspec.structs.replace(
-        body, command=spec.command, args={**spec.args, **body.args}, environment=spec.environment
-    ), problem
+        return body, problem or f"job {name!r} cannot be read: {quote(str(exc), 200)}", least
+    cap = await jobs.role_cap(bus, msg, project, saved, body)
+    return (
+        msgspec.structs.replace(
+            body,
+            command=spec.command,
+            args={**spec.args, **body.args},
+            environment=spec.environment,
+        ),
+        problem,
+        cap,
+    )
 
 
 async def _in_environment(bus, project: str, body: commands.RunCommand) -> commands.RunCommand:

@@ -1,7 +1,7 @@
 """A project's named environments against real NATS, Postgres and dbt: staging builds in its
 own schema, a person's dev run builds into a schema of their own deferring to prod, a role
 an environment does not let in and an unknown environment are refused, a job runs in its
-environment."""
+environment, and a job takes no higher role than its saver's whoever starts it."""
 
 from __future__ import annotations
 
@@ -10,13 +10,16 @@ import shutil
 
 import aiohttp
 import duckdb
+import msgspec
 import pytest
 import pytest_asyncio
 
 from services.cli import client
+from services.runner.facts import jobs
 from shared import commands, identity, subjects
 from shared import events as ev
 from shared.commands import BuildCommand, RunCommand
+from shared.schema_names import personal_schema
 from tests.support.helpers import deploy_and_wait, jetdbt, wait_for
 from tests.support.paths import EXAMPLE
 from tests.support.shared_stack import shared_stack
@@ -91,7 +94,7 @@ async def test_a_dev_run_builds_into_the_callers_schema_deferring_to_prod(site):
     assert isinstance(final, ev.RunFinished) and final.result.status == "passed", final
     assert (requested.environment, requested.requested_by) == ("dev", "ann")
     # Only the selected model is in ann's schema: its upstream was read from prod's.
-    assert _tables(stack, "shop_ann") == {"customers"}
+    assert _tables(stack, personal_schema("shop", "ann")) == {"customers"}
     assert final.result.deferred_to == prod_run
 
 
@@ -123,3 +126,28 @@ async def test_a_job_runs_in_its_environment(site):
     requested = await stack.bus.last_event(subjects.run_event(PROJECT, final.run_id, "requested"))
     assert requested.environment == "staging"
     assert "stg_payments" in _tables(stack, "shop_staging")
+
+
+async def test_a_job_a_runner_saved_takes_no_higher_role_when_a_trigger_runs_it(site):
+    """Attack: ann's runner token saves a job in staging (deployer, admin only); a trigger or
+    a schedule's fire comes in by the operator's door, which is admin, and ran it."""
+    stack, ann, _ = site
+    spec = commands.JobSpec(command=BuildCommand(select=["stg_orders"]), environment="staging")
+    body = commands.JobCommand(action="save", name="sneak", job=spec)
+    url = f"{stack.api_url}/v1/projects/{PROJECT}/jobs"
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(
+            url,
+            data=json.dumps(msgspec.to_builtins(body)),
+            headers={"Authorization": f"Bearer {ann}"},
+        ) as r,
+    ):
+        assert r.status == 202, await r.text()
+    saved = await wait_for(lambda: jobs.job_of(stack.bus, PROJECT, "sneak"), timeout=30)
+    assert saved.role == "runner", saved
+    final = await client.run(
+        stack.bus, PROJECT, RunCommand(command=commands.JobRun(name="sneak"), trigger="relation")
+    )
+    assert isinstance(final, ev.RunRefused), final
+    assert "'staging' lets roles deployer, admin" in final.reason and "'runner'" in final.reason

@@ -82,7 +82,8 @@ async def handle(ctx: RunnerContext, msg, project: str, problem: str | None, seq
         owner = await ctx.bus.last_event(subjects.deploy_event(project, "requested"))
         problem = identity.command_problem(caller, "job", project, getattr(owner, "team", ""))
     if problem is None:
-        problem = await _apply(ctx, project, body, seq, caller.principal)
+        role = identity.run_role(caller, project)
+        problem = await _apply(ctx, project, body, seq, caller.principal, role)
     if problem is not None:
         await ctx.bus.publish(
             ev.JobRefused(
@@ -96,7 +97,12 @@ async def handle(ctx: RunnerContext, msg, project: str, problem: str | None, seq
 
 
 async def _apply(
-    ctx: RunnerContext, project: str, body: commands.JobCommand, seq: int, principal: str
+    ctx: RunnerContext,
+    project: str,
+    body: commands.JobCommand,
+    seq: int,
+    principal: str,
+    role: str,
 ) -> str | None:
     bus, name = ctx.bus, body.name
     if body.action == "save":
@@ -104,9 +110,8 @@ async def _apply(
         if refused is not None:
             return refused
         spec = msgspec.to_builtins(body.job)
-        await bus.publish(
-            ev.JobSaved(project=project, name=name, spec=spec, saved_by=principal, command_seq=seq)
-        )
+        by = {"saved_by": principal, "role": role}
+        await bus.publish(ev.JobSaved(project=project, name=name, spec=spec, command_seq=seq, **by))
         return None
     if await job_of(bus, project, name) is None:
         return f"project {project!r} has no job {name!r}: jetdbt job list --project {project}"
@@ -126,13 +131,14 @@ async def _apply(
             cron=body.cron,
             tz=body.tz,
             principal=principal,
+            role=role,
             command_seq=seq,
         )
         return await _activate(ctx, saved)
     if schedule is None or schedule.state == "removed":
         return f"job {name!r} of project {project!r} has no schedule to {body.action}"
     if body.action == "resume":
-        return await _activate(ctx, msgspec.structs.replace(schedule, command_seq=seq))
+        return await _activate(ctx, msgspec.structs.replace(schedule, command_seq=seq, role=role))
     state = "paused" if body.action == "pause" else "removed"
     await _park(ctx, project, name, schedule, state, seq)
     return None
@@ -182,6 +188,18 @@ async def _park(
     await ctx.bus.publish(
         msgspec.structs.replace(schedule, state=state, command_seq=seq, at=datetime.now(UTC))
     )
+
+
+async def role_cap(bus, msg, project: str, saved: ev.JobSaved, body: commands.RunCommand) -> str:
+    """The highest role a run of the job `saved` takes, whoever starts it (a schedule's fire
+    and a trigger come in by the operator's door): the role it was saved with and, for a
+    fire, the one it was scheduled with. A fact from before roles were recorded gives the
+    least role that could have made it."""
+    roles = [saved.role or identity.VERB_ROLES["job"]]
+    if is_fire(msg, project, body):
+        schedule = await _schedule_of(bus, project, saved.name)
+        roles.append((schedule.role if schedule else "") or identity.VERB_ROLES["job"])
+    return identity.least_role(*roles)
 
 
 def is_fire(msg, project: str, body: commands.RunCommand) -> bool:
