@@ -14,6 +14,7 @@ import msgspec
 import nats
 from nats import errors as nats_errors
 from nats.js.errors import (
+    APIError,
     NoStreamResponseError,
     NotFoundError,
     ObjectNotFoundError,
@@ -98,6 +99,14 @@ def inbox_prefix(user: str | None) -> str:
 
 class PublishFailed(RuntimeError):
     """An event could not be stored within the duplicate window (never a run timeout)."""
+
+
+class Raced(RuntimeError):
+    """Another event landed on the subject after the one a guarded publish expected."""
+
+
+# The server's answer to a publish whose expected last subject sequence is not the last.
+WRONG_LAST_SEQUENCE = 10071
 
 
 class ServerRefused(RuntimeError):
@@ -213,17 +222,32 @@ class Bus:
         masked = self.mask_line(line, previous) if self.mask_line is not None else line
         await self.nc.publish(subject, masked.encode())
 
-    async def publish(self, event: events.Event, *, retry_for: float = PUBLISH_RETRY_SECONDS):
+    async def publish(
+        self,
+        event: events.Event,
+        *,
+        retry_for: float = PUBLISH_RETRY_SECONDS,
+        after: int | None = None,
+    ):
         """Publish an event with its deterministic id until the stream acknowledges it.
 
         A NATS outage holds the caller (so events stay in order) instead of losing the
         event; retries carry the same id, so one that did land is dropped as a duplicate.
+        `after`: the stream sequence of the subject's last event the caller read (0: none);
+        when another landed since, nothing is stored and Raced is raised.
         """
         subject, data = event.subject(), self._masked(events.encode(event))
         headers = {"Nats-Msg-Id": event.event_id()}
+        if after is not None:
+            headers["Nats-Expected-Last-Subject-Sequence"] = str(after)
 
         async def once():
-            ack = await self.js.publish(subject, data, stream=EVENTS, headers=headers)
+            try:
+                ack = await self.js.publish(subject, data, stream=EVENTS, headers=headers)
+            except APIError as exc:
+                if exc.err_code == WRONG_LAST_SEQUENCE:
+                    raise Raced(f"{subject} moved on before {event.event_id()}") from None
+                raise
             if ack.duplicate and await self._taken_by_declared_write(ack, subject):
                 # An external system's declared write took this fact's id first (any
                 # publisher chooses its message id): the fact is stored under one of

@@ -5,6 +5,8 @@ published them then, so two can share a long prefix on purpose."""
 
 from __future__ import annotations
 
+import asyncio
+
 import aiohttp
 import pytest
 
@@ -124,3 +126,17 @@ async def test_a_runner_token_cannot_promote_and_a_bad_body_is_named(stack):
         async with http.post(url, json=body, headers={"Authorization": f"Bearer {deployer}"}) as r:
             accepted = await r.json()
             assert r.status == 202 and accepted["command_id"].startswith("c"), accepted
+
+
+async def test_two_promotions_at_once_each_name_what_the_slot_ran_before(stack):
+    """Promotions of one slot racing each other: the one that lands second reads the slot again,
+    so each `previous` is what the slot ran just before it, never a version it skipped."""
+    versions_ = [f"sha256:{n:02d}" + "e" * 62 for n in range(1, 5)]
+    for n, version in enumerate(versions_, start=1):
+        await stack.bus.publish(_deployed(version, f"d{n}", n))
+    moved = await asyncio.gather(*(_promote(stack, v) for v in versions_[:3]))
+    assert all(isinstance(m, ev.Promoted | ev.DeployUnchanged) for m in moved), moved
+    chain = [p for p in await _answer(stack, "promotions", 4 + sum(
+        isinstance(m, ev.Promoted) for m in moved))]  # fmt: skip
+    for newer, older in zip(chain, chain[1:], strict=False):
+        assert newer["previous"] == older["version"], chain

@@ -150,6 +150,7 @@ async def _unchanged(
             requested_by=cmd.requested_by,
             command_seq=seq,
             deploy_id=deploy_id,
+            superseded=False,
         )
     final = ev.DeployUnchanged(project=project, deploy_id=deploy_id, version=cmd.bundle_digest)
     await bus.publish(final)
@@ -159,25 +160,23 @@ async def _unchanged(
 async def _publish(
     bus, project: str, cmd: DeployCommand, slot: Slot | None, built: ev.Deployed
 ) -> ev.Event:
-    """Publish the version (current nowhere by itself), then its promotion into `slot`."""
-    if slot is None:
-        await promotion.keep_default(bus, project)
-        await bus.publish(built)
-        return built
-    previous = await promotion.previous_of(bus, project, slot)
+    """Publish the version (current nowhere by itself), then its promotion into `slot`. An
+    old log's default version is promoted as an event first: the new Deployed event ends
+    the fallback that read it (shared/versions.py)."""
+    await promotion.keep_default(bus, project)
     ack = await bus.publish(built)
-    await bus.publish(
-        promotion.promoted(
+    if slot is not None:
+        await promotion.move(
+            bus,
             project,
             slot,
             built,
             ack.seq,
-            previous=previous,
             requested_by=cmd.requested_by,
             command_seq=built.command_seq,
             deploy_id=built.deploy_id,
+            superseded=False,  # checked under the deploy scope (_submitted_later)
         )
-    )
     return built
 
 

@@ -49,21 +49,23 @@ async def promote(bus, msg, project: str, problem: str | None, seq: int, caller)
         except DescriptorError as exc:
             problem = f"version {short_digest(deployed.version)}: {exc}"
     if problem is None:
-        problem = await _superseded(bus, project, slot, seq)
+        try:
+            moved = await promotion.move(
+                bus,
+                project,
+                slot,
+                deployed,
+                deployed_seq,
+                requested_by=caller.principal,
+                command_seq=seq,
+                deploy_id="",
+            )
+        except promotion.Superseded as exc:
+            problem = str(exc)
     if problem is not None:
         return await _said(
             bus, ev.DeployRefused(project=project, deploy_id=command_id, reason=problem)
         )
-    moved = await promotion.move(
-        bus,
-        project,
-        slot,
-        deployed,
-        deployed_seq,
-        requested_by=caller.principal,
-        command_seq=seq,
-        deploy_id="",
-    )
     if moved is not None:
         return moved
     return await _said(
@@ -74,17 +76,6 @@ async def promote(bus, msg, project: str, problem: str | None, seq: int, caller)
 async def _said(bus, event: ev.Event) -> ev.Event:
     await bus.publish(event)
     return event
-
-
-async def _superseded(bus, project: str, slot: versions.Slot, seq: int) -> str | None:
-    """Why a promotion of `slot` submitted before the one it holds changes nothing."""
-    latest = await versions.promotion_of(bus, project, slot.name())
-    if latest is None or latest.command_seq <= seq:
-        return None
-    return (
-        f"superseded: {slot.name()} of project {project!r} was promoted to version"
-        f" {short_digest(latest.version)} by a command submitted after this one"
-    )
 
 
 async def find_version(bus, project: str, version: str) -> tuple[ev.Deployed, int] | str:

@@ -7,9 +7,18 @@ from __future__ import annotations
 
 from shared import events as ev
 from shared import subjects, versions
+from shared.bus import Raced
 from shared.descriptor import DEFAULT_ENVIRONMENT
+from shared.digests import short_digest
 
-__all__ = ["keep_default", "move", "previous_of", "promoted"]
+__all__ = ["Superseded", "keep_default", "move"]
+
+# How many times a promotion reads its slot again when another promotion landed first.
+RACES = 5
+
+
+class Superseded(ValueError):
+    """A promotion submitted before the one its slot holds: it changes nothing."""
 
 
 async def keep_default(bus, project: str) -> None:
@@ -36,16 +45,15 @@ async def keep_default(bus, project: str) -> None:
     )
 
 
-async def previous_of(bus, project: str, slot: versions.Slot) -> str:
-    """The version `slot` runs before a promotion ("": none); read before the version's
-    Deployed event is published, which would end an old log's default fallback."""
+async def _previous_of(bus, project: str, slot: versions.Slot) -> str:
+    """The version `slot` runs before a promotion ("": none)."""
     if slot.name() != DEFAULT_ENVIRONMENT:
         await keep_default(bus, project)
     held = await versions.held_by(bus, project, slot.name())
     return held.version if held is not None else ""
 
 
-def promoted(
+def _promoted(
     project: str,
     slot: versions.Slot,
     deployed: ev.Deployed,
@@ -82,23 +90,39 @@ async def move(
     requested_by: str,
     command_seq: int,
     deploy_id: str,
+    superseded: bool = True,
 ) -> ev.Promoted | None:
-    """Promote a version deployed before into `slot`; None when the slot runs it already."""
-    previous = await previous_of(bus, project, slot)
-    if await _moved_to(bus, project, slot, previous, deployed.version):
-        return None
-    event = promoted(
-        project,
-        slot,
-        deployed,
-        deployed_seq,
-        previous=previous,
-        requested_by=requested_by,
-        command_seq=command_seq,
-        deploy_id=deploy_id,
-    )
-    await bus.publish(event)
-    return event
+    """Promote a version into `slot`; None when the slot runs it already. With `superseded`,
+    a slot a command submitted after this one promoted raises Superseded. Another promotion
+    of the slot landing between reading it and publishing this one makes it read again, so
+    `previous` is always what the slot ran just before (two promotions at once)."""
+    for _ in range(RACES):
+        found = await bus.last_stored(subjects.promotion_event(project, slot.name()))
+        last, seen = found if found is not None else (None, 0)
+        if superseded and isinstance(last, ev.Promoted) and last.command_seq > command_seq:
+            raise Superseded(
+                f"superseded: {slot.name()} of project {project!r} was promoted to version"
+                f" {short_digest(last.version)} by a command submitted after this one"
+            )
+        previous = await _previous_of(bus, project, slot)
+        if await _moved_to(bus, project, slot, previous, deployed.version):
+            return None
+        event = _promoted(
+            project,
+            slot,
+            deployed,
+            deployed_seq,
+            previous=previous,
+            requested_by=requested_by,
+            command_seq=command_seq,
+            deploy_id=deploy_id,
+        )
+        try:
+            await bus.publish(event, after=seen)
+        except Raced:
+            continue
+        return event
+    raise Raced(f"{slot.name()} of project {project!r} kept moving; promote again")
 
 
 async def _moved_to(bus, project: str, slot: versions.Slot, previous: str, version: str) -> bool:
