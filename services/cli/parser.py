@@ -269,8 +269,9 @@ def _dbt_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--full-refresh", action="store_true")
     p.add_argument(
         "--defer",
-        action="store_true",
-        help="resolve unbuilt refs to the environment's published state",
+        action=argparse.BooleanOptionalAction,
+        help="resolve unbuilt refs to the environment's published state (--no-defer: build"
+        " them, where the environment defers by default: a person's dev, a pull request's)",
     )
     p.add_argument(
         "--schema",

@@ -210,7 +210,7 @@ def dbt_command_of(args):
         "exclude": args.exclude or [],
         "vars": _vars(args.vars),
         "full_refresh": args.full_refresh,
-        "defer": True if args.defer else None,
+        "defer": args.defer,
         "macro": args.macro,
         "macro_args": _vars(args.macro_args) if args.macro_args else None,
         "limit": args.limit,

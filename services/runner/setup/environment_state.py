@@ -47,7 +47,8 @@ async def load(ctx: RunnerContext, project: str, prepared: Prepared) -> ev.State
             f"defer is refused: {NO_STATE} for project {project!r} in {where}."
             " A successful build publishes it when it does not defer, is not a retry, and keeps"
             " the project's own graph (no vars/select/full_refresh override, no dynamic"
-            " descriptor): run one first"
+            " descriptor): run one first, or run without deferring (--no-defer,"
+            ' "defer": false)'
         )
     if "result" in selection_methods(plan.select + plan.exclude) and not state.run_results_digest:
         raise DeferRefused(
