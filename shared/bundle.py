@@ -17,6 +17,7 @@ from shared.digests import digest_of
 
 __all__ = [
     "BINARY_SNIFF_BYTES",
+    "MAX_BUNDLE_BYTES",
     "MAX_FILE_BYTES",
     "Bundle",
     "BundleFile",
@@ -33,6 +34,10 @@ __all__ = [
 
 MAX_FILE_BYTES = 5 * 1024 * 1024
 """Larger files are almost never dbt sources; they would bloat every deploy."""
+
+MAX_BUNDLE_BYTES = 64 * 1024 * 1024
+"""The largest bundle a deploy may send over the API: a dbt project's sources are far
+smaller, and the API holds the body in memory while it stores it."""
 
 BINARY_SNIFF_BYTES = 8000
 """Same heuristic as git: a NUL byte this early means the file is not text."""

@@ -3,8 +3,9 @@
 Bundles are stored by content digest, so any digest in the object store (an older
 version's) could be named by a deploy command and roll a project back. The uploader of a
 deploy's bundle also stores `upload.<deploy_id>` holding the digest; a runner deploys only
-the digest its deploy's record names. Only the operator's and the runners' NATS users may
-write the object store, so no external system can make such a record.
+the digest its deploy's record names. Only the operator's, the runners' and the API's NATS
+users may write the object store (the API for a deploy a token uploaded,
+services/api/deploy_routes.py), so no external system can make such a record.
 """
 
 from __future__ import annotations

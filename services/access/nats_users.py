@@ -5,7 +5,8 @@ One user per role, so a fact carries the authority of who could publish it:
   log lines, and alone reads the contract's durable consumers (`runners`, `relation_watch`);
 - `projector` only reads events (never the identity bucket);
 - `api` reads, and publishes commands on behalf of the token it checked, on subjects only
-  it may publish (`dbt.cmd.<verb>.<project>.<principal>.api`), and hook requests;
+  it may publish (`dbt.cmd.<verb>.<project>.<principal>.api`), and hook requests; it
+  writes the object store (never purges it) for a deploy a token uploaded;
 - `triggers` reads events (its own durable, `triggers`) and publishes only its runs'
   commands (`dbt.cmd.run.<project>.triggers`), from an account of its own;
 - `notifier` reads run events through its own durable consumer, alone reads and writes
@@ -45,7 +46,7 @@ from shared import contract as contract_mod
 from shared import identity, subjects
 from shared.bus import inbox_prefix
 from shared.pid_files import signal_server
-from shared.streams import COMMANDS, EVENTS, HOOK_SECRETS, IDENTITY, LOGS, SCHEDULES_STREAM
+from shared.streams import BLOBS, COMMANDS, EVENTS, HOOK_SECRETS, IDENTITY, LOGS, SCHEDULES_STREAM
 
 __all__ = [
     "SERVICE_USERS",
@@ -146,6 +147,8 @@ _FACTS = [
         if prefix.startswith("$O.")
     ],
 ]
+# A deploy's bundle and upload record (shared/uploads.py), which the API stores for a token.
+_BLOB_WRITES = f"$O.{BLOBS}.>"
 # The least role each command verb needs, on either door.
 VERB_ROLES = identity.VERB_ROLES
 
@@ -219,7 +222,13 @@ def permissions(name: str, user: dict) -> dict:
     allow = {
         "runner": [*_READ, *_READ_EVENTS, *_FACTS, *_durable_reads("runner")],
         "projector": [*_READ, *_READ_EVENTS],
-        "api": [*_READ, *_READ_EVENTS, subjects.API_COMMANDS, subjects.ALL_HOOK_CONTROL],
+        "api": [
+            *_READ,
+            *_READ_EVENTS,
+            subjects.API_COMMANDS,
+            subjects.ALL_HOOK_CONTROL,
+            _BLOB_WRITES,
+        ],
         # It reads events and publishes its runs' commands, and nothing else.
         "triggers": [*_READ, *_READ_EVENTS, *_durable_reads("triggers"), subjects.TRIGGER_COMMANDS],
         "notifier": [
@@ -282,6 +291,7 @@ def _imports(account: str) -> list[dict]:
     if name == "api":
         found.append({"service": subjects.API_COMMANDS})
         found.append({"service": subjects.ALL_HOOK_CONTROL})
+        found.append({"service": _BLOB_WRITES})
     if name == "triggers":
         found.append({"service": subjects.TRIGGER_COMMANDS})
     found.append({"stream": f"{inbox_prefix(name)}.>"})
@@ -301,6 +311,7 @@ def _exports() -> list[dict]:
         {"service": subjects.ALL_COMMANDS, "accounts": ["API", "TRIGGERS", SYSTEMS]},
         {"service": subjects.ALL_INTAKE, "accounts": [SYSTEMS]},
         {"service": subjects.ALL_HOOK_CONTROL, "accounts": ["API"]},
+        {"service": _BLOB_WRITES, "accounts": ["API"]},
     ]
     found += [{"stream": f"{inbox_prefix(u)}.>", "accounts": [account_of(u, {})]} for u in services]
     return found

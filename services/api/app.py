@@ -26,6 +26,7 @@ from services.api import auth, schemas, warehouse_door
 from services.api.artifact_routes import add_artifact_routes
 from services.api.boundary import check_routes, error, guard, page, path, query, respond
 from services.api.cancel_routes import add_cancel_routes
+from services.api.deploy_routes import add_deploy_routes
 from services.api.event_stream import add_event_stream_routes
 from services.api.graph_routes import add_graph_routes
 from services.api.hook_routes import add_hook_routes
@@ -237,6 +238,7 @@ def create_app(
     add_event_stream_routes(app, bus)
     add_project_routes(app, pool)
     add_promotion_routes(app, pool, bus)
+    add_deploy_routes(app, bus)
     add_whoami_routes(app)
     add_ui_routes(app)
     add_openapi_routes(app)

@@ -29,6 +29,7 @@ __all__ = [
     "METHOD_ROLES",
     "PUBLIC",
     "ROUTE_ROLES",
+    "UPLOAD",
     "authenticate",
     "authorize",
     "project_problem",
@@ -41,11 +42,15 @@ __all__ = [
 # The viewer's files and the API's contract hold no data: a browser loads them before it
 # has a token (the viewer then sends one with every data call).
 PUBLIC = frozenset({"/healthz", "/openapi.json", "/docs", *UI_PATHS})
+# A deploy's upload: its body is a bundle, read by its route alone (bounded) and claiming no
+# principal; and it may name a project no team holds yet, which its first deploy gives the
+# deployer's team (the runner refuses a project another team holds).
+UPLOAD = ("POST", "/v1/projects/{project}/deploys")
 METHOD_ROLES = {"GET": "viewer", "HEAD": "viewer", "POST": "runner"}
 ROUTE_ROLES = {
     # Dead letters hold raw events of every project.
     ("GET", "/v1/dead-letters"): "admin",
-    ("POST", "/v1/projects/{project}/deploys"): "deployer",
+    UPLOAD: "deployer",
     ("POST", "/v1/projects/{project}/promotions"): "deployer",
 }
 _TOKEN = web.RequestKey("token", identity.Token)
@@ -116,11 +121,13 @@ async def _project_of(request: web.Request) -> str | None:
     return None
 
 
-async def _scope_problem(token: identity.Token, request: web.Request) -> web.Response | None:
+async def _scope_problem(
+    token: identity.Token, request: web.Request, claiming: bool
+) -> web.Response | None:
     project = await _project_of(request)
     if project is None:
         return None  # not about one project, or an unknown run: the route answers 404
-    return await _project_scope(token, request, project)
+    return await _project_scope(token, request, project, claiming)
 
 
 async def project_problem(request: web.Request, project: str) -> web.Response | None:
@@ -130,13 +137,17 @@ async def project_problem(request: web.Request, project: str) -> web.Response | 
     return None if token.role == "admin" else await _project_scope(token, request, project)
 
 
-async def scope_problem(conn, token: identity.Token, project: str) -> str | None:
-    """Why `token` may not read `project` (its pattern, or the project's team), else None."""
+async def scope_problem(
+    conn, token: identity.Token, project: str, claiming: bool = False
+) -> str | None:
+    """Why `token` may not read `project` (its pattern, or the project's team), else None;
+    `claiming`: a project no team holds yet is the token's to take (UPLOAD)."""
     if token.role == "admin":
         return None
     if not identity.project_matches(token.project, project):
         return f"token {token.id} covers projects matching {token.project!r}, not {project!r}"
-    if await project_team(conn, project) != token.team:
+    team = await project_team(conn, project)
+    if team != token.team and not (claiming and team is None):
         return (
             f"project {project!r} is not a project of team {token.team!r}"
             " (a project's team is the team of its deployer)"
@@ -145,10 +156,10 @@ async def scope_problem(conn, token: identity.Token, project: str) -> str | None
 
 
 async def _project_scope(
-    token: identity.Token, request: web.Request, project: str
+    token: identity.Token, request: web.Request, project: str, claiming: bool = False
 ) -> web.Response | None:
     async with request.app[_POOL].acquire() as conn:
-        problem = await scope_problem(conn, token, project)
+        problem = await scope_problem(conn, token, project, claiming)
     return None if problem is None else error(403, problem)
 
 
@@ -179,11 +190,12 @@ async def authorize(request: web.Request, handler) -> web.StreamResponse:
             403,
             f"{request.method} {route} needs role {need!r}; token {token.id} has {token.role!r}",
         )
+    upload = (method, route) == UPLOAD
     if token.role != "admin":
-        refused = await _scope_problem(token, request)
+        refused = await _scope_problem(token, request, claiming=upload)
         if refused is not None:
             return refused
-    if request.method == "POST":
+    if request.method == "POST" and not upload:
         refused = await _claim_problem(token, request)
         if refused is not None:
             return refused

@@ -26,6 +26,7 @@ from aiohttp import hdrs, web
 from shared import contract
 from shared import logging as jlog
 from shared.artifacts import check_name
+from shared.commands import MAX_PR
 from shared.digests import check_digest
 from shared.quote import quote, shorten
 from shared.relations import InvalidRelation, normalise
@@ -114,6 +115,12 @@ def _whole(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
     return rule
 
 
+def _flag(value: str) -> bool:
+    if value not in ("true", "false"):
+        raise ValueError(f"{quote(value)} is not true or false")
+    return value == "true"
+
+
 def _one_of(*allowed: str) -> Callable[[str], str]:
     def rule(value: str) -> str:
         if value not in allowed:
@@ -154,6 +161,10 @@ QUERY_RULES: dict[str, Callable[[str], object]] = {
     "projection": _projection,
     "state": _one_of("delivered", "retrying", "dead"),  # a webhook delivery's attempts
     "environment": check_environment_name,  # a project environment (prod, staging, dev)
+    "pr": _whole(minimum=0, maximum=MAX_PR),  # a pull request's number (0: none)
+    "promote": _flag,
+    "replace_source": _flag,
+    "source": str,  # a deploy's source mark, repeated (shared.commands.DeployCommand checks)
 }
 
 

@@ -26,7 +26,8 @@ from services.api.auth import PUBLIC
 from services.api.boundary import MAX_OFFSET
 from shared import events as ev
 from shared.artifacts import NAMES as ARTIFACTS
-from shared.commands import JobCommand, PromoteCommand, RunCommand
+from shared.bundle import MAX_BUNDLE_BYTES
+from shared.commands import MAX_PR, JobCommand, PromoteCommand, RunCommand
 from shared.webhooks import HookRequest
 
 __all__ = [
@@ -83,6 +84,13 @@ _PARAMS = {
             "description": "a project environment",
         },
     ),
+    "pr": ("query", {"type": "integer", "minimum": 0, "maximum": MAX_PR}),
+    "promote": ("query", {"type": "string", "enum": ["true", "false"]}),
+    "replace_source": ("query", {"type": "string", "enum": ["true", "false"]}),
+    "source": (
+        "query",
+        {"type": "string", "maxLength": 200, "description": "a source mark; repeated"},
+    ),
     "Last-Event-ID": ("header", {"type": "string", "pattern": "^[0-9]{1,19}$"}),
 }
 _PAGE = ("limit", "offset")
@@ -104,6 +112,8 @@ class Operation(NamedTuple):
     items: object = None
     # Another answer the same route gives on request (e.g. `?follow=true`), as text.
     also: str | None = None
+    # A body of bytes, not JSON: what it is.
+    upload: str | None = None
 
 
 OPERATIONS = (
@@ -161,6 +171,12 @@ OPERATIONS = (
               schemas.HookDeliveries, params=("project", "hook", "state", *_PAGE)),
     Operation("GET", "/v1/projects/{project}/deploys", "a project's deploys, newest first",
               schemas.Deploys, params=("project", *_PAGE)),
+    Operation("POST", "/v1/projects/{project}/deploys", "upload a bundle and publish its"
+              " deploy command: promoted into `environment` (default: the default one), none"
+              " with `promote=false`, a pull request's own slot with `pr`", schemas.DeployAccepted,
+              status=202, params=("project", "environment", "promote", "pr", "replace_source",
+              "source"), errors=(400, 401, 403, 413),
+              upload=f"the bundle as `jetdbt` packs it, at most {MAX_BUNDLE_BYTES} bytes"),
     Operation("GET", "/v1/projects/{project}/retry-state",
               "per principal, the run a retry would resume", schemas.RetryStates,
               params=("project", *_PAGE)),
@@ -249,6 +265,13 @@ def _operation(op: Operation, refs: dict[type, dict]) -> dict:
         out["requestBody"] = {
             "required": True,
             "content": {"application/json": {"schema": refs[op.request]}},
+        }
+    if op.upload is not None:
+        raw = {"type": "string", "contentMediaType": "application/octet-stream"}
+        out["requestBody"] = {
+            "required": True,
+            "description": op.upload,
+            "content": {"application/octet-stream": {"schema": raw}},
         }
     if op.path in PUBLIC:
         out["security"] = []

@@ -35,6 +35,7 @@ __all__ = [
     "DeclaredProducer",
     "DeclaredWrite",
     "Deploy",
+    "DeployAccepted",
     "Deploys",
     "Edge",
     "Environment",
@@ -380,6 +381,17 @@ class Deploy(_Body):
     team: str | None = None  # the deployer's team, and the door its command came in by
     door: str | None = None
     source: list[str] | None = None  # the folder it came from, as the deploy named it
+
+
+class DeployAccepted(_Body):
+    """A bundle stored and its deploy command published; its outcome follows on the log and
+    then in GET .../deploys under `deploy_id` (a refusal before the runner read the command:
+    under `command_id`)."""
+
+    deploy_id: str
+    project: str
+    bundle_digest: str
+    command_id: str
 
 
 class Deploys(_Body):

@@ -8,6 +8,8 @@ so only what differs from that environment is built. When the environment has no
 there is nothing to compare with or defer to: the whole selection is built, and the summary
 says so, as a first CI run of a dbt Cloud project with no production run builds everything.
 Exit codes are for the CI system: 0 passed, 1 failed, 3 refused (the deploy or the run).
+The check goes over NATS (the CLI's own user), or with `--api` through the query API with
+JETDBT_TOKEN (services/cli/ci_api.py): the same steps, summary and exit codes either way.
 
 Closing drops the PR's schema with every relation in it: a run on a runner (the warehouse is
 its), whose plan alone names the schema (shared.commands.ClosePrCommand).
@@ -22,11 +24,13 @@ from pathlib import Path
 import msgspec
 
 from services.cli import client
+from services.cli.ci_api import ApiDoor
+from services.cli.ci_ends import DeployEnd, FailedNode, RunEnd, dropped_relations
 from services.cli.common import EXIT_FAILED, EXIT_REFUSED, CliError, open_bus
 from services.cli.run_commands import deploy_folder, say, waited
 from shared import events as ev
 from shared import run_logs, run_status, subjects
-from shared.commands import CLOSE_PR_LINE, BuildCommand, ClosePrCommand, RunCommand
+from shared.commands import BuildCommand, ClosePrCommand, RunCommand
 from shared.config import Settings
 from shared.descriptor import DEFAULT_ENVIRONMENT
 from shared.environments import NO_STATE
@@ -36,11 +40,6 @@ __all__ = ["CheckResult", "CloseResult", "cmd_ci"]
 # What a check builds when no selection is given: what differs from the environment, and
 # everything downstream of it.
 MODIFIED = ["state:modified+"]
-
-
-class FailedNode(msgspec.Struct, frozen=True, kw_only=True):
-    unique_id: str
-    message: str | None = None
 
 
 class CheckResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -73,31 +72,34 @@ class CloseResult(msgspec.Struct, frozen=True, kw_only=True):
 
 
 async def cmd_ci(args, settings: Settings) -> int:
+    if args.api is not None:
+        door = ApiDoor(settings, args.api or None, args.timeout)
+    else:
+        door = _NatsDoor(settings, args.timeout)
     if args.path == "close":
         if not args.project:
             raise CliError("ci close needs --project NAME: the project whose PR schema it drops")
-        return await _close(args, settings, subjects.check_project(args.project))
-    return await _check(args, settings)
+        return await _close(args, door, subjects.check_project(args.project))
+    return await _check(args, door)
 
 
-async def _check(args, settings: Settings) -> int:
+async def _check(args, door) -> int:
     path = Path(args.path)
     project = client.project_name(path, args.project)
     environment = args.env or ""
     result = CheckResult(
         project=project, pr=args.pr, environment=environment or DEFAULT_ENVIRONMENT, status=""
     )
-    final = await deploy_folder(path, project, settings, out=sys.stderr, pr=args.pr)
-    if not isinstance(final, ev.Deployed | ev.DeployUnchanged):
-        word = run_status.REFUSED if isinstance(final, ev.DeployRefused) else run_status.FAILED
-        reason = f"the deploy of pull request {args.pr} {word}: {final.reason}"
-        _print_check(args, msgspec.structs.replace(result, status=word, reason=reason))
-        return _exit_code(word)
+    final = await door.deploy(path, project, args.pr)
+    if not final.went():
+        reason = f"the deploy of pull request {args.pr} {final.status}: {final.reason}"
+        _print_check(args, msgspec.structs.replace(result, status=final.status, reason=reason))
+        return _exit_code(final.status)
     result = msgspec.structs.replace(result, version=final.version)
     given = args.select or []
     build = BuildCommand(select=given or MODIFIED, exclude=args.exclude or [], defer=True)
-    ended = await _run(args, settings, project, _check_run(build, environment, args.pr))
-    if isinstance(ended, ev.RunRefused) and NO_STATE in ended.reason:
+    ended = await _run(args, door, project, _check_run(build, environment, args.pr))
+    if ended.status == run_status.REFUSED and NO_STATE in (ended.reason or ""):
         say(
             f"environment {result.environment!r} has no published state to compare with or"
             " defer to: building the whole selection"
@@ -105,8 +107,9 @@ async def _check(args, settings: Settings) -> int:
         whole = [s for s in given if not s.startswith("state:")]
         build = msgspec.structs.replace(build, select=whole, defer=False)
         result = msgspec.structs.replace(result, whole_selection=True)
-        ended = await _run(args, settings, project, _check_run(build, environment, args.pr))
-    result = _outcome(result, ended)
+        ended = await _run(args, door, project, _check_run(build, environment, args.pr))
+    # Every field of the run's end is the check result's own.
+    result = msgspec.structs.replace(result, **msgspec.structs.asdict(ended))
     _print_check(args, result)
     return _exit_code(result.status)
 
@@ -115,45 +118,42 @@ def _check_run(build: BuildCommand, environment: str, pr: int) -> RunCommand:
     return RunCommand(command=build, environment=environment, pr=pr)
 
 
-def _outcome(result: CheckResult, ended: ev.Event) -> CheckResult:
+def _ended(ended: ev.Event) -> RunEnd:
+    """A run's final event (RunFinished or RunRefused) as the check reads it."""
     if isinstance(ended, ev.RunRefused):
-        return msgspec.structs.replace(
-            result, status=run_status.REFUSED, run_id=ended.run_id, reason=ended.reason
-        )
+        return RunEnd(run_id=ended.run_id, status=run_status.REFUSED, reason=ended.reason)
     run = ended.result
     failed = [
         FailedNode(unique_id=n.unique_id, message=n.message)
         for n in run.nodes
         if n.outcome == "failed"
     ]
-    return msgspec.structs.replace(
-        result,
-        status=run.status,
+    return RunEnd(
         run_id=ended.run_id,
+        status=run.status,
+        reason=run.error,
         schema=run.schema,
         deferred_to=run.deferred_to,
         totals=run.totals,
         failed=failed,
-        reason=run.error,
     )
 
 
-async def _close(args, settings: Settings, project: str) -> int:
+async def _close(args, door, project: str) -> int:
     environment = args.env or ""
     command = RunCommand(command=ClosePrCommand(), environment=environment, pr=args.pr)
-    ended = await _run(args, settings, project, command)
-    result = CloseResult(project=project, pr=args.pr, status="", run_id=ended.run_id)
-    if isinstance(ended, ev.RunRefused):
-        result = msgspec.structs.replace(result, status=run_status.REFUSED, reason=ended.reason)
-    else:
-        dropped = await _dropped(settings, ended.run_id)
-        result = msgspec.structs.replace(
-            result,
-            status=ended.result.status,
-            schema=ended.result.schema,
-            dropped=dropped,
-            reason=ended.result.error,
-        )
+    ended = await _run(args, door, project, command)
+    result = CloseResult(
+        project=project,
+        pr=args.pr,
+        status=ended.status,
+        run_id=ended.run_id,
+        schema=ended.schema,
+        reason=ended.reason,
+    )
+    if ended.status != run_status.REFUSED:
+        dropped = await door.dropped(ended.run_id)
+        result = msgspec.structs.replace(result, dropped=dropped)
     if args.json:
         print(msgspec.json.encode(result).decode())
     elif result.status == run_status.PASSED:
@@ -169,34 +169,51 @@ async def _close(args, settings: Settings, project: str) -> int:
     return _exit_code(result.status)
 
 
-async def _dropped(settings: Settings, run_id: str) -> list[str]:
-    """The relations the close's log names as dropped (shared.commands.CLOSE_PR_LINE)."""
-    bus = await open_bus(settings)
-    try:
-        found = await run_logs.find(bus, run_id)
-        if found is None:
-            return []
-        lines = [line.text async for line in found.lines()]
-    except run_logs.LogGone:
-        return []
-    finally:
-        await bus.close()
-    return [text.partition(CLOSE_PR_LINE)[2].strip() for text in lines if CLOSE_PR_LINE in text]
-
-
-async def _run(args, settings: Settings, project: str, command: RunCommand) -> ev.Event:
-    """Publish the pull request's run and wait for its end (RunFinished or RunRefused)."""
+async def _run(args, door, project: str, command: RunCommand) -> RunEnd:
+    """Publish the pull request's run through `door` and wait for its end."""
     command = msgspec.structs.replace(command, run_id=uuid.uuid4().hex)
-    bus = await open_bus(settings)
-    try:
-        say(f"run {command.run_id} of pull request {args.pr}: {command.command.label}")
-        return await waited(
-            client.run(bus, project, command),
-            args.timeout,
-            f"run {command.run_id} of project {project!r}",
-        )
-    finally:
-        await bus.close()
+    say(f"run {command.run_id} of pull request {args.pr}: {command.command.label}")
+    return await door.run(project, command)
+
+
+class _NatsDoor:
+    """The check over NATS, as the CLI's own user."""
+
+    def __init__(self, settings: Settings, timeout: float) -> None:
+        self.settings = settings
+        self.timeout = timeout
+
+    async def deploy(self, path: Path, project: str, pr: int) -> DeployEnd:
+        final = await deploy_folder(path, project, self.settings, out=sys.stderr, pr=pr)
+        if isinstance(final, ev.DeployRefused | ev.DeployFailed):
+            word = run_status.REFUSED if isinstance(final, ev.DeployRefused) else run_status.FAILED
+            return DeployEnd(status=word, reason=final.reason)
+        return DeployEnd(status="deployed", version=final.version)
+
+    async def run(self, project: str, command: RunCommand) -> RunEnd:
+        bus = await open_bus(self.settings)
+        try:
+            ended = await waited(
+                client.run(bus, project, command),
+                self.timeout,
+                f"run {command.run_id} of project {project!r}",
+            )
+        finally:
+            await bus.close()
+        return _ended(ended)
+
+    async def dropped(self, run_id: str) -> list[str]:
+        bus = await open_bus(self.settings)
+        try:
+            found = await run_logs.find(bus, run_id)
+            if found is None:
+                return []
+            lines = [line.text async for line in found.lines()]
+        except run_logs.LogGone:
+            return []
+        finally:
+            await bus.close()
+        return dropped_relations(lines)
 
 
 def _print_check(args, result: CheckResult) -> None:

@@ -21,7 +21,7 @@ __all__ = [
     "endpoints",
     "located",
     "open_bus",
-    "api_get",
+    "api_call",
     "api_json",
     "database_url",
 ]
@@ -104,19 +104,29 @@ def _api_headers(settings: Settings) -> dict[str, str]:
     return {"Accept": "application/json", **auth}
 
 
-def api_get(settings: Settings, path: str, timeout: float = 30.0) -> tuple[int, bytes]:
-    """GET `path` from the query API: the CLI's one HTTP call, on http.client (aiohttp costs
-    `jetdbt status` a quarter of a second to import, urllib.request a tenth). No proxy: the
-    API is the stack's own."""
+def api_call(
+    settings: Settings,
+    path: str,
+    *,
+    method: str = "GET",
+    body: bytes | None = None,
+    media: str = "application/json",
+    api_url: str | None = None,
+    timeout: float = 30.0,
+) -> tuple[int, bytes]:
+    """`method path` on the query API (`api_url`, else the stack's): the CLI's one HTTP call,
+    on http.client (aiohttp costs `jetdbt status` a quarter of a second to import,
+    urllib.request a tenth). No proxy: the API is the stack's own. `body` is sent as `media`."""
     import http.client
     from urllib.parse import urlsplit
 
-    _, api_url = endpoints(settings)
+    api_url = api_url or endpoints(settings)[1]
     url = urlsplit(api_url)
     kind = http.client.HTTPSConnection if url.scheme == "https" else http.client.HTTPConnection
     conn = kind(url.hostname or "127.0.0.1", url.port, timeout=timeout)
+    headers = _api_headers(settings) | ({"Content-Type": media} if body is not None else {})
     try:
-        conn.request("GET", url.path.rstrip("/") + path, headers=_api_headers(settings))
+        conn.request(method, url.path.rstrip("/") + path, body=body, headers=headers)
         resp = conn.getresponse()
         return resp.status, resp.read()
     except (OSError, http.client.HTTPException) as exc:
@@ -125,17 +135,18 @@ def api_get(settings: Settings, path: str, timeout: float = 30.0) -> tuple[int, 
         conn.close()
 
 
-def api_json(settings: Settings, path: str, timeout: float = 30.0):
-    """GET `path` and decode its JSON; any other answer than a 200 is one CliError in one
-    format, the API's own reason quoted: `GET PATH: 401 invalid token ...`."""
+def api_json(settings: Settings, path: str, timeout: float = 30.0, **call):
+    """`path`'s answer decoded from JSON (`call`: api_call's method, body...); any answer but
+    a 2xx is one CliError in one format, the API's own reason quoted: `GET PATH: 401 invalid
+    token ...`."""
     import msgspec
 
-    status, body = api_get(settings, path, timeout)
+    status, body = api_call(settings, path, timeout=timeout, **call)
     try:
         answer = msgspec.json.decode(body)
     except msgspec.DecodeError:
         answer = None
-    if status == 200 and answer is not None:
+    if 200 <= status < 300 and answer is not None:
         return answer
     reason = answer.get("error") if isinstance(answer, dict) else None
     reason = reason or body.decode(errors="replace")[:200]
@@ -143,7 +154,8 @@ def api_json(settings: Settings, path: str, timeout: float = 30.0):
         401: "; set JETDBT_TOKEN to a token of this stack (`jetdbt token create`)",
         403: "; ask an admin for a token that covers it",
     }.get(status, "")
-    raise ApiAnswered(f"GET {path}: {status} {reason}{hint}", status)
+    method = call.get("method", "GET")
+    raise ApiAnswered(f"{method} {path}: {status} {reason}{hint}", status)
 
 
 def database_url(settings: Settings) -> str:

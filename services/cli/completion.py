@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import msgspec
 
-from services.cli.common import api_get
+from services.cli.common import api_call
 from shared.config import load
 
 __all__ = ["deployed_projects"]
@@ -17,7 +17,7 @@ TIMEOUT_SECONDS = 2.0
 def deployed_projects(prefix: str = "", **_) -> list[str]:
     """Names of the deployed projects the CLI's token may see that start with `prefix`."""
     try:
-        status, body = api_get(load(), "/v1/projects?limit=500", timeout=TIMEOUT_SECONDS)
+        status, body = api_call(load(), "/v1/projects?limit=500", timeout=TIMEOUT_SECONDS)
         projects = msgspec.json.decode(body)["projects"] if status == 200 else []
     except Exception:  # no stack, no token, an old API: no names, and nothing in the shell
         return []

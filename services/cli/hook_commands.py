@@ -12,7 +12,7 @@ import sys
 
 import msgspec
 
-from services.cli.common import EXIT_REFUSED, CliError, api_get, open_bus
+from services.cli.common import EXIT_REFUSED, CliError, api_call, open_bus
 from shared import subjects
 from shared.config import Settings
 from shared.hook_control import NotifierAway, ask_notifier
@@ -42,7 +42,7 @@ async def _ask(settings: Settings, project: str, request: HookRequest) -> int:
 
 
 def _read(settings: Settings, path: str) -> dict:
-    status, body = api_get(settings, path)
+    status, body = api_call(settings, path)
     if status != 200:
         raise CliError(f"GET {path} answered {status}: {body.decode(errors='replace')[:300]}")
     return msgspec.json.decode(body)

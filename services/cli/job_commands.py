@@ -12,7 +12,7 @@ import sys
 import msgspec
 
 from services.cli import client
-from services.cli.common import EXIT_REFUSED, CliError, api_get, open_bus
+from services.cli.common import EXIT_REFUSED, CliError, api_call, open_bus
 from services.cli.run_commands import dbt_command_of, follow, run_args_of
 from shared import events as ev
 from shared import subjects
@@ -61,7 +61,7 @@ def _triggered(args) -> JobSpec:
 
 def _jobs(settings: Settings, project: str) -> list[dict]:
     path = f"/v1/projects/{subjects.check_project(project)}/jobs?limit=500"
-    status, body = api_get(settings, path)
+    status, body = api_call(settings, path)
     if status != 200:
         raise CliError(f"GET {path} answered {status}: {body.decode(errors='replace')[:300]}")
     return msgspec.json.decode(body)["jobs"]

@@ -242,6 +242,14 @@ def _ci_command(sub) -> None:
     ci.add_argument("--select", "-s", action="extend", nargs="+", help="dbt's --select")
     ci.add_argument("--exclude", action="extend", nargs="+", help="dbt's --exclude")
     ci.add_argument("--json", action="store_true", help="print the structured result as JSON")
+    ci.add_argument(
+        "--api",
+        nargs="?",
+        const="",
+        metavar="URL",
+        help="go through the API (URL, default the stack's) with JETDBT_TOKEN, a deployer's,"
+        " instead of NATS: a CI system's way in",
+    )
     _wait_limit(ci)
 
 

@@ -46,6 +46,7 @@ __all__ = [
     "cmd_parse",
     "cmd_retry",
     "deploy_folder",
+    "packed_folder",
     "promotion_line",
     "say",
     "waited",
@@ -78,16 +79,22 @@ def _skipped_lines(skipped: list[bundle.Skipped]) -> list[str]:
     return lines
 
 
-async def deploy_folder(
-    path: Path, project: str, settings: Settings, out=sys.stdout, **fields
-) -> ev.Event:
-    """Pack the folder `path`, upload it and deploy it as `project`, saying each step on
-    stderr and what the pack left out on `out`; the deploy's final event. `fields` are the
-    deploy command's own (client.deploy)."""
+def packed_folder(path: Path, out=sys.stdout) -> bundle.Packed:
+    """Pack the folder `path`, saying so on stderr and what the pack left out on `out`."""
     say(f"packing {path}")
     packed = bundle.pack(path)
     for line in _skipped_lines(packed.skipped):
         print(line, file=out, flush=True)
+    return packed
+
+
+async def deploy_folder(
+    path: Path, project: str, settings: Settings, out=sys.stdout, **fields
+) -> ev.Event:
+    """Pack the folder `path` (packed_folder), upload it and deploy it as `project`, saying
+    each step on stderr; the deploy's final event. `fields` are the
+    deploy command's own (client.deploy)."""
+    packed = packed_folder(path, out)
     bus = await open_bus(settings)
     try:
         _, final = await client.deploy(

@@ -26,7 +26,7 @@ from services.cli.access_commands import parse_duration
 from services.cli.common import CliError
 from services.stack.composition import Stack
 from services.stack.embedded import NatsServer, nats_binary
-from shared import contract, identity, subjects
+from shared import contract, identity, subjects, uploads
 from shared import events as ev
 from shared.bus import connect
 from shared.config import load
@@ -193,7 +193,8 @@ async def test_a_deployment_runs_on_its_users_once_the_operator_applied_the_cont
 ):
     """deploy/nats/accounts.conf in a real nats-server: services reached as `user:password@`
     in NATS_URL only check the contract (refusing to start before `admin` applied it),
-    read replies under their own inbox prefix, and the API answers with a token."""
+    read replies under their own inbox prefix, the API answers with a token and may store a
+    deploy's bundle and upload record."""
     passwords = {u: f"pw-{u}-{uuid.uuid4().hex}" for u in (*SERVICE_USERS, "admin")}
     for user, password in passwords.items():
         monkeypatch.setenv(f"{user.upper()}_PASSWORD", password)
@@ -236,6 +237,10 @@ async def test_a_deployment_runs_on_its_users_once_the_operator_applied_the_cont
             assert status == 200, body
             status, _ = await get_json(f"{api.api_url}/v1/projections", token="jdbt_x")
             assert status == 401
+            # A deploy a token uploads: the API stores its bundle and its upload record.
+            digest = await api.bus.put_blob(b"uploaded through the API")
+            await uploads.record(api.bus, "up1", digest)
+            assert await uploads.recorded(api.bus, "up1") == digest
         finally:
             await api.stop()
             await projectors.stop()

@@ -8,18 +8,24 @@ environment."""
 from __future__ import annotations
 
 import asyncio
+import http.client
 import json
 import shutil
 import subprocess
+from urllib.parse import urlsplit
 
+import aiohttp
 import duckdb
 import pytest
 import pytest_asyncio
 
 from shared import events as ev
+from shared import identity
+from shared.bundle import MAX_BUNDLE_BYTES
 from shared.schema_names import pr_schema
+from shared.streams import COMMANDS
 from tests.support.events_seen import Events
-from tests.support.helpers import jetdbt
+from tests.support.helpers import JETDBT, cli_env, get_json, jetdbt, wait_for
 from tests.support.paths import EXAMPLE
 from tests.support.shared_stack import shared_stack
 
@@ -158,3 +164,95 @@ async def test_a_check_with_no_state_to_defer_to_builds_the_whole_selection(stac
     assert "no published state" in checked.stderr
     assert {"customers", "orders"} <= set(_columns(stack.settings.default_duckdb, result["schema"]))
     assert not [e for e in seen.seen if isinstance(e, ev.StatePublished) and e.project == "fresh"]
+
+
+async def _post(stack, path: str, body: bytes, token: str) -> tuple[int, dict]:
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/octet-stream"}
+    url = f"{stack.api_url}{path}"
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(url, data=body, headers=headers) as resp,
+    ):
+        return resp.status, await resp.json()
+
+
+def _declared_only(stack, path: str, size: int, token: str) -> tuple[int, bytes]:
+    """A POST whose head says `size` bytes and whose body never follows: the API must answer
+    from the head alone."""
+    url = urlsplit(stack.api_url)
+    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=10)
+    try:
+        conn.putrequest("POST", path)
+        conn.putheader("Authorization", f"Bearer {token}")
+        conn.putheader("Content-Length", str(size))
+        conn.endheaders()
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    finally:
+        conn.close()
+
+
+async def test_a_ci_system_checks_a_pull_request_through_the_api_with_a_deployer_token(
+    stack, tmp_path
+):
+    """`jetdbt ci --api` with nothing but the API's address and a deployer's JETDBT_TOKEN: the
+    bundle goes up over HTTP, the check builds in the PR's schema, the close drops it. The
+    route refuses a runner's token, an oversized body, a bad `pr` or `environment`; a body
+    that is no bundle ends in the runner's refusal."""
+    _, deployer = await identity.create_token(
+        stack.bus, principal="ci-bot", team=identity.DEFAULT_TEAM, role="deployer"
+    )
+    _, runner = await identity.create_token(
+        stack.bus, principal="ci-runner", team=identity.DEFAULT_TEAM, role="runner"
+    )
+    route = "/v1/projects/viaapi/deploys"
+    before = (await stack.bus.js.stream_info(COMMANDS)).state.last_seq
+    status, body = await _post(stack, f"{route}?pr=5", b"anything", runner)
+    assert status == 403, body
+    assert (await stack.bus.js.stream_info(COMMANDS)).state.last_seq == before
+    too_big = await asyncio.to_thread(_declared_only, stack, route, MAX_BUNDLE_BYTES + 1, deployer)
+    assert too_big[0] == 413, too_big
+    for asked, named in (("pr=-1", "'pr'"), ("pr=x", "'pr'"), ("environment=Bad!", "environment")):
+        status, body = await _post(stack, f"{route}?{asked}", b"anything", deployer)
+        assert status == 400 and named in body["error"], (asked, body)
+    assert (await stack.bus.js.stream_info(COMMANDS)).state.last_seq == before
+    status, accepted = await _post(stack, f"{route}?pr=5", b"not a bundle", deployer)
+    assert status == 202, accepted
+
+    async def refused():
+        _, listed = await get_json(f"{stack.api_url}{route}")
+        rows = [d for d in listed["deploys"] if d["deploy_id"] == accepted["deploy_id"]]
+        return rows and rows[0]["status"] == "refused" and rows[0]
+
+    row = await wait_for(refused)
+    assert "not a valid bundle" in row["reason"] and row["requested_by"] == "ci-bot", row
+
+    project = tmp_path / "viaapi"
+    shutil.copytree(EXAMPLE, project)
+    away = {k: v for k, v in cli_env(stack).items() if k != "NATS_URL"}
+    env = {**away, "JETDBT_TOKEN": deployer, "JETDBT_HOME": str(tmp_path / "no_stack_here")}
+
+    def ci(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [JETDBT, "ci", *args, "--api", stack.api_url, "--json"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+
+    checked = await asyncio.to_thread(ci, str(project), "--pr", "5", "--project", "viaapi")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    result = json.loads(checked.stdout)
+    assert result["status"] == "passed" and result["whole_selection"], result
+    assert "no published state" in checked.stderr
+    tables = _columns(stack.settings.default_duckdb, result["schema"])
+    assert {"customers", "orders"} <= set(tables), tables
+    _, run = await get_json(f"{stack.api_url}/v1/runs/{result['run_id']}")
+    assert run["door"].startswith("api") and run["requested_by"] == "ci-bot" and run["pr"] == 5, run
+
+    closed = await asyncio.to_thread(ci, "close", "--pr", "5", "--project", "viaapi")
+    assert closed.returncode == 0, closed.stdout + closed.stderr
+    dropped = json.loads(closed.stdout)
+    assert f"{result['schema']}.customers" in dropped["dropped"], dropped
+    assert _columns(stack.settings.default_duckdb, result["schema"]) == {}
