@@ -224,7 +224,7 @@ async def _placed(js, spec: contract.Contract, timeout: float = 60.0) -> None:
     while True:
         try:
             return await contract.ensure(js, spec)
-        except (BadRequestError, TRANSIENT) as exc:
+        except (BadRequestError, *TRANSIENT) as exc:
             placing = not isinstance(exc, BadRequestError) or exc.err_code == NO_PEERS
             if not placing or time.monotonic() > deadline:
                 raise

@@ -78,7 +78,8 @@ def test_deploy_of_a_folder_with_many_skipped_files_and_a_stack_inside_it(up, tm
     out = deployed.stdout.splitlines()
     assert "skipped .jetdbt: jetdbt's own data (JETDBT_HOME of a `jetdbt up` started here)" in out
     assert any(line.startswith("skipped 900 files (binary: ") for line in out), out
-    assert out[-1].startswith("deployed big_shop version sha256:"), out
+    assert out[-2].startswith("deployed big_shop version sha256:"), out
+    assert out[-1].startswith("prod: (nothing) → sha256:"), out
     for step in ("jetdbt: packing .", "jetdbt: uploading the bundle", "jetdbt: deploying big_shop"):
         assert step in deployed.stderr, deployed.stderr
     assert time.monotonic() - began < 200
@@ -117,12 +118,13 @@ def test_status_prints_tables_and_json_or_yaml_keep_the_data(up, shop):
     runs = up.cli("status", "--project", "jaffle_shop", cwd=project)
     assert runs.returncode == 0, runs.stderr
     head, *rows = runs.stdout.splitlines()
-    assert head.split() == ["run", "id", "status", "command", "requested", "by", "started"] + [
+    assert head.split() == ["run", "id", "status", "env", "command", "requested", "by"] + [
+        "started",
         "took",
         "nodes",
     ]
     mine = next(row for row in rows if row.startswith(run_id))
-    assert mine.split()[1:3] == ["passed", "build"] and mine.endswith("5 passed"), mine
+    assert mine.split()[1:4] == ["passed", "prod", "build"] and mine.endswith("5 passed"), mine
 
     one = up.cli("status", run_id, cwd=project)
     assert one.returncode == 0, one.stderr

@@ -348,7 +348,9 @@ async def issue(
     A role of the same name is an earlier holder's whose runner is gone: dropped first.
     Raises asyncpg's errors or OSError when the warehouse refuses or cannot be reached.
     """
-    user, password = run_role(scope), secrets.token_urlsafe(24)
+    # Letters and digits only: masking finds a secret by its letters, and a `-` or `_` at
+    # either end of one would be left beside the mask.
+    user, password = run_role(scope), secrets.token_hex(24)
     conn = await _connect(wh, resolver)
     try:
         await _lockable(conn)
