@@ -45,41 +45,6 @@ async def keep_default(bus, project: str) -> None:
     )
 
 
-async def _previous_of(bus, project: str, slot: versions.Slot) -> str:
-    """The version `slot` runs before a promotion ("": none)."""
-    if slot.name() != DEFAULT_ENVIRONMENT:
-        await keep_default(bus, project)
-    held = await versions.held_by(bus, project, slot.name())
-    return held.version if held is not None else ""
-
-
-def _promoted(
-    project: str,
-    slot: versions.Slot,
-    deployed: ev.Deployed,
-    deployed_seq: int,
-    *,
-    previous: str,
-    requested_by: str,
-    command_seq: int,
-    deploy_id: str,
-) -> ev.Promoted:
-    """The event moving `slot` from `previous` to `deployed`'s version; `deploy_id` the
-    deploy that promotes it ("": a promote command)."""
-    return ev.Promoted(
-        project=project,
-        environment=slot.environment,
-        principal=slot.principal,
-        pr=slot.pr,
-        version=deployed.version,
-        previous=previous,
-        deployed_seq=deployed_seq,
-        deploy_id=deploy_id,
-        requested_by=requested_by,
-        command_seq=command_seq,
-    )
-
-
 async def move(
     bus,
     project: str,
@@ -96,26 +61,33 @@ async def move(
     a slot a command submitted after this one promoted raises Superseded. Another promotion
     of the slot landing between reading it and publishing this one makes it read again, so
     `previous` is always what the slot ran just before (two promotions at once)."""
+    if slot.name() != DEFAULT_ENVIRONMENT:
+        await keep_default(bus, project)
     for _ in range(RACES):
         found = await bus.last_stored(subjects.promotion_event(project, slot.name()))
         last, seen = found if found is not None else (None, 0)
-        if superseded and isinstance(last, ev.Promoted) and last.command_seq > command_seq:
+        own = last if isinstance(last, ev.Promoted) else None
+        if superseded and own is not None and own.command_seq > command_seq:
             raise Superseded(
                 f"superseded: {slot.name()} of project {project!r} was promoted to version"
-                f" {short_digest(last.version)} by a command submitted after this one"
+                f" {short_digest(own.version)} by a command submitted after this one"
             )
-        previous = await _previous_of(bus, project, slot)
-        if await _moved_to(bus, project, slot, previous, deployed.version):
+        previous = own.version if own is not None else await _followed(bus, project, slot)
+        # A slot that only follows the default environment's version is not moved to it:
+        # promoting it pins it there, so it stays when the default moves on.
+        if previous == deployed.version and (own is not None or slot.name() == DEFAULT_ENVIRONMENT):
             return None
-        event = _promoted(
-            project,
-            slot,
-            deployed,
-            deployed_seq,
+        event = ev.Promoted(
+            project=project,
+            environment=slot.environment,
+            principal=slot.principal,
+            pr=slot.pr,
+            version=deployed.version,
             previous=previous,
+            deployed_seq=deployed_seq,
+            deploy_id=deploy_id,
             requested_by=requested_by,
             command_seq=command_seq,
-            deploy_id=deploy_id,
         )
         try:
             await bus.publish(event, after=seen)
@@ -125,11 +97,7 @@ async def move(
     raise Raced(f"{slot.name()} of project {project!r} kept moving; promote again")
 
 
-async def _moved_to(bus, project: str, slot: versions.Slot, previous: str, version: str) -> bool:
-    """Whether `slot` was itself moved to `version`. One that runs it only by following the
-    default environment (no promotion of its own yet) is not: promoting it pins it there, so
-    it stays when the default moves on."""
-    own = await versions.promotion_of(bus, project, slot.name())
-    if own is not None:
-        return own.version == version
-    return slot.name() == DEFAULT_ENVIRONMENT and previous == version
+async def _followed(bus, project: str, slot: versions.Slot) -> str:
+    """The version a slot with no promotion of its own runs ("": none)."""
+    held = await versions.held_by(bus, project, slot.name())
+    return held.version if held is not None else ""
