@@ -151,3 +151,15 @@ async def test_a_job_a_runner_saved_takes_no_higher_role_when_a_trigger_runs_it(
     )
     assert isinstance(final, ev.RunRefused), final
     assert "'staging' lets roles deployer, admin" in final.reason and "'runner'" in final.reason
+
+
+async def test_a_version_keeps_every_environment_it_declares_and_is_promoted_into_one(site):
+    """The deploy records the environments the version's jetdbt.yaml declares (not only the
+    default one it parsed in), so promoting it into staging is not refused as unknown."""
+    stack, _, _ = site
+    deployed = await stack.bus.last_event(subjects.deploy_event(PROJECT, "deployed"))
+    assert deployed.environments == ["dev", "prod", "staging"], deployed.environments
+    moved = await client.promote(
+        stack.bus, PROJECT, commands.PromoteCommand(version=deployed.version, environment="staging")
+    )
+    assert isinstance(moved, ev.Promoted) and moved.slot() == "staging", moved

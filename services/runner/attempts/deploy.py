@@ -76,7 +76,7 @@ async def deploy(
         await admission.withdraw(bus, seq, team)
         return await _refuse(bus, project, deploy_id, str(exc))
     try:
-        desc = prepared.descriptor
+        desc = prepared.as_declared
         environments = (environment_names(desc), personal_environments(desc))
         slot = _target(environments, cmd)
         refused = await _another_source(bus, project, slot, cmd)

@@ -84,7 +84,7 @@ def _git_config(repositories: list[str]) -> str:
 @dataclass
 class Prepared:
     job: workspace.Job
-    descriptor: descriptor.Descriptor
+    descriptor: descriptor.Descriptor  # the run's environment's (placement.place)
     plan: Plan
     resolver: Resolver
     executable: list[str] | None
@@ -93,6 +93,9 @@ class Prepared:
     packages: PackageCache
     sandbox: JobSandbox | None = None
     environment: environments.EngineEnvironment | None = None  # None: jetdbt's own
+    # The descriptor as the version declares it, every environment in it: what a deploy
+    # records of the version (its environments), where `descriptor` is one environment's.
+    as_declared: descriptor.Descriptor = descriptor.Descriptor()
     login: run_credentials.Login | None = None  # the run's own, on a per_run warehouse
 
     def cleanup(self) -> None:
@@ -236,7 +239,8 @@ async def prepare(
             raise
         raise Refused(f"version {version} does not fit: {ctx.containment.disk_error()}") from None
     try:
-        placed = placement.place(descriptor.load(job.project), where)
+        as_declared = descriptor.load(job.project)
+        placed = placement.place(as_declared, where)
         desc = placed.desc
         wh = pick(ctx.warehouses, desc.profile.warehouse_name())
         warehouse_grants.check(wh.name, team, wh.teams)
@@ -261,6 +265,7 @@ async def prepare(
     prepared = Prepared(
         job=job,
         descriptor=desc,
+        as_declared=as_declared,
         plan=plan,
         resolver=resolver,
         executable=executable,
