@@ -36,6 +36,7 @@ from projections.folds.graph import DEPLOYED
 from projections.folds.graph_layers import PRODUCING
 from services.api import auth, schemas
 from services.api.boundary import error, path, query, respond
+from shared.descriptor import DEFAULT_ENVIRONMENT
 from shared.digests import digest_of
 from shared.graph import SCOPE_VERSION
 
@@ -49,11 +50,16 @@ CACHED_BYTES = 64 * 1024 * 1024
 # The projectors whose checkpoints move whenever a graph page can change: the graph's own,
 # and those of what the warehouse said of its nodes (freshness, catalog types).
 _FOLDS = ["catalog", "freshness", "graph"]
-# Each project's latest deployed graph, as `latest` (project, version, run_id); $2 is
-# SCOPE_VERSION. What a project writes is what its latest graph's owned producers build.
+# Each project's current graph, as `latest` (project, version, run_id); $2 is
+# SCOPE_VERSION: the graph of the version its default environment runs, else (nothing
+# promoted yet) of its latest deployed one, so a pull request's or an unpromoted version is
+# never what a project is shown as. What a project writes is what this graph's owned
+# producers build.
 LATEST_GRAPHS = (
-    "WITH latest AS (SELECT DISTINCT ON (project) project, version, run_id"
-    " FROM graph_versions WHERE scope = $2 ORDER BY project, stream_seq DESC)"
+    "WITH latest AS (SELECT DISTINCT ON (g.project) g.project, g.version, g.run_id"
+    " FROM graph_versions g LEFT JOIN environment_versions e"
+    f" ON e.project = g.project AND e.slot = '{DEFAULT_ENVIRONMENT}' WHERE g.scope = $2"
+    " ORDER BY g.project, coalesce(g.version = e.version, false) DESC, g.stream_seq DESC)"
 )
 
 
@@ -270,8 +276,7 @@ def add_graph_routes(app: web.Application, pool: asyncpg.Pool) -> None:
         async with pool.acquire() as conn, conn.transaction(isolation="repeatable_read"):
             if version is None:
                 version = await conn.fetchval(
-                    "SELECT version FROM graph_versions WHERE project = $1 AND scope = $2"
-                    " ORDER BY stream_seq DESC LIMIT 1",
+                    f"{LATEST_GRAPHS} SELECT version FROM latest WHERE project = $1",
                     project,
                     SCOPE_VERSION,
                 )

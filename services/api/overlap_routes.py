@@ -18,10 +18,11 @@ __all__ = ["add_overlap_routes", "RELATIONS_SHOWN"]
 
 RELATIONS_SHOWN = 5  # the first relations named per other project; `count` says how many
 
-# $1 the project, $2 SCOPE_VERSION, $3 a version of it ("": its latest).
+# $1 the project, $2 SCOPE_VERSION, $3 a version of it ("": its current one, as `latest`).
 _MINE = (
-    "SELECT project, version, run_id FROM graph_versions WHERE project = $1 AND scope = $2"
-    " AND ($3 = '' OR version = $3) ORDER BY stream_seq DESC LIMIT 1"
+    "SELECT * FROM latest WHERE project = $1 AND $3 = '' UNION ALL"
+    " (SELECT project, version, run_id FROM graph_versions WHERE project = $1 AND scope = $2"
+    " AND version = $3 ORDER BY stream_seq DESC LIMIT 1)"
 )
 # And $4 the producing resource types: the other projects' latest graphs against `mine`.
 _OVERLAPS = (
@@ -56,7 +57,7 @@ def add_overlap_routes(app: web.Application, pool: asyncpg.Pool) -> None:
         project, asked = path(request, "project"), query(request, "version", "")
         args = (project, SCOPE_VERSION, asked)
         async with pool.acquire() as conn:
-            version = await conn.fetchval(f"SELECT version FROM ({_MINE}) m", *args)
+            version = await conn.fetchval(f"{LATEST_GRAPHS} SELECT version FROM ({_MINE}) m", *args)
             rows = await conn.fetch(_OVERLAPS, *args, sorted(PRODUCING))
             shown = await _shown(conn, auth.token_of(request), rows)
         if asked and version is None:

@@ -147,6 +147,9 @@ async def test_a_pull_requests_check_builds_only_its_change_in_its_own_schema(st
     assert {e.slot() for e in seen.seen if isinstance(e, ev.Promoted) and e.pr} == {"pr:7", "pr:8"}
     promoted = {e.version for e in seen.seen if isinstance(e, ev.Promoted) and not e.pr}
     assert promoted <= {started.version}, promoted
+    # The project's graph is still the one production runs, not the last PR's upload.
+    status, graph = await get_json(f"{stack.api_url}/v1/projects/jaffle_shop/graph")
+    assert status == 200 and graph["version"] == started.version, graph.get("version")
 
 
 async def test_a_check_with_no_state_to_defer_to_builds_the_whole_selection(stack, tmp_path):

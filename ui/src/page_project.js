@@ -22,13 +22,19 @@ export async function projectPage(project, params) {
   ]);
   const short = (v) => h("code", {}, (v || "").slice(0, 19) || "-");
   const latest = deploys.deploys[0];
+  const prod = versions.versions.find((v) => v.slot === "prod");
   const pager = h("p", {},
     offset ? link(runsOf(project, env, Math.max(0, offset - 25)), "← newer") : "",
     " ", runs.next ? link(runsOf(project, env, runs.next.offset), "older →") : "");
   const lineage = lineageSection(project, params);
   show(project, [link("#/", "projects"), h("span", {}, project)],
     h("h1", {}, project),
-    h("p", {}, latest
+    // What the default environment runs; the last deploy only before anything was promoted
+    // (a refused promotion or a pull request's version is no project's version).
+    h("p", {}, prod
+      ? ["prod runs version ", short(prod.version),
+         ` since ${when(prod.promoted_at)} by ${prod.promoted_by || "?"}`]
+      : latest
       ? ["deployed version ", h("code", {}, (latest.version || "").slice(0, 19)), " ",
          pill(latest.status), ` ${when(latest.at)} by ${latest.requested_by || "?"}`]
       : "not deployed"),
