@@ -15,6 +15,7 @@ shrinks a stream's replicas and leaves existing buckets be, so they stay R3.
 from __future__ import annotations
 
 import asyncio
+import shutil
 import signal
 import subprocess
 import time
@@ -53,8 +54,19 @@ class _Node:
     def __init__(self, name: str, folder: Path):
         self.name = name
         self.folder = folder
-        self.port, self.route_port, self.http_port = free_port(), free_port(), free_port()
         self.proc: subprocess.Popen | None = None
+        self.pick_ports()
+
+    def pick_ports(self) -> None:
+        self.port, self.route_port, self.http_port = free_port(), free_port(), free_port()
+
+    def clashed(self) -> bool:
+        """It exited at start because a port it was given was taken meanwhile (free_port
+        only says a port was free when asked: another test may bind it before this node)."""
+        if self.running:
+            return False
+        log = self.folder / "nats-server.log"
+        return "address already in use" in log.read_text(errors="replace").lower()
 
     @property
     def running(self) -> bool:
@@ -116,9 +128,12 @@ class NatsCluster:
     def __init__(self, data_dir: Path, size: int = 3, name: str = "jetdbt"):
         self.name = name
         self.nodes = [_Node(f"n{i}", Path(data_dir) / f"n{i}") for i in range(size)]
+        self._write_configs()
+
+    def _write_configs(self) -> None:
         routes = [n.route_port for n in self.nodes]
         for node in self.nodes:
-            node.write_config(name, routes)
+            node.write_config(self.name, routes)
 
     @property
     def url(self) -> str:
@@ -149,15 +164,27 @@ class NatsCluster:
                 raise RuntimeError(f"nats-server {names} not healthy within {timeout}s")
             time.sleep(0.1)
 
-    def start(self, timeout: float = 30.0) -> NatsCluster:
-        for node in self.nodes:
-            node.spawn()
-        try:
-            self._wait_healthy(self.nodes, timeout)
-        except BaseException:
-            self.stop()
-            raise
-        return self
+    def start(self, timeout: float = 30.0, tries: int = 3) -> NatsCluster:
+        """Start every node; a start lost to a port taken meanwhile is tried again, every
+        node on fresh ports and an empty store (the cluster has not formed yet)."""
+        tried = 0
+        while True:
+            tried += 1
+            for node in self.nodes:
+                node.spawn()
+            try:
+                self._wait_healthy(self.nodes, timeout)
+            except BaseException:
+                self.stop()
+                if tried == tries or not any(n.clashed() for n in self.nodes):
+                    raise
+                for node in self.nodes:
+                    shutil.rmtree(node.folder / "jetstream", ignore_errors=True)
+                    (node.folder / "nats-server.log").unlink(missing_ok=True)
+                    node.pick_ports()
+                self._write_configs()
+                continue
+            return self
 
     def stop_node(self, index: int, sig: signal.Signals = signal.SIGKILL) -> None:
         """Stop one node; SIGKILL by default (a crash, no leadership handed over)."""
