@@ -240,6 +240,9 @@ DECLARED: tuple[Setting, ...] = (
     Setting("JETDBT_SANDBOX_READ", "sandbox_read", tuple[Path, ...], "", "folders every run may"
             " read besides its job, comma-separated (JETDBT_HOME stays hidden inside them)",
             _SANDBOX, _paths),
+    Setting("JETDBT_EGRESS_HOSTS_FILE", "egress_hosts_file", Path | None, None, "a file in"
+            " hosts format the egress gate reads before DNS (private endpoints; tests' stand-ins)",
+            _SANDBOX, _path),
     Setting("JETDBT_ENGINES_DIR", "engines_dir", Path | None, None, "where an operator placed"
             " engine binaries (`<engine>/dbt`: dbt-core-2x, fusion)", _ENGINES, _path),
     Setting("JETDBT_DEFAULT_ENGINE", "default_engine", str, ENGINES[0], "the engine of a project"

@@ -194,12 +194,13 @@ class Containment:
         spec["readonly"] += [str(p) for p in self.settings.sandbox_read] + list(readonly)
         if host_network:
             spec["host_network"] = True
-        elif plan is not None:
-            if plan.endpoint and plan.endpoint[0].startswith("/"):
-                socket = Path(plan.endpoint[0]) / f".s.PGSQL.{plan.endpoint[1]}"
+        elif plan is not None and plan.endpoints:
+            host, port = plan.endpoints[0]
+            if host.startswith("/"):
+                socket = Path(host) / f".s.PGSQL.{port}"
                 spec["readonly"].append(str(socket))  # the socket alone, not its folder
-            elif plan.endpoint:
-                spec["network"] = {"host": plan.endpoint[0], "port": plan.endpoint[1]}
+            else:
+                spec["network"] = {"host": host, "port": port}
         if plan is not None and plan.warehouse_folder:
             spec["writable"].append(plan.warehouse_folder)
         return spec

@@ -14,6 +14,7 @@ import jinja2.sandbox
 import msgspec
 import yaml
 
+from services.runner.egress.hosts import EgressPolicy, parse_endpoint, policy_for
 from services.runner.process.dbt_env import dbt_env
 from services.runner.setup import close_pr, run_credentials
 from services.runner.setup.own_database import OwnDatabase, Place, place_of_output
@@ -80,8 +81,11 @@ class Plan(msgspec.Struct, frozen=True, kw_only=True):
     home: Environment | None = None
     lease_scope: str = ""  # what one build at a time is kept to (see _lease_scope)
     # What a sandboxed invocation may reach and write (services/runner/process/containment.py):
-    # the warehouse's real host and port, and a file warehouse's folder (DuckDB, SQLite).
-    endpoint: tuple[str, int] | None = None
+    # over TCP, the warehouse's real host and port (or Postgres's socket folder) and the
+    # warehouse's `relay` endpoints; over HTTP(S), through the egress gate, what `egress`
+    # allows; and a file warehouse's folder (DuckDB, SQLite).
+    endpoints: tuple[tuple[str, int], ...] = ()
+    egress: EgressPolicy | None = None
     warehouse_folder: str | None = None
     configured_folder: str | None = None  # the folder the operator's warehouse names, if any
     packages_path: str = "dbt_packages"  # dbt_project.yml's packages-install-path, rendered
@@ -287,13 +291,15 @@ def _lease_scope(
     return f"warehouse {warehouse!r}, target {target!r}"
 
 
-def _endpoint(output: dict[str, Any]) -> tuple[str, int] | None:
-    """The one host and port a networked warehouse's connection goes to, or None; a host
-    that is a path is the folder of Postgres's socket."""
+def _endpoints(output: dict[str, Any], wh: Warehouse) -> tuple[tuple[str, int], ...]:
+    """The host and port a networked warehouse's connection goes to (a host that is a path
+    is the folder of Postgres's socket), then the warehouse's `relay` endpoints."""
     host, port = output.get("host"), output.get("port")
+    named = []
     if isinstance(host, str) and host and isinstance(port, int) and 0 < port < 65536:
-        return host, port
-    return None
+        named.append((host, port))
+    where = f"warehouse {wh.name!r} relay"
+    return tuple(dict.fromkeys([*named, *(parse_endpoint(e, where) for e in wh.relay)]))
 
 
 def _warehouse_folder(output: dict[str, Any]) -> str | None:
@@ -457,7 +463,8 @@ def make_plan(
         scratch_schema=scratch,
         home=home,
         lease_scope=lease_scope,
-        endpoint=_endpoint(output),
+        endpoints=_endpoints(output, wh),
+        egress=policy_for(wh.name, str(output.get("type") or ""), output, wh.allow_hosts),
         warehouse_folder=warehouse_folder,
         configured_folder=configured_folder,
         packages_path=_packages_path(project_doc, seen),

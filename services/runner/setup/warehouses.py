@@ -15,6 +15,7 @@ from typing import Any, Literal
 import msgspec
 import yaml
 
+from services.runner.egress import hosts
 from services.runner.setup import connections, run_credentials
 from services.runner.setup.secrets import Resolver
 from shared import warehouse_grants
@@ -62,6 +63,11 @@ class Warehouse(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     # Projects share the warehouse: one whose descriptor names no schema builds into a schema
     # named after it (shared/schema_names.py), so two projects' `customers` are two tables.
     schema_per_project: bool = False
+    # What a run may reach besides what its adapter needs (services/runner/egress/hosts.py):
+    # hosts for HTTP(S) through the egress gate, and more host:port for the TCP relay (a
+    # replica, a second node).
+    allow_hosts: tuple[str, ...] = ()
+    relay: tuple[str, ...] = ()
 
     def adapter(self) -> str:
         if self.type == "dbt_profile":
@@ -86,6 +92,10 @@ class UnknownWarehouse(LookupError):
 
 def _check(wh: Warehouse) -> Warehouse:
     run_credentials.check(wh)
+    for host in wh.allow_hosts:
+        hosts.parse_rule(host, f"warehouse {wh.name!r} allow_hosts")
+    for endpoint in wh.relay:
+        hosts.parse_endpoint(endpoint, f"warehouse {wh.name!r} relay")
     if wh.type == "duckdb" and not wh.path:
         raise ValueError(f"warehouse {wh.name!r}: a duckdb warehouse needs 'path'")
     if wh.type in connections.CONNECTION_TYPES:

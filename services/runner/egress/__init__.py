@@ -1,0 +1,1 @@
+"""The egress gate: the one way out a sandboxed run has for HTTP(S), and what it lets through."""
