@@ -73,7 +73,7 @@ _DEFAULTS: dict[str, tuple[str, ...]] = {
         "s3.*.amazonaws.com",
         *_STORAGE,
         *_AWS_AUTH,
-    ),  # fmt: skip
+    ),
     "fabric": ("login.microsoftonline.com",),
     "synapse": ("login.microsoftonline.com",),
     "sqlserver": ("login.microsoftonline.com",),
