@@ -26,6 +26,7 @@ __all__ = [
     "parse_endpoint",
     "parse_rule",
     "policy_for",
+    "split_port",
 ]
 
 _LABEL = re.compile(r"[a-z0-9*]([a-z0-9*_-]*[a-z0-9*])?\Z")
@@ -156,19 +157,7 @@ def _address(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
 def parse_rule(text: str, source: str) -> HostRule:
     """`host`, `host:port`, `*.domain`, `[v6]:port`; a ValueError names what is wrong."""
     raw = str(text).strip()
-    host, port = raw, None
-    if raw.startswith("["):
-        host, _, rest = raw[1:].partition("]")
-        if rest and not rest.startswith(":"):
-            raise ValueError(f"{source}: {raw!r} has text after ']' that is no ':port'")
-        port = rest[1:] if rest else None
-    elif raw.count(":") == 1:
-        host, port = raw.split(":")
-    if port is not None:
-        if not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
-            raise ValueError(f"{source}: {raw!r} has no valid port (1 to 65535)")
-        port = int(port)
-    host = normal_host(host)
+    host, port = split_port(raw, source)
     if _is_address(host):
         return HostRule(host, port, source)
     labels = host.split(".")
@@ -180,6 +169,23 @@ def parse_rule(text: str, source: str) -> HostRule:
     if any("*" in label for label in labels[-2:]):
         raise ValueError(f"{source}: {raw!r} would allow a whole domain: name it (two labels)")
     return HostRule(host, port, source)
+
+
+def split_port(text: str, source: str) -> tuple[str, int | None]:
+    """`host`, `host:port` or `[v6]:port` as its normal host and port (None if not named);
+    a ValueError names what is wrong."""
+    raw = str(text).strip()
+    host, port = raw, None
+    if raw.startswith("["):
+        host, _, rest = raw[1:].partition("]")
+        if rest and not rest.startswith(":"):
+            raise ValueError(f"{source}: {raw!r} has text after ']' that is no ':port'")
+        port = rest[1:] if rest else None
+    elif raw.count(":") == 1:
+        host, port = raw.split(":")
+    if port is not None and not (port.isascii() and port.isdigit() and 0 < int(port) < 65536):
+        raise ValueError(f"{source}: {raw!r} has no valid port (1 to 65535)")
+    return normal_host(host), None if port is None else int(port)
 
 
 def parse_endpoint(text: str, source: str) -> tuple[str, int]:
