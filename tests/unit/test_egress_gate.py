@@ -8,6 +8,7 @@ import asyncio
 import os
 import socket
 import stat
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -268,6 +269,17 @@ async def test_sockets_live_in_a_private_folder_that_stop_removes(gate, stand):
         await gate.open("inv-2", _policy(stand))
     await gate.stop()
     assert not folder.exists()
+
+
+async def test_a_socket_path_too_long_for_unix_is_refused_naming_the_remedy(tmp_path, monkeypatch):
+    long = tmp_path / ("d" * 80)
+    long.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(long))
+    gate = Gate(None)
+    with pytest.raises(ValueError, match="point TMPDIR at a short folder"):
+        await gate.open("inv-1", policy_for("wh", "", {}))
+    await gate.stop()
+    assert list(long.iterdir()) == []
 
 
 async def test_the_hosts_file_is_read_again_when_it_changes(tmp_path):

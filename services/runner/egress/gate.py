@@ -33,6 +33,7 @@ _WAIT = 30.0  # seconds for a request head, a name's resolution, one address's c
 _MAX_TUNNELS = 256  # open connections one invocation may hold
 _CHUNK = 64 * 1024
 _LINGER = 1.0
+_PATH_LIMIT = 107  # bytes of a unix socket's path
 _REASONS = {
     400: "Bad Request",
     403: "Forbidden",
@@ -85,6 +86,11 @@ class Gate:
             self._folder = Path(tempfile.mkdtemp(prefix="jetdbt-gate-"))
             self._folder.chmod(0o711)
         listener = _Listener(self._folder / f"{secrets.token_hex(16)}.sock", policy, say, labels)
+        if len(bytes(listener.path)) > _PATH_LIMIT:
+            raise ValueError(
+                f"egress gate: {listener.path} is longer than a unix socket's {_PATH_LIMIT}"
+                " bytes: point TMPDIR at a short folder"
+            )
         listener.server = await asyncio.start_unix_server(
             partial(self._serve, listener), path=str(listener.path), limit=_HEAD_LIMIT
         )

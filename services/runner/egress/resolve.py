@@ -1,8 +1,8 @@
 """Where the egress gate connects for a host: the operator's hosts file first (private
 endpoints, tests' stand-ins), then DNS. Resolution happens here, outside the sandbox, so a
 run never resolves a name itself, and a DNS answer pointing at this machine or a cloud's
-metadata service (loopback, link-local, unspecified, multicast) is refused: only the hosts
-file can send a name there.
+metadata service (loopback, link-local, unspecified, multicast) is refused, and so is such an
+address asked for as itself: only the hosts file can send a request there.
 """
 
 from __future__ import annotations
