@@ -14,9 +14,12 @@ from pathlib import Path
 import pytest
 import structlog
 
+from services.runner.egress import gate as gate_module
+from services.runner.egress import resolve as resolve_module
 from services.runner.egress.gate import Gate
 from services.runner.egress.hosts import EgressPolicy, HostRule, policy_for
 from services.runner.egress.resolve import AddressRefused, Resolver
+from shared import logging as jlog
 
 WAIT = 5
 
@@ -144,10 +147,19 @@ async def test_each_address_is_tried_in_turn(gate, stand):
     assert b"warehouse.example.com:1 cannot be reached" in body
 
 
-async def test_a_host_not_allowed_is_refused_told_logged_and_counted(gate, stand):
+@pytest.fixture
+def logs(monkeypatch):
+    """The egress modules' log lines. Their loggers were bound when first imported (by
+    whatever imported them first, before any capture): bound again inside this one."""
+    with structlog.testing.capture_logs() as captured:
+        monkeypatch.setattr(gate_module, "_log", jlog.get("egress.gate"))
+        monkeypatch.setattr(resolve_module, "_log", jlog.get("egress.resolve"))
+        yield captured
+
+
+async def test_a_host_not_allowed_is_refused_told_logged_and_counted(gate, stand, logs):
     run = await _open(gate, _policy(stand))
-    with structlog.testing.capture_logs() as logs:
-        status, body = await run.refused(b"CONNECT evil.example.org:443 HTTP/1.1\r\n\r\n")
+    status, body = await run.refused(b"CONNECT evil.example.org:443 HTTP/1.1\r\n\r\n")
     assert status == b"HTTP/1.1 403 Forbidden"
     assert b'allow_hosts: ["evil.example.org:443"]' in body
     assert len(run.told) == 1 and run.told[0].startswith("jetdbt egress gate: egress to")
@@ -282,13 +294,12 @@ async def test_a_socket_path_too_long_for_unix_is_refused_naming_the_remedy(tmp_
     assert list(long.iterdir()) == []
 
 
-async def test_the_hosts_file_is_read_again_when_it_changes(tmp_path):
+async def test_the_hosts_file_is_read_again_when_it_changes(tmp_path, logs):
     path = tmp_path / "hosts"
     path.write_text("10.0.0.1 db.example.com\nnot-an-address db.example.com\n::2 db.example.com\n")
     resolver = Resolver(path)
-    with structlog.testing.capture_logs() as logs:
-        found = await resolver.addresses("DB.example.com.", 443)
-        assert await resolver.addresses("db.example.com", 443) == found
+    found = await resolver.addresses("DB.example.com.", 443)
+    assert await resolver.addresses("db.example.com", 443) == found
     assert found.source == "hosts file"
     assert found.addresses == [
         (socket.AF_INET, ("10.0.0.1", 443)),

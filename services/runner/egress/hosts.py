@@ -196,15 +196,23 @@ def parse_endpoint(text: str, source: str) -> tuple[str, int]:
     return rule.pattern, rule.port
 
 
+def profile_endpoint(output: dict[str, Any]) -> tuple[str | None, int | None]:
+    """The host (or Postgres's socket folder) and port a profile's connection names: `host`,
+    or `server` as dbt-sqlserver, dbt-fabric and dbt-mysql spell it."""
+    host = next((output[k] for k in ("host", "server") if isinstance(output.get(k), str)), None)
+    port = output.get("port")
+    valid = isinstance(port, int) and not isinstance(port, bool) and 0 < port < 65536
+    return (host or None), (port if valid else None)
+
+
 def adapter_hosts(adapter: str, output: dict[str, Any]) -> list[str]:
     """The hosts `adapter` reaches for the profile `output`: the host it names (with its
     port, if any) and the adapter's defaults, filled from the profile."""
     hosts = []
-    named = output.get("host")
+    named, port = profile_endpoint(output)
     # A profile names hosts, never patterns: a `*` there would widen what a run reaches.
-    if isinstance(named, str) and named and not named.startswith("/") and "*" not in named:
-        port = output.get("port")
-        hosts.append(f"{named}:{port}" if isinstance(port, int) else named)
+    if named and not named.startswith("/") and "*" not in named:
+        hosts.append(f"{named}:{port}" if port else named)
     account = str(output.get("account") or "")
     account = "" if "*" in account else account
     for pattern in _DEFAULTS.get(adapter, ()):

@@ -46,7 +46,7 @@ class Resolver:
     async def addresses(self, host: str, port: int) -> Resolved:
         """Where `host`:`port` is, or AddressRefused; OSError when it cannot be resolved."""
         host = normal_host(host)
-        mapped = self._table().get(host)
+        mapped = self.mapped(host)
         if mapped:
             return Resolved([_sockaddr(a, port) for a in mapped], "hosts file")
         literal = _address(host)
@@ -57,6 +57,11 @@ class Resolver:
         for _, sockaddr in found:
             _allowed(host, ipaddress.ip_address(sockaddr[0]))
         return Resolved(found, "dns")
+
+    def mapped(self, host: str) -> list[Address]:
+        """The hosts file's addresses for `host` (none: the file does not name it); the TCP
+        relay connects there too, so a private endpoint is named in one place."""
+        return list(self._table().get(normal_host(host), ()))
 
     def _table(self) -> dict[str, list[Address]]:
         if self._path is None:

@@ -153,7 +153,7 @@ class DbtInvocation:
         if self.sandbox is None:
             return await self._run(on_line, on_event, timeout, None)
         name = f"{self.project_dir.parent.name}-{uuid.uuid4().hex[:12]}"
-        spec = await self.sandbox.enter(name)
+        spec = await self.sandbox.enter(name, say=on_line)
         try:
             code = await self.sandbox.watched(self._run(on_line, on_event, timeout, spec))
         finally:
