@@ -9,6 +9,7 @@ from services.cli import tables
 from services.cli.display import LiveArea, result_renderable
 from services.cli.watch import ERROR_LINES, Tally, result_table
 from shared import events as ev
+from shared.ages import age
 from tests.support.synthetic import failed_result
 
 CAUSE = (
@@ -83,3 +84,9 @@ def test_the_live_line_counts_the_running_node_in_its_total():
     console.print(LiveArea(tally))
     top = console.export_text().splitlines()[0]
     assert "2/3 finished, 2 passed, 1 running" in top, top
+
+
+def test_an_age_reads_in_its_largest_whole_unit():
+    year, day = 365 * 86400, 86400
+    shown = [age(s) for s in (272947532, 8 * year + 5 * day, 3 * day + 7, 7200, 300, 12.7, -1)]
+    assert shown == ["8y", "8y", "3d", "2h", "5m", "12s", "0s"]
