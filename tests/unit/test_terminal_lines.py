@@ -90,3 +90,35 @@ def test_an_age_reads_in_its_largest_whole_unit():
     year, day = 365 * 86400, 86400
     shown = [age(s) for s in (272947532, 8 * year + 5 * day, 3 * day + 7, 7200, 300, 12.7, -1)]
     assert shown == ["8y", "8y", "3d", "2h", "5m", "12s", "0s"]
+
+
+def test_a_parse_sums_up_its_graph_and_dbt_s_warnings():
+    from services.cli.graph_summary import graph_lines, warning_lines
+
+    nodes = [
+        {"unique_id": "seed.p.raw", "resource_type": "seed", "name": "raw"},
+        {"unique_id": "model.p.stg", "resource_type": "model", "name": "stg"},
+        {"unique_id": "model.p.mart", "resource_type": "model", "name": "mart"},
+        {"unique_id": "test.p.t", "resource_type": "test", "name": "t"},
+    ]
+    edges = [
+        {"parent": "seed.p.raw", "child": "model.p.stg"},
+        {"parent": "model.p.stg", "child": "model.p.mart"},
+        {"parent": "model.p.mart", "child": "test.p.t"},
+    ]
+    assert graph_lines(nodes, edges) == [
+        "  4 nodes: 2 models, 1 seed, 1 test",
+        "  roots (1):  raw",
+        "  leaves (1): mart",
+    ]
+    log = [
+        "02:57:49  Running with dbt=1.11.16",
+        "02:57:50  [\x1b[33mWARNING\x1b[0m][SomeDeprecation]: Deprecated",
+        "functionality in models/bad.yml",
+        "02:57:51  Performance info: target/perf_info.json",
+    ]
+    assert warning_lines(log) == [
+        "  [WARNING][SomeDeprecation]: Deprecated",
+        "  functionality in models/bad.yml",
+    ]
+    assert warning_lines(log[:1]) == ["  none"]
