@@ -230,7 +230,7 @@ def dbt_command_of(args):
         "schema": args.schema,
     }
     try:
-        return dbt_command(args.command, **{k: v for k, v in fields.items() if v})
+        return dbt_command(args.command or "build", **{k: v for k, v in fields.items() if v})
     except ValueError as exc:
         raise CliError(str(exc)) from None
 
