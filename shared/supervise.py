@@ -1,5 +1,8 @@
 """Keep a long-running loop alive: a failure (NATS or Postgres away) is logged and the
-loop starts again a second later, from wherever its own durable position says."""
+loop starts again a second later, from wherever its own durable position says.
+
+An outage is the weather, not a bug: it is one line per retry saying what is retried and
+why, with no traceback; any other failure is a bug, logged with its traceback."""
 
 from __future__ import annotations
 
@@ -7,9 +10,32 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 
-__all__ = ["forever", "each_message", "unless_stopped"]
+import asyncpg
+from nats import errors as nats_errors
+
+from shared.bus import TRANSIENT
+
+__all__ = ["forever", "each_message", "unless_stopped", "OUTAGES", "outage"]
 
 BATCH = 64  # messages fetched at once by each_message
+RETRY_SECONDS = 1.0  # before a failed loop starts again
+# What NATS or Postgres raise while away, restarting or refusing connections for now.
+OUTAGES = (
+    *TRANSIENT,
+    nats_errors.ConnectionClosedError,
+    nats_errors.NoServersError,
+    asyncpg.PostgresConnectionError,  # the connection is gone, or could not be made
+    asyncpg.exceptions.OperatorInterventionError,  # a restart: shutting down, starting up
+    ConnectionError,
+    TimeoutError,
+)
+
+
+def outage(exc: BaseException) -> str | None:
+    """What an outage says, in a line (`TimeoutError: nats: timeout`); None for a bug."""
+    if not isinstance(exc, OUTAGES):
+        return None
+    return f"{exc.__class__.__name__}: {exc}".rstrip(": ")
 
 
 async def forever(
@@ -20,10 +46,14 @@ async def forever(
             await run_once(stop)
         except asyncio.CancelledError:
             raise
-        except Exception:
-            log.exception(failure)
+        except Exception as exc:
+            cause = outage(exc)
+            if cause is None:
+                log.exception(failure)
+            else:
+                log.warning(failure, cause=cause, retrying_in=f"{RETRY_SECONDS:g}s")
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), 1.0)
+                await asyncio.wait_for(stop.wait(), RETRY_SECONDS)
 
 
 async def each_message(js, consumer: str, stream: str, stop: asyncio.Event, handle) -> None:
