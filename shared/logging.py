@@ -7,6 +7,8 @@ import sys
 
 import structlog
 
+from shared.outages import outage
+
 __all__ = ["configure", "get", "add_mask"]
 
 _masks: list = []
@@ -45,8 +47,6 @@ class _Library(logging.Handler):
     other exception keeps its traceback, as a bug's does."""
 
     def emit(self, record: logging.LogRecord) -> None:
-        from shared.supervise import outage  # it imports the bus, which logs
-
         exc = record.exc_info[1] if record.exc_info else None
         cause = outage(exc) if exc is not None else None
         fields = {"cause": cause} if cause else {"exc_info": record.exc_info} if exc else {}

@@ -10,32 +10,12 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 
-import asyncpg
-from nats import errors as nats_errors
+from shared.outages import outage
 
-from shared.bus import TRANSIENT
-
-__all__ = ["forever", "each_message", "unless_stopped", "OUTAGES", "outage"]
+__all__ = ["forever", "each_message", "unless_stopped"]
 
 BATCH = 64  # messages fetched at once by each_message
 RETRY_SECONDS = 1.0  # before a failed loop starts again
-# What NATS or Postgres raise while away, restarting or refusing connections for now.
-OUTAGES = (
-    *TRANSIENT,
-    nats_errors.ConnectionClosedError,
-    nats_errors.NoServersError,
-    asyncpg.PostgresConnectionError,  # the connection is gone, or could not be made
-    asyncpg.exceptions.OperatorInterventionError,  # a restart: shutting down, starting up
-    ConnectionError,
-    TimeoutError,
-)
-
-
-def outage(exc: BaseException) -> str | None:
-    """What an outage says, in a line (`TimeoutError: nats: timeout`); None for a bug."""
-    if not isinstance(exc, OUTAGES):
-        return None
-    return f"{exc.__class__.__name__}: {exc}".rstrip(": ")
 
 
 async def forever(
