@@ -15,7 +15,7 @@ export const forgetMe = () => { whoami = null; };
 
 const allowed = (role) => ROLES.indexOf(role) >= ROLES.indexOf(NEEDS);
 
-export function button(id, text, role, send) {
+function button(id, text, role, send) {
   const problem = h("span", { class: "problem", id: `${id}-problem` });
   const el = h("button", { type: "button", id }, text);
   if (!allowed(role)) {

@@ -39,20 +39,23 @@ export function durationChart(rows) {
     .filter((r) => !Number.isNaN(r.t)).sort((a, b) => a.t - b.t);
   if (!runs.length) return h("p", { class: "muted" }, "no run of this node is recorded");
   const t0 = runs[0].t, t1 = runs[runs.length - 1].t;
-  const step = niceStep(Math.max(...runs.map((r) => r.execution_time || 0), 0.1) / 4);
-  const ceiling = step * Math.ceil(Math.max(...runs.map((r) => r.execution_time || 0), step) / step);
+  const longest = Math.max(...runs.map((r) => r.execution_time || 0), 0.1);
+  const step = niceStep(longest / 4);
+  const ceiling = step * Math.ceil(longest / step);
   const x = (t) => (t1 > t0 ? left + ((t - t0) / (t1 - t0)) * (width - left - right)
     : left + (width - left - right) / 2);
   const y = (sec) => height - bottom - ((sec || 0) / ceiling) * (height - top - bottom);
   const grid = [];
   for (let sec = 0; sec <= ceiling + 1e-9; sec += step) {
-    grid.push(s("line", { x1: left, x2: width - right, y1: y(sec), y2: y(sec), stroke: "#e1e4e8" }),
+    grid.push(s("line", { x1: left, x2: width - right, y1: y(sec), y2: y(sec),
+      stroke: "#e1e4e8" }),
       s("text", { x: left - 6, y: y(sec) + 4, "font-size": 10, "text-anchor": "end" },
         `${Number(sec.toFixed(2))} s`));
   }
   const day = (t) => new Date(t).toLocaleString();
   const axis = [[t0, "start"], ...(t1 > t0 ? [[t1, "end"]] : [])].map(([t, anchor]) =>
-    s("text", { x: x(t), y: height - bottom + 16, "font-size": 10, "text-anchor": anchor }, day(t)));
+    s("text", { x: x(t), y: height - bottom + 16, "font-size": 10, "text-anchor": anchor },
+      day(t)));
   const timed = runs.filter((r) => r.execution_time != null);
   const line = s("polyline", { points: timed.map((r) => `${x(r.t)},${y(r.execution_time)}`)
     .join(" "), fill: "none", stroke: "#aab2bb", "stroke-width": 1.5 });

@@ -51,7 +51,8 @@ function recorded(detail, runId) {
       : h("p", { class: "muted", id: "compiled-sql" },
         "none recorded: dbt compiled nothing for this node in this run, or it has not ended"),
     h("h4", {}, "History"), historyChart(detail.history, runId),
-    h("p", { id: "node-history-link" }, historyLink(detail.project, detail.unique_id, "all its runs →")),
+    h("p", { id: "node-history-link" },
+      historyLink(detail.project, detail.unique_id, "all its runs →")),
   ];
 }
 

@@ -21,7 +21,9 @@ function deliveryStates(attempts) {
 function summary(attempts, more) {
   if (!attempts.length) return "none yet";
   const { deliveries, counts } = deliveryStates(attempts);
-  return `${deliveries} ${deliveries === 1 ? "delivery" : "deliveries"}: ${totals(counts)}${more ? ` (of its latest ${ATTEMPTS} attempts)` : ""}`;
+  const noun = deliveries === 1 ? "delivery" : "deliveries";
+  return `${deliveries} ${noun}: ${totals(counts)}`
+    + (more ? ` (of its latest ${ATTEMPTS} attempts)` : "");
 }
 
 function hookSection(hook, { deliveries, next }) {
@@ -33,11 +35,12 @@ function hookSection(hook, { deliveries, next }) {
       h("dt", {}, "on"), h("dd", {}, hook.on.join(", ")),
       h("dt", {}, "runs of"), h("dd", {}, hook.job ? `job ${hook.job}` : "every run"),
       h("dt", {}, "saved"), h("dd", {}, `by ${hook.saved_by} ${when(hook.saved_at)}`),
-      h("dt", {}, "deliveries"), h("dd", { id: `hook-${hook.name}-states` }, summary(deliveries, next))),
+      h("dt", {}, "deliveries"),
+      h("dd", { id: `hook-${hook.name}-states` }, summary(deliveries, next))),
     deliveries.length ? table(["at", "event", "run", "attempt", "answer", "state", "why"],
       deliveries.map((d) => [when(d.at), d.event, runLink(d.run_id), d.attempt, answer(d),
         pill(d.state), d.error ? h("span", { class: "problem" }, d.error) : ""]),
-      { class: "deliveries wrap" }, (i) => ({ "data-state": deliveries[i].state })) : "");
+      { class: "deliveries" }, (i) => ({ "data-state": deliveries[i].state })) : "");
 }
 
 export async function hooksPage(project) {

@@ -28,8 +28,8 @@ function what(spec) {
 function schedule(s) {
   if (!s) return h("span", { class: "muted" }, "none");
   return [h("code", {}, s.cron), s.tz ? ` ${s.tz}` : "", " ", pill(s.state),
-    h("div", { class: "muted" }, s.fires
-      ? `fired ${s.fires}×${s.coalesced ? `, ${s.coalesced} joined a run` : ""}, last ${when(s.last_fired_at)}`
+    h("div", { class: "muted" }, s.fires ? `fired ${s.fires}×`
+      + `${s.coalesced ? `, ${s.coalesced} joined a run` : ""}, last ${when(s.last_fired_at)}`
       : "not fired yet")];
 }
 
@@ -41,7 +41,8 @@ function nextFire(s) {
 
 const lastRuns = (runs) => (runs.length
   ? runs.map((r) => h("a", { href: `#/runs/${seg(r.run_id)}`, class: "run-chip",
-    title: `${r.run_id}: ${r.status}, ${r.trigger || "?"} ${when(r.requested_at)}` }, pill(r.status)))
+    title: `${r.run_id}: ${r.status}, ${r.trigger || "?"} ${when(r.requested_at)}` },
+  pill(r.status)))
   : h("span", { class: "muted" }, "never run"));
 
 export async function jobsPage(project) {
@@ -67,7 +68,7 @@ export async function jobsPage(project) {
           h("div", { class: "muted" }, `saved by ${j.saved_by} ${when(j.saved_at)}`)],
         what(j.spec), schedule(j.schedule), nextFire(j.schedule), lastRuns(runs[i].runs),
         h("span", { class: "toolbar" }, jobActions(project, j, who?.role, changed(j.name))),
-      ]), { id: "jobs", class: "wrap" }, (i) => ({ "data-job": jobs[i].name }))
+      ]), { id: "jobs" }, (i) => ({ "data-job": jobs[i].name }))
       : h("p", { class: "muted" }, "no saved job: `jetdbt job save NAME --project ",
         project, " --command build`"));
   document.body.dataset.ready = "1";

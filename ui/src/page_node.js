@@ -13,7 +13,10 @@ const median = (xs) => {
 
 function summary(history) {
   const outcomes = {};
-  for (const r of history) outcomes[r.outcome || r.status] = (outcomes[r.outcome || r.status] || 0) + 1;
+  for (const r of history) {
+    const o = r.outcome || r.status;
+    outcomes[o] = (outcomes[o] || 0) + 1;
+  }
   const times = history.map((r) => r.execution_time).filter((t) => t != null);
   const fixed = (t) => `${t.toFixed(2)} s`;
   return [`${history.length} runs: ${totals(outcomes)}`,
