@@ -161,6 +161,14 @@ class RunNodeDetail(_Body):
     history: list[NodeHistory]
 
 
+class NodeHistories(_Body):
+    """A node's history over its project's latest runs, newest first."""
+
+    project: str
+    unique_id: str
+    history: list[NodeHistory]
+
+
 class RunSummary(_Body):
     """A run as listed: the command as submitted, the node counts, no nodes."""
 
