@@ -46,7 +46,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 
 bench: ui
-	for b in bench/bench_*.py; do $(BIN)/python $$b || exit 1; done
+	for b in bench/bench_*.py; do PYTHONPATH=. $(BIN)/python $$b || exit 1; done
 
 clean:
 	rm -rf $(VENV) .jetdbt ui/node_modules ui/dist
