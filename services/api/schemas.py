@@ -136,10 +136,12 @@ class RunNode(_Body):
 
 
 class NodeHistory(_Body):
-    """The node in one of its project's runs: how it ended and how long it took."""
+    """The node in one of its project's runs: how it ended and how long it took, and the
+    run's command (`show` and `compile` only look at a node; `job`: a saved job's run)."""
 
     run_id: str
     run_status: str
+    command: str | None
     status: str
     outcome: str | None
     execution_time: float | None

@@ -272,7 +272,7 @@ def _dbt_options(p: argparse.ArgumentParser) -> None:
         "--command",
         default="build",
         help="the dbt command: build (default), run, test, seed, snapshot, 'source freshness',"
-        " run-operation, 'docs generate', show",
+        " run-operation, 'docs generate', show, compile",
     )
     p.add_argument("--select", "-s", action="extend", nargs="+", help="dbt's --select")
     p.add_argument("--exclude", action="extend", nargs="+", help="dbt's --exclude")
