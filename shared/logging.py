@@ -7,9 +7,13 @@ import sys
 
 import structlog
 
+from shared.outages import outage
+
 __all__ = ["configure", "get", "add_mask"]
 
 _masks: list = []
+# Libraries that log through the standard library: their lines join ours.
+_LIBRARIES = ("asyncpg",)
 
 
 def add_mask(mask) -> None:
@@ -37,8 +41,22 @@ def _masked_line(logger, name, line: str) -> str:
     return line
 
 
+class _Library(logging.Handler):
+    """A library's log record (asyncpg's pool restoring its connections while Postgres
+    restarts) as one of our lines: an outage's exception named in a line, no traceback; any
+    other exception keeps its traceback, as a bug's does."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        exc = record.exc_info[1] if record.exc_info else None
+        cause = outage(exc) if exc is not None else None
+        fields = {"cause": cause} if cause else {"exc_info": record.exc_info} if exc else {}
+        log = get(record.name)
+        getattr(log, record.levelname.lower(), log.warning)(record.getMessage(), **fields)
+
+
 def configure(level: str = "info", stream=None) -> None:
-    """Route structlog to one line of JSON per event on stderr (stdout is the CLI's)."""
+    """Route structlog to one line of JSON per event on stderr (stdout is the CLI's), and
+    the libraries' own log records with it."""
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
@@ -55,6 +73,10 @@ def configure(level: str = "info", stream=None) -> None:
         logger_factory=structlog.PrintLoggerFactory(stream or sys.stderr),
         cache_logger_on_first_use=False,
     )
+    for name in _LIBRARIES:
+        library = logging.getLogger(name)
+        library.handlers[:] = [_Library()]
+        library.propagate = False
 
 
 def get(name: str, **bound):

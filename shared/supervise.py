@@ -1,5 +1,8 @@
 """Keep a long-running loop alive: a failure (NATS or Postgres away) is logged and the
-loop starts again a second later, from wherever its own durable position says."""
+loop starts again a second later, from wherever its own durable position says.
+
+An outage is the weather, not a bug: it is one line per retry saying what is retried and
+why, with no traceback; any other failure is a bug, logged with its traceback."""
 
 from __future__ import annotations
 
@@ -7,9 +10,12 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 
+from shared.outages import outage
+
 __all__ = ["forever", "each_message", "unless_stopped"]
 
 BATCH = 64  # messages fetched at once by each_message
+RETRY_SECONDS = 1.0  # before a failed loop starts again
 
 
 async def forever(
@@ -20,10 +26,14 @@ async def forever(
             await run_once(stop)
         except asyncio.CancelledError:
             raise
-        except Exception:
-            log.exception(failure)
+        except Exception as exc:
+            cause = outage(exc)
+            if cause is None:
+                log.exception(failure)
+            else:
+                log.warning(failure, cause=cause, retrying_in=f"{RETRY_SECONDS:g}s")
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), 1.0)
+                await asyncio.wait_for(stop.wait(), RETRY_SECONDS)
 
 
 async def each_message(js, consumer: str, stream: str, stop: asyncio.Event, handle) -> None:

@@ -130,15 +130,17 @@ async def _project_page(
 
 
 async def list_runs(request: web.Request) -> web.Response:
-    """`?environment=NAME` keeps the runs of one environment."""
+    """`?environment=NAME` keeps the runs of one environment, `?job=NAME` those of one job."""
     return await _project_page(
         request,
         "runs",
         RUNS_PAGE,
         f"SELECT {_RUN} FROM runs WHERE project = $1 AND ($4 = '' OR environment = $4)"
+        " AND ($5 = '' OR job = $5)"
         " ORDER BY requested_at DESC NULLS LAST, run_id LIMIT $2 OFFSET $3",
         schemas.Runs,
         query(request, "environment", ""),
+        query(request, "job", ""),
     )
 
 

@@ -161,6 +161,7 @@ QUERY_RULES: dict[str, Callable[[str], object]] = {
     "projection": _projection,
     "state": _one_of("delivered", "retrying", "dead"),  # a webhook delivery's attempts
     "environment": check_environment_name,  # a project environment (prod, staging, dev)
+    "job": check_job_name,  # a saved job's runs
     "pr": _whole(minimum=0, maximum=MAX_PR),  # a pull request's number (0: none)
     "promote": _flag,
     "replace_source": _flag,

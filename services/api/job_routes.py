@@ -8,6 +8,7 @@ projection folds into what GET answers.
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime
 
 import asyncpg
 from aiohttp import web
@@ -17,12 +18,24 @@ from services.api.boundary import error, page, path, respond
 from shared import commands
 from shared.bus import Bus
 from shared.schedule_interval import interval_problem
+from shared.schedule_next import next_fire
 
 __all__ = ["add_job_routes", "JOBS_PAGE"]
 
 JOBS_PAGE = (100, 500)
 _SCHEDULE = ("state", "cron", "tz", "principal", "saved_at", "fires", "coalesced",
              "last_fired_at", "last_run_id", "next_at")  # fmt: skip
+
+
+def _schedule(row, now: datetime) -> dict:
+    """A job's schedule as its row says, its next fire told from its cron while it is active
+    and the server has not said one still to come (before its first fire)."""
+    schedule = {c: row[f"s_{c}"] for c in _SCHEDULE}
+    told = schedule["next_at"]
+    if schedule["state"] == "active" and (told is None or told <= now):
+        since = schedule["saved_at"]
+        schedule["next_at"] = next_fire(schedule["cron"], schedule["tz"], now, since)
+    return schedule
 
 
 def add_job_routes(app: web.Application, pool: asyncpg.Pool, bus: Bus, *, least: int) -> None:
@@ -43,13 +56,14 @@ def add_job_routes(app: web.Application, pool: asyncpg.Pool, bus: Bus, *, least:
                 want.offset,
             )
         rows, after = want.rows(fetched)
+        now = datetime.now(UTC)
         jobs = [
             {
                 "name": r["name"],
                 "spec": r["spec"],
                 "saved_by": r["saved_by"],
                 "saved_at": r["saved_at"],
-                "schedule": {c: r[f"s_{c}"] for c in _SCHEDULE} if r["scheduled"] else None,
+                "schedule": _schedule(r, now) if r["scheduled"] else None,
             }
             for r in rows
         ]

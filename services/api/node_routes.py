@@ -1,7 +1,10 @@
 """`GET /v1/runs/{run_id}/nodes/{unique_id}`: what a run recorded of one node beyond its row
 in the run (the SQL dbt compiled for it), and the node's history: its outcome and duration
 in its project's latest runs, newest first. The viewer's node panel reads it on a click, so
-a run's own answer stays small however long its nodes' SQL is."""
+a run's own answer stays small however long its nodes' SQL is.
+
+`GET /v1/projects/{project}/nodes/{unique_id}/history`: the same history without a run, for
+the viewer's page of a model across runs (reached from a relation or the lineage)."""
 
 from __future__ import annotations
 
@@ -26,16 +29,19 @@ _HISTORY = (
 )
 
 
+def _limit(request: web.Request) -> int:
+    return min(query(request, "limit", HISTORY_RUNS[0]), HISTORY_RUNS[1])
+
+
 def add_node_routes(app: web.Application, pool: asyncpg.Pool) -> None:
     async def run_node(request: web.Request) -> web.Response:
         run_id, unique_id = path(request, "run_id"), path(request, "unique_id")
-        limit = min(query(request, "limit", HISTORY_RUNS[0]), HISTORY_RUNS[1])
         async with pool.acquire() as conn:
             project = await conn.fetchval("SELECT project FROM runs WHERE run_id = $1", run_id)
             if project is None:
                 return error(404, f"run {run_id!r} not found")
             node = await conn.fetchrow(_NODE, run_id, unique_id)
-            history = await conn.fetch(_HISTORY, project, unique_id, limit)
+            history = await conn.fetch(_HISTORY, project, unique_id, _limit(request))
         body = {
             "run_id": run_id,
             "project": project,
@@ -47,4 +53,12 @@ def add_node_routes(app: web.Application, pool: asyncpg.Pool) -> None:
         }
         return respond(schemas.shaped(schemas.RunNodeDetail, body))
 
+    async def node_history(request: web.Request) -> web.Response:
+        project, unique_id = path(request, "project"), path(request, "unique_id")
+        async with pool.acquire() as conn:
+            history = await conn.fetch(_HISTORY, project, unique_id, _limit(request))
+        body = {"project": project, "unique_id": unique_id, "history": [dict(r) for r in history]}
+        return respond(schemas.shaped(schemas.NodeHistories, body))
+
     app.router.add_get("/v1/runs/{run_id}/nodes/{unique_id}", run_node)
+    app.router.add_get("/v1/projects/{project}/nodes/{unique_id}/history", node_history)

@@ -57,6 +57,7 @@ _PARAMS = {
     "project": ("path", {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]{0,127}$"}),
     "run_id": ("path", {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]{0,127}$"}),
     "job": ("path", {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]{0,63}$"}),
+    "job:query": ("query", {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]{0,63}$"}),
     "hook": ("path", {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]{0,63}$"}),
     "state": ("query", {"type": "string", "enum": ["delivered", "retrying", "dead"]}),
     "key": ("path", {"type": "string", "description": "a relation key, dbt://<wh>/<schema>/<n>"}),
@@ -138,6 +139,10 @@ OPERATIONS = (
               "one node of a run: its compiled SQL, its thread, and its outcome and duration"
               " over its project's latest runs (`limit` of them)", schemas.RunNodeDetail,
               params=("run_id", "unique_id", "limit")),
+    Operation("GET", "/v1/projects/{project}/nodes/{unique_id}/history",
+              "a node's outcome and duration over its project's latest runs (`limit` of them),"
+              " newest first", schemas.NodeHistories, params=("project", "unique_id", "limit"),
+              errors=(400, 401, 403)),
     Operation("GET", "/v1/runs/{run_id}/artifacts/{name}",
               "dbt's manifest.json or run_results.json of the run's last invocation, byte for"
               " byte as dbt wrote them, while retention keeps the run's files (then a 404"
@@ -149,8 +154,8 @@ OPERATIONS = (
     Operation("GET", "/v1/projects", "the projects the token may see: version, last run",
               schemas.Projects, params=_PAGE, errors=(400, 401, 403)),
     Operation("GET", "/v1/projects/{project}/runs", "a project's runs, newest first;"
-              " `environment` keeps one environment's", schemas.Runs,
-              params=("project", "environment", *_PAGE)),
+              " `environment` keeps one environment's, `job` one saved job's", schemas.Runs,
+              params=("project", "environment", "job:query", *_PAGE)),
     Operation("POST", "/v1/projects/{project}/runs", "publish a run command",
               schemas.RunAccepted, status=202, params=("project",), request=RunCommand),
     Operation("GET", "/v1/projects/{project}/jobs", "a project's saved jobs and their schedules",

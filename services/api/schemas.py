@@ -163,6 +163,14 @@ class RunNodeDetail(_Body):
     history: list[NodeHistory]
 
 
+class NodeHistories(_Body):
+    """A node's history over its project's latest runs, newest first."""
+
+    project: str
+    unique_id: str
+    history: list[NodeHistory]
+
+
 class RunSummary(_Body):
     """A run as listed: the command as submitted, the node counts, no nodes."""
 
@@ -272,7 +280,7 @@ class JobSchedule(_Body):
     """A job's schedule: active, paused or removed; how often the server fired it, how many
     of those fires joined the run of the previous fire (still queued or running) instead of
     queueing another, the run it started last, and when it fires next (from the server's own
-    fire)."""
+    fire, else told from its cron, from the moment it is active)."""
 
     state: str
     cron: str

@@ -38,7 +38,7 @@ _POLICY = (
     "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline';"
     " img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'"
 )
-_NOT_BUILT = "the run viewer is not built: run `make ui` (node and npm), then reload"
+_NOT_BUILT = "the run viewer is not built: run `make ui`, then reload"
 
 
 def add_ui_routes(app: web.Application, dist: Path = DIST) -> None:

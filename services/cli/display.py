@@ -24,7 +24,9 @@ from services.cli.watch import (
     Tally,
     error_lines,
     lost_line,
+    message_lines,
     no_nodes_note,
+    preview_lines,
     printable,
     queued_line,
     seconds,
@@ -108,12 +110,11 @@ class LiveArea:
             pulse=not tally.total,
         )
         counts = Text(" ")
-        done = f"{tally.finished}/{tally.total}" if tally.total else f"{tally.finished} finished"
-        counts.append(done, "bold")
+        counts.append(f"{tally.finished}/{tally.known_total} finished", "bold")
         for outcome, count in tally.counts().items():
-            counts.append("  ")
+            counts.append(", ")
             counts.append(f"{count} {outcome}", STYLE.get(outcome, ""))
-        counts.append(f"  {len(tally.running)} running  {_elapsed(tally.elapsed())}")
+        counts.append(f", {len(tally.running)} running  {_elapsed(tally.elapsed())}")
         counts.no_wrap, counts.overflow = True, "ellipsis"
         top = Table.grid(padding=0)
         top.add_column(width=bar_width, no_wrap=True)
@@ -225,8 +226,9 @@ def result_renderable(result: ev.RunResult, run_id: str, api_url: str, width: in
         # Text, never a str: a str cell is read as rich markup, and a name may hold "[".
         row = (status, kind, printable(n.name), rows, took)
         table.add_row(Text(outcome, style), *map(Text, row))
-        if n.outcome in ("failed", "warned") and n.message:
-            message = Text("└ " + printable(n.message.strip()[:400]), style, overflow="fold")
+        said = message_lines(n.message) if n.outcome in ("failed", "warned") else []
+        if said:
+            message = Text(printable("└ " + "\n  ".join(said)), style, overflow="fold")
             message.no_wrap = False
             table.add_row("", "", "", message, "", "")
     parts: list = [table] if result.nodes else []
@@ -237,6 +239,9 @@ def result_renderable(result: ev.RunResult, run_id: str, api_url: str, width: in
     if result.deferred_to:
         parts.append(Text(f"deferred to the state published by run {result.deferred_to}"))
     parts += [Text(printable(line), "red") for line in error_lines(result)]
+    shown = preview_lines(result)
+    if shown:
+        parts.append(Text(printable("\n".join(["", *shown]))))
     parts.append(Text(f"run id: {run_id}"))
     parts.append(Text(f"viewer: {viewer_url(api_url, run_id)}", "cyan"))
     parts.append(Text(f"api:    {api_url}/v1/runs/{run_id}", "cyan"))

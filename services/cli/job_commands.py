@@ -16,7 +16,7 @@ from services.cli.common import EXIT_REFUSED, CliError, api_call, open_bus
 from services.cli.run_commands import dbt_command_of, follow, run_args_of
 from shared import events as ev
 from shared import subjects
-from shared.commands import JobAfter, JobCommand, JobRun, JobSpec, RunCommand
+from shared.commands import JobAfter, JobCommand, JobRun, JobSpec, RunCommand, check_time_zone
 from shared.config import Settings
 from shared.schedule_interval import interval_problem
 
@@ -101,14 +101,26 @@ def _triggers(spec: dict) -> str:
     return ", ".join(found) or "-"
 
 
+def _schedule_problem(args, settings: Settings) -> str | None:
+    """Why `schedule add` may not save anything: its cron, or its time zone."""
+    refused = interval_problem(args.cron, settings.schedule_min_interval_seconds)
+    if refused or not args.tz:
+        return refused
+    try:
+        check_time_zone(args.tz)
+    except ValueError as exc:
+        return f"{exc}, or leave --tz out for UTC"
+    return None
+
+
 async def cmd_schedule(args, settings: Settings) -> int:
     if args.schedule_cmd == "add":
         # Checked before the job is saved: a refused schedule leaves nothing behind.
-        refused = interval_problem(args.cron, settings.schedule_min_interval_seconds)
+        refused = _schedule_problem(args, settings)
         if refused:
             print(f"schedule of job {args.name} refused: {refused}", file=sys.stderr)
             return EXIT_REFUSED
-        if args.select or args.command != "build" or args.vars or args.arg:
+        if any(getattr(args, option) not in (None, False, []) for option in args.dbt_options):
             saved = await _send(
                 settings, args.project, JobCommand(action="save", name=args.name, job=_spec(args))
             )

@@ -267,10 +267,12 @@ def _pr_number(text: str) -> int:
 
 
 def _dbt_options(p: argparse.ArgumentParser) -> None:
-    """What a run (or a saved job) asks dbt for: the command, its selection and overrides."""
+    """What a run (or a saved job) asks dbt for: the command, its selection and overrides.
+    Each is None (or off) unless given, and `dbt_options` names them: a schedule saves its
+    job when any is given, `--command build` too."""
+    before = len(p._actions)
     p.add_argument(
         "--command",
-        default="build",
         help="the dbt command: build (default), run, test, seed, snapshot, 'source freshness',"
         " run-operation, 'docs generate', show, compile",
     )
@@ -305,6 +307,7 @@ def _dbt_options(p: argparse.ArgumentParser) -> None:
         metavar="NAME=VALUE",
         help="a value for a {{ NAME }} placeholder in the descriptor's vars",
     )
+    p.set_defaults(dbt_options=tuple(a.dest for a in p._actions[before:]))
 
 
 def _job_commands(sub) -> None:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
+import time
 import uuid
 from pathlib import Path
+from urllib.parse import urlencode
 
 import msgspec
 import yaml
@@ -22,9 +24,10 @@ from services.cli.common import (
     open_bus,
 )
 from services.cli.deploy_source import marks
+from services.cli.graph_summary import graph_lines, warning_lines
 from services.cli.overlaps import check_overlaps
 from services.cli.watch import Progress, Tally, planned_nodes, result_table, styled
-from shared import bundle, run_status, subjects, versions
+from shared import bundle, run_logs, run_status, subjects, versions
 from shared import events as ev
 from shared.bus import Bus
 from shared.commands import (
@@ -55,6 +58,8 @@ __all__ = [
 
 # Up to this many skipped files are named one a line; more are summarised per reason.
 SKIPPED_SHOWN = 10
+# How long a parse's graph may take to be folded after the parse ended, in seconds.
+GRAPH_WAIT = 15.0
 
 
 def say(text: str) -> None:
@@ -225,7 +230,7 @@ def dbt_command_of(args):
         "schema": args.schema,
     }
     try:
-        return dbt_command(args.command, **{k: v for k, v in fields.items() if v})
+        return dbt_command(args.command or "build", **{k: v for k, v in fields.items() if v})
     except ValueError as exc:
         raise CliError(str(exc)) from None
 
@@ -246,7 +251,8 @@ async def cmd_run(args, settings: Settings) -> int:
 
 
 async def cmd_parse(args, settings: Settings) -> int:
-    """Parse a project directory as it is (not deployed) and store its graph under the run."""
+    """Parse a project directory as it is (not deployed), store its graph under the run, and
+    sum the graph up: its nodes by type, its roots and leaves, dbt's warnings."""
     path = Path(args.path)
     project = client.project_name(path, args.project)
     packed = bundle.pack(path)
@@ -255,6 +261,7 @@ async def cmd_parse(args, settings: Settings) -> int:
         digest = await bus.put_blob(packed.data)
         command = RunCommand(command=ParseCommand(bundle_digest=digest, vars=_vars(args.vars)))
         final = await waited(client.run(bus, project, command), args.timeout, "the parse")
+        log = await _log_lines(bus, final.run_id)
     finally:
         await bus.close()
     if isinstance(final, ev.RunRefused):
@@ -263,12 +270,46 @@ async def cmd_parse(args, settings: Settings) -> int:
     if final.result.status != run_status.PASSED:
         print(f"parse failed:\n{final.result.error}", file=sys.stderr)
         return EXIT_FAILED
+    nodes, edges = await asyncio.to_thread(_parsed_graph, settings, final.run_id)
     _, api_url = endpoints(settings)
-    print(
-        f"parsed {project}: graph stored under run {final.run_id}:"
-        f" {api_url}/v1/runs/{final.run_id}/graph"
-    )
+    print(f"parsed {project} as it is on disk (not deployed), run {final.run_id}:")
+    print("\n".join(graph_lines(nodes, edges)))
+    print("  dbt's warnings:")
+    print("\n".join(warning_lines(log)))
+    print(f"graph: {api_url}/v1/runs/{final.run_id}/graph")
     return 0
+
+
+async def _log_lines(bus: Bus, run_id: str) -> list[str]:
+    """The lines of a run's log there are now; none when it kept none."""
+    found = await run_logs.find(bus, run_id)
+    if found is None:
+        return []
+    with contextlib.suppress(run_logs.LogGone):
+        return [line.text async for line in found.lines()]
+    return []
+
+
+def _parsed_graph(settings: Settings, run_id: str) -> tuple[list[dict], list[dict]]:
+    """Every node and edge of the graph a parse run stored, page after page, once the
+    projection has folded it (GRAPH_WAIT seconds at most)."""
+    nodes: list[dict] = []
+    edges: list[dict] = []
+    query = ""
+    deadline = time.monotonic() + GRAPH_WAIT
+    while True:
+        try:
+            page = api_json(settings, f"/v1/runs/{run_id}/graph{query}")
+        except ApiAnswered as exc:
+            if exc.status != 404 or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+            continue
+        nodes += page["nodes"]
+        edges += page["edges"]
+        if not page.get("next"):
+            return nodes, edges
+        query = "?" + urlencode({"after": page["next"]["after"]})
 
 
 async def cmd_retry(args, settings: Settings) -> int:

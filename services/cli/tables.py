@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from services.cli.watch import printable
+from services.cli.watch import message_lines, printable
 from shared.outcomes import attention
 from shared.quote import shorten
 
@@ -172,7 +172,8 @@ def run_table(run: dict) -> str:
         lines += _columns(head, rows, right={4, 5})
         for n in nodes:
             if n.get("outcome") in ("failed", "warned") and n.get("message"):
-                lines.append(f"{n.get('name')}: {n['message'].splitlines()[0]}")
+                said = message_lines(n["message"])
+                lines += ["", f"{n.get('name')}: {said[0]}", *(f"  {line}" for line in said[1:])]
     return "\n".join(printable(line) for line in lines)
 
 

@@ -33,6 +33,8 @@ __all__ = [
     "totals_line",
     "no_nodes_note",
     "error_lines",
+    "message_lines",
+    "preview_lines",
     "printable",
 ]
 
@@ -90,6 +92,12 @@ class Tally:
     @property
     def finished(self) -> int:
         return len(self.outcomes)
+
+    @property
+    def known_total(self) -> int:
+        """The nodes the run is known to report on: the planned count, and never fewer than
+        those finished and running (a selection's count is not planned)."""
+        return max(self.total or 0, self.finished + len(self.running))
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -177,8 +185,11 @@ _NO_NODES = {
     run_status.PASSED: "(the selection matched no nodes: nothing to build)",
     run_status.CANCELLED: "(cancelled before any node ran)",
 }
-# How many of an error's last lines are shown (dbt's reason is a few lines at its end).
+# How many of an error's last lines, or of a node's message's first lines, are shown: dbt's
+# reason is a few lines at an error's end, and at a node message's start.
 ERROR_LINES = 12
+# The widest a line of an error or a message is shown.
+LINE_WIDTH = 200
 
 
 def no_nodes_note(result: ev.RunResult) -> str | None:
@@ -191,7 +202,33 @@ def no_nodes_note(result: ev.RunResult) -> str | None:
 def error_lines(result: ev.RunResult) -> list[str]:
     """The run's error as shown: `error:` and its last lines, each cut to 200 characters."""
     said = [line for line in (result.error or "").splitlines() if line.strip()][-ERROR_LINES:]
-    return [("error: " if i == 0 else "       ") + line[:200] for i, line in enumerate(said)]
+    return [("error: " if i == 0 else "       ") + line[:LINE_WIDTH] for i, line in enumerate(said)]
+
+
+def message_lines(message: str | None) -> list[str]:
+    """A node's message as shown under it: dbt's first lines (its cause follows the
+    `Runtime Error in model ...` line), blank ones left out, at most ERROR_LINES of them."""
+    said = [line.rstrip()[:LINE_WIDTH] for line in (message or "").splitlines() if line.strip()]
+    if len(said) > ERROR_LINES:
+        said = [*said[: ERROR_LINES - 1], f"... {len(said) - ERROR_LINES + 1} more lines"]
+    return said
+
+
+def _cell(value) -> str:
+    return "NULL" if value is None else str(value).replace("\n", " ")[:LINE_WIDTH]
+
+
+def preview_lines(result: ev.RunResult) -> list[str]:
+    """A show's rows as a table, its columns as dbt returned them."""
+    if not result.preview:
+        return []
+    head = list(result.preview[0])
+    rows = [[_cell(row.get(c)) for c in head] for row in result.preview]
+    widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(head)]
+    return [
+        "  ".join(cell.ljust(w) for cell, w in zip(cells, widths, strict=True)).rstrip()
+        for cells in (head, *rows)
+    ]
 
 
 def result_table(result: ev.RunResult) -> str:
@@ -204,8 +241,9 @@ def result_table(result: ev.RunResult) -> str:
             f"{n.outcome:<8} {n.status:<12} {n.resource_type:<9} {n.name:<48}"
             f" {rows_affected:>6} {seconds(n.execution_time):>7}"
         )
-        if n.outcome in ("failed", "warned") and n.message:
-            lines.append(f"{'':<8} └ {n.message.splitlines()[0][:100]}")
+        if n.outcome in ("failed", "warned"):
+            said = message_lines(n.message)
+            lines += [f"{'':<8} {'└' if i == 0 else ' '} {line}" for i, line in enumerate(said)]
     note = no_nodes_note(result)
     if note:
         lines.append(note)
@@ -213,4 +251,7 @@ def result_table(result: ev.RunResult) -> str:
     if result.deferred_to:
         lines.append(f"deferred to the state published by run {result.deferred_to}")
     lines += error_lines(result)
+    shown = preview_lines(result)
+    if shown:
+        lines += ["", *shown]
     return "\n".join(map(printable, lines))

@@ -77,6 +77,7 @@ class Runner:
                 for task in self._tasks:
                     task.cancel()
                 await asyncio.gather(*self._tasks, return_exceptions=True)
+                await self.ctx.containment.close()
 
     async def _serve(self, stop: asyncio.Event) -> None:
         js = self.ctx.bus.js

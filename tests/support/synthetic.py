@@ -13,10 +13,24 @@ from datetime import UTC, datetime, timedelta
 from shared import events as ev
 from shared.bus import Bus
 
-__all__ = ["T0", "run_events", "log", "publish"]
+__all__ = ["T0", "run_events", "log", "publish", "failed_result"]
 
 T0 = datetime(2025, 6, 2, 9, 30, tzinfo=UTC)
 NODES = 20
+
+
+def failed_result(node: ev.NodeResult, **fields) -> ev.RunResult:
+    """A failed run's result of the one node `node`; `fields`: more of the result's own."""
+    return ev.RunResult(
+        status="failed",
+        engine="dbt-core-1x",
+        engine_version="1",
+        mode="build",
+        totals={"failed": 1},
+        nodes=[node],
+        exit_code=1,
+        **fields,
+    )
 
 
 def _at(i: int) -> datetime:

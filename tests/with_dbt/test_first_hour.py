@@ -10,15 +10,14 @@ import shlex
 import shutil
 import subprocess
 import time
-import zipfile
 from pathlib import Path
 
 import pytest
 import pytest_asyncio
 import yaml
 
-from tests.support.helpers import JETDBT, copy_tracked, get_json
-from tests.support.paths import EXAMPLE, ROOT
+from tests.support.helpers import JETDBT, get_json
+from tests.support.paths import EXAMPLE
 from tests.support.shared_stack import shared_stack
 from tests.support.up import STACK_ENV, Up
 
@@ -227,36 +226,3 @@ def test_a_stack_that_built_stops_without_a_leaked_semaphore_warning(tmp_path, p
     assert code == 0
     errors = started.errors()
     assert "leaked semaphore" not in errors and "resource_tracker" not in errors, errors
-
-
-def test_a_wheel_built_from_a_fresh_clone_carries_the_built_viewer(tmp_path):
-    """`pip install .` or a wheel: the viewer's files are in the package, so `jetdbt up`
-    serves them with no checkout beside it (and streams.yaml, without which it cannot
-    start). The clone has no ui/dist: the build step makes it (npm's modules are linked
-    from this checkout, so nothing is fetched for them)."""
-    if not (ROOT / "ui" / "node_modules").exists():
-        pytest.skip("ui/node_modules is missing: `make ui` installs it")
-    clone = tmp_path / "clone"
-    copy_tracked(ROOT, clone)
-    (clone / "ui" / "node_modules").symlink_to(ROOT / "ui" / "node_modules")
-    assert not (clone / "ui" / "dist").exists()
-    subprocess.run(
-        [str(Path(JETDBT).parent / "python"), "-m", "pip", "wheel", "-q", "--no-deps",
-         "-w", str(tmp_path / "out"), f"{clone}/"],
-        check=True, capture_output=True, timeout=240,
-    )  # fmt: skip
-    (wheel,) = (tmp_path / "out").glob("jetdbt-*.whl")
-    names = set(zipfile.ZipFile(wheel).namelist())
-    for asset in ("index.html", "app.js", "graph.js", "dagre.js", "follow.js", "style.css"):
-        assert f"services/api/viewer/{asset}" in names, sorted(names)
-    assert "shared/streams.yaml" in names
-    site = tmp_path / "site"
-    zipfile.ZipFile(wheel).extractall(site)
-    where = subprocess.run(
-        [str(Path(JETDBT).parent / "python"), "-P", "-c",
-         "from services.api import ui_routes; from shared import config;"
-         " print(ui_routes.DIST); print(config.CONTRACT)"],
-        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(site)}, capture_output=True,
-        text=True, check=True,
-    ).stdout.split()  # fmt: skip
-    assert where == [str(site / "services/api/viewer"), str(site / "shared/streams.yaml")]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import urllib.parse
 from datetime import UTC, datetime, timedelta
 
@@ -531,7 +532,11 @@ async def test_a_parse_of_an_undeployed_bundle_is_keyed_by_its_own_run(stack, pr
     )
     out = await jetdbt(stack, "parse", str(project_copy), "--project", P)
     assert out.returncode == 0, out.stderr
-    run_id = out.stdout.split("under run ")[1].split(":")[0]
+    run_id = out.stdout.split(", run ")[1].split(":")[0]
+    # What dbt parsed, summed up where it is read: the draft is a new leaf of the graph.
+    (leaves,) = [line for line in out.stdout.splitlines() if line.startswith("  leaves (")]
+    assert "draft" in leaves.split(": ", 1)[1].split(", "), out.stdout
+    assert re.search(r"^  \d+ nodes: \d+ tests, \d+ models, 3 seeds$", out.stdout, re.M), out.stdout
 
     async def parsed():
         status, body = await get_json(f"{stack.api_url}/v1/runs/{run_id}/graph")

@@ -7,6 +7,7 @@ never break a run or a fold."""
 from __future__ import annotations
 
 import json
+import re
 
 import msgspec
 import pytest
@@ -54,6 +55,7 @@ async def test_a_stale_source_warns_on_the_graph_and_columns_carry_warehouse_typ
     # The way a person asks for it: the console script.
     done = await jetdbt(stack, "run", "shop", "--command", "source freshness")
     assert done.returncode == 0, done.stderr
+    assert re.search(r", \d+y ago \(warn after 1 day", done.stdout), done.stdout  # not 2e8s
     await settled(stack)
     async with stack.pool.acquire() as conn:
         checked = await conn.fetchval(

@@ -24,7 +24,7 @@ from tests.support.paths import EXAMPLE
 from tests.support.shared_stack import shared_stack
 
 ROWS = 200  # tall enough that nothing scrolls off: the whole session stays on the screen
-# The live area's counts: "12/23  10 passed  2 running  0:05" (or "3 finished" unplanned).
+# The live area's counts: "12/23 finished, 10 passed, 2 running  0:05".
 PROGRESS = re.compile(r"\d+(/\d+| finished)\b.*\d+ running\b")
 NODE_LINE = re.compile(r"^\s+(ok|FAIL|WARN|skip|no-op)\s+(model|seed|test|snapshot)\s+(\S+)")
 ESCAPE = b"\x1b"
@@ -524,6 +524,7 @@ def test_a_hostile_node_name_or_message_is_shown_as_written():
     from services.cli.display import node_line, result_renderable
     from services.cli.watch import result_table
     from shared import events as ev
+    from tests.support.synthetic import failed_result
 
     name, message = "[bold red]evil[/]\x1b[2J", "[/] boom [link=x]\x1b]8;;x\x07"
     node = ev.NodeResult(
@@ -535,15 +536,7 @@ def test_a_hostile_node_name_or_message_is_shown_as_written():
         message=message,
         execution_time=1.0,
     )
-    result = ev.RunResult(
-        status="failed",
-        engine="dbt-core-1x",
-        engine_version="1",
-        mode="build",
-        totals={"failed": 1},
-        nodes=[node],
-        exit_code=1,
-    )
+    result = failed_result(node)
     console = Console(width=120, record=True, force_terminal=True, color_system="standard")
     console.print(node_line(node, 120))
     console.print(result_renderable(result, "r1", "http://127.0.0.1:1", 120))

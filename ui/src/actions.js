@@ -35,8 +35,8 @@ function button(id, text, role, send) {
   return h("span", {}, el, " ", problem);
 }
 
-async function startRun(project, body) {
-  const { run_id } = await post(`/v1/projects/${seg(project)}/runs`, body);
+async function startRun(project, body, path = `/v1/projects/${seg(project)}/runs`) {
+  const { run_id } = await post(path, body);
   location.hash = `#/runs/${seg(run_id)}`;
 }
 
@@ -67,4 +67,21 @@ export function nodeActions(project, node, role) {
   if (!node?.name) return [];
   return [button("run-children", `run ${node.name} and its children`, role,
     () => startRun(project, { command: { label: "build", select: [`${node.name}+`] } }))];
+}
+
+// A saved job's actions: run it now; pause its schedule while active, resume it while
+// paused (`changed(state)` once the job command is accepted: the page reads it back).
+export function jobActions(project, job, role, changed) {
+  const path = `/v1/projects/${seg(project)}/jobs`;
+  const out = [button(`run-now-${job.name}`, "run now", role,
+    () => startRun(project, {}, `${path}/${seg(job.name)}/runs`))];
+  const state = job.schedule?.state;
+  const next = { active: "pause", paused: "resume" }[state];
+  if (next) {
+    out.push(button(`${next}-${job.name}`, next, role, async () => {
+      await post(path, { action: next, name: job.name });
+      await changed(next === "pause" ? "paused" : "active");
+    }));
+  }
+  return out;
 }

@@ -1,8 +1,12 @@
-// The run viewer: projects, a project's runs, a run's live DAG, a relation. Plain DOM,
-// hash routes, every data call with the bearer token kept in sessionStorage for this tab.
+// The run viewer: projects, a project's runs, jobs and webhooks, a run's live DAG, a node
+// across runs, a relation. Plain DOM, hash routes, every data call with the bearer token
+// kept in sessionStorage for this tab.
 // This module routes; each page is a module of its own.
 import { Unauthorized } from "./api.js";
 import { h, view } from "./dom.js";
+import { hooksPage } from "./page_hooks.js";
+import { jobsPage } from "./page_jobs.js";
+import { nodePage } from "./page_node.js";
 import { projectPage } from "./page_project.js";
 import { projectsPage } from "./page_projects.js";
 import { relationPage } from "./page_relation.js";
@@ -21,7 +25,11 @@ async function route() {
   const params = new URLSearchParams(query || "");
   const parts = path.split("/").filter(Boolean).map(decodeURIComponent);
   try {
-    if (parts[0] === "projects" && parts[1]) await projectPage(parts[1], params);
+    if (parts[0] === "projects" && parts[2] === "jobs") await jobsPage(parts[1]);
+    else if (parts[0] === "projects" && parts[2] === "hooks") await hooksPage(parts[1]);
+    else if (parts[0] === "projects" && parts[2] === "nodes" && parts[3]) {
+      await nodePage(parts[1], parts.slice(3).join("/"));
+    } else if (parts[0] === "projects" && parts[1]) await projectPage(parts[1], params);
     else if (parts[0] === "runs" && parts[1]) await runPage(parts[1], params, leaving.signal);
     else if (parts[0] === "relations" && parts[1]) await relationPage(parts.slice(1).join("/"));
     else await projectsPage();

@@ -27,3 +27,5 @@ export const COLOURS = {
 export const ROLES = ["viewer", "runner", "deployer", "admin"];
 // A node's history: its outcome and duration in this many of its project's latest runs.
 export const HISTORY_RUNS = 20;
+// A node's own page: its history over this many runs (the API's most).
+export const HISTORY_PAGE_RUNS = 100;

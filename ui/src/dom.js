@@ -21,6 +21,9 @@ export const when = (t) => (t ? new Date(t).toLocaleString() : "");
 export const link = (href, text) => h("a", { href }, text);
 export const runLink = (id) => link(`#/runs/${encodeURIComponent(id)}`, id);
 export const relationLink = (key) => link(`#/relations/${encodeURIComponent(key)}`, key);
+// A node's page: its duration and outcome across its project's runs.
+export const historyLink = (project, id, text = "history across runs") =>
+  link(`#/projects/${encodeURIComponent(project)}/nodes/${encodeURIComponent(id)}`, text);
 
 export function seconds(from, to) {
   if (!from) return "";
@@ -32,9 +35,10 @@ export function totals(t) {
   return Object.entries(t || {}).filter(([, n]) => n).map(([k, n]) => `${k} ${n}`).join(", ");
 }
 
-export function table(head, rows, attrs = {}) {
+// `rowAttrs(i)`: the attributes of the i-th row (a test or a style finds a row by them).
+export function table(head, rows, attrs = {}, rowAttrs = () => ({})) {
   return h("table", attrs, h("tr", {}, head.map((c) => h("th", {}, c))),
-    rows.map((r) => h("tr", {}, r.map((c) => h("td", {}, c)))));
+    rows.map((r, i) => h("tr", rowAttrs(i), r.map((c) => h("td", {}, c)))));
 }
 
 export function show(title, path, ...content) {

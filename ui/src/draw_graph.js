@@ -41,6 +41,7 @@ const LABEL_STYLE = [
 ];
 
 export const library = () => import("./graph.js");
+const FIT_PADDING = 30;  // cytoscape's fit leaves this much around a graph
 // cytoscape-dagre, registered with cytoscape the first time a graph small enough is drawn.
 let dagreUsed = null;
 function useDagre(cytoscape) {
@@ -81,6 +82,7 @@ export async function drawGraph(container, folded, ids, data, onTap) {
     wheelSensitivity: 0.3,
   });
   cy.on("tap", "node", (e) => onTap(e.target.id()));
+  cy.ready(() => toTop(cy));
   if (!small) {
     // Laid out whole, a large graph is too small to read: its labels would cost a fifth
     // of the first paint and show nothing, so they are styled once a zoom shows them.
@@ -94,6 +96,13 @@ export async function drawGraph(container, folded, ids, data, onTap) {
     labelWhenReadable();
   }
   return cy;
+}
+
+// A graph wider than its box is fit to the box's width and centred in its height: drawn
+// at the top instead, a small graph starts above the fold of a laptop's screen.
+function toTop(cy) {
+  const top = cy.elements().renderedBoundingBox().y1;
+  if (top > FIT_PADDING) cy.panBy({ x: 0, y: FIT_PADDING - top });
 }
 
 // Where a node of `cy` is on the page (for a test's click).

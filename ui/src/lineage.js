@@ -5,7 +5,7 @@ import { me, nodeActions } from "./actions.js";
 import { seg } from "./api.js";
 import { COLOURS } from "./constants.js";
 import { drawnName, fold, graphAt } from "./dag.js";
-import { h, link, relationLink, table } from "./dom.js";
+import { h, historyLink, link, relationLink, table } from "./dom.js";
 import { drawGraph, pagePosition } from "./draw_graph.js";
 import { focusForm, focusedIds, noSuchNode } from "./focus.js";
 import { chipData } from "./freshness.js";
@@ -57,6 +57,7 @@ export function lineageSection(project, params) {
           ["type", `${g.resource_type || ""} ${g.materialized || ""}`],
           ["relation", g.relation ? relationLink(g.relation) : ""],
           ["tests", (folded.testsOf.get(id) || []).length],
+          ["history", historyLink(project, id)],
           ["focus", link(`#/projects/${project}?focus=${encodeURIComponent(g.name || id)}`
             + "&depth=2", "+2 around it")],
         ]), ...graphSections(g));

@@ -3,7 +3,7 @@
 // (compiled SQL, masked like every line jetdbt keeps) with its history over its latest runs.
 import { api, seg } from "./api.js";
 import { HISTORY_RUNS } from "./constants.js";
-import { h, link, pill, relationLink, table, when } from "./dom.js";
+import { h, historyLink, link, pill, relationLink, table, when } from "./dom.js";
 import { freshnessRows } from "./freshness.js";
 import { historyChart } from "./history.js";
 
@@ -51,6 +51,8 @@ function recorded(detail, runId) {
       : h("p", { class: "muted", id: "compiled-sql" },
         "none recorded: dbt compiled nothing for this node in this run, or it has not ended"),
     h("h4", {}, "History"), historyChart(detail.history, runId),
+    h("p", { id: "node-history-link" },
+      historyLink(detail.project, detail.unique_id, "all its runs →")),
   ];
 }
 

@@ -29,6 +29,9 @@ export async function projectPage(project, params) {
   const lineage = lineageSection(project, params);
   show(project, [link("#/", "projects"), h("span", {}, project)],
     h("h1", {}, project),
+    h("p", { class: "toolbar", id: "project-nav" },
+      link(`#/projects/${seg(project)}/jobs`, "jobs"),
+      link(`#/projects/${seg(project)}/hooks`, "webhooks")),
     // What the default environment runs; the last deploy only before anything was promoted
     // (a refused promotion or a pull request's version is no project's version).
     h("p", {}, prod

@@ -1,6 +1,6 @@
 // One relation across projects: who owns it, what it reads, who reads it, what built it.
 import { api, seg } from "./api.js";
-import { h, link, pill, relationLink, runLink, show, table, when } from "./dom.js";
+import { h, historyLink, link, pill, relationLink, runLink, show, table, when } from "./dom.js";
 
 export async function relationPage(key) {
   const rel = await api(`/v1/relations/${seg(key)}`);
@@ -8,7 +8,8 @@ export async function relationPage(key) {
   const builtIn = (project) => [...new Set(rel.runs.filter((r) => r.project === project)
     .map((r) => r.environment))].join(", ");
   const owners = rel.producers.map((p) => (p.kind === "dbt"
-    ? [link(`#/projects/${p.project}`, p.project), " ", h("code", {}, p.unique_id),
+    ? [link(`#/projects/${p.project}`, p.project), " ", h("code", {}, p.unique_id), " ",
+       historyLink(p.project, p.unique_id, "its history"),
        builtIn(p.project) ? ` (built in ${builtIn(p.project)})` : ""]
     : [`declared by ${p.producer}`]));
   const writers = new Set(rel.producers.map((p) => p.project || p.producer)).size;

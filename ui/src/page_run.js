@@ -58,7 +58,8 @@ export async function runPage(runId, params, signal) {
     h("span", {}, h("i", { style: `background:${c}` }), " ", k.replace("_", " "))),
     h("span", { class: "muted" }, "tests: ✓ passed ⚠ warned ✗ failed ⊘ skipped"));
   show(runId, [link("#/", "projects"), link(`#/projects/${run.project}`, run.project),
-    h("span", {}, runId)], header, failures, focusing, legend, source,
+    h("span", {}, runId)], header, failures, h("div", { class: "graph-bar" }, focusing, legend),
+    source,
     h("div", { class: "run-layout" }, graphBox, panel),
     h("h2", {}, "Timeline"), timeline,
     h("h2", {}, "Log"), logBox,

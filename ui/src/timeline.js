@@ -82,7 +82,7 @@ export function drawTimeline(container, nodes, outcomeOf, onPick, now = Date.now
   return spans.length;
 }
 
-function niceStep(raw) {
+export function niceStep(raw) {
   for (const step of [0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 1800, 3600]) {
     if (step >= raw) return step;
   }

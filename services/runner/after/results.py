@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 
 import msgspec
 
+from shared.ages import age
 from shared.events import Freshness, NodeResult, Threshold
 from shared.outcomes import outcome
 from shared.quote import shorten
@@ -296,7 +297,7 @@ def freshness_as_results(sources) -> dict:
                 if t is not None
             ]
             message = f"max_loaded_at {r['max_loaded_at']}" + (
-                f", {fresh.age_seconds:.0f}s ago" if fresh.age_seconds is not None else ""
+                f", {age(fresh.age_seconds)} ago" if fresh.age_seconds is not None else ""
             )
             message += f" ({'; '.join(limits)})" if limits else ""
         out.append({**r, "message": message})

@@ -21,10 +21,12 @@ __all__ = [
     "EgressPolicy",
     "HostRule",
     "adapter_hosts",
+    "is_host",
     "normal_host",
     "parse_endpoint",
     "parse_rule",
     "policy_for",
+    "split_port",
 ]
 
 _LABEL = re.compile(r"[a-z0-9*]([a-z0-9*_-]*[a-z0-9*])?\Z")
@@ -125,6 +127,18 @@ def normal_host(host: str) -> str:
     return host.strip().strip("[]").rstrip(".").lower()
 
 
+def is_host(host: str) -> bool:
+    """Whether a request's `host` (normal) is an IP address or a name without globs."""
+    return _is_address(host) or ("*" not in host and _is_name(host.split(".")))
+
+
+def _is_name(labels: list[str]) -> bool:
+    """Labels of a name: a resolver reads one whose last label is a number (`127.1`) as an
+    address, so that is no name."""
+    fits = len(".".join(labels)) <= 253 and all(len(label) <= 63 for label in labels)
+    return fits and all(map(_LABEL.match, labels)) and not labels[-1].isdigit()
+
+
 def _labels_match(patterns: list[str], labels: list[str]) -> bool:
     return all(fnmatch.fnmatchcase(label, p) for p, label in zip(patterns, labels, strict=True))
 
@@ -143,21 +157,11 @@ def _address(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
 def parse_rule(text: str, source: str) -> HostRule:
     """`host`, `host:port`, `*.domain`, `[v6]:port`; a ValueError names what is wrong."""
     raw = str(text).strip()
-    host, port = raw, None
-    if raw.startswith("["):
-        host, _, rest = raw[1:].partition("]")
-        port = rest[1:] if rest.startswith(":") else None
-    elif raw.count(":") == 1:
-        host, port = raw.split(":")
-    if port is not None:
-        if not port.isdigit() or not 0 < int(port) < 65536:
-            raise ValueError(f"{source}: {raw!r} has no valid port (1 to 65535)")
-        port = int(port)
-    host = normal_host(host)
+    host, port = split_port(raw, source)
     if _is_address(host):
         return HostRule(host, port, source)
     labels = host.split(".")
-    if len(labels) < 2 or not all(_LABEL.match(label) for label in labels):
+    if len(labels) < 2 or not _is_name(labels):
         raise ValueError(
             f"{source}: {raw!r} is not a host name (labels of a-z, 0-9, '-', a '*' glob;"
             " at least two labels)"
@@ -165,6 +169,23 @@ def parse_rule(text: str, source: str) -> HostRule:
     if any("*" in label for label in labels[-2:]):
         raise ValueError(f"{source}: {raw!r} would allow a whole domain: name it (two labels)")
     return HostRule(host, port, source)
+
+
+def split_port(text: str, source: str) -> tuple[str, int | None]:
+    """`host`, `host:port` or `[v6]:port` as its normal host and port (None if not named);
+    a ValueError names what is wrong."""
+    raw = str(text).strip()
+    host, port = raw, None
+    if raw.startswith("["):
+        host, _, rest = raw[1:].partition("]")
+        if rest and not rest.startswith(":"):
+            raise ValueError(f"{source}: {raw!r} has text after ']' that is no ':port'")
+        port = rest[1:] if rest else None
+    elif raw.count(":") == 1:
+        host, port = raw.split(":")
+    if port is not None and not (port.isascii() and port.isdigit() and 0 < int(port) < 65536):
+        raise ValueError(f"{source}: {raw!r} has no valid port (1 to 65535)")
+    return normal_host(host), None if port is None else int(port)
 
 
 def parse_endpoint(text: str, source: str) -> tuple[str, int]:
@@ -175,15 +196,25 @@ def parse_endpoint(text: str, source: str) -> tuple[str, int]:
     return rule.pattern, rule.port
 
 
+def profile_endpoint(output: dict[str, Any]) -> tuple[str | None, int | None]:
+    """The host (or Postgres's socket folder) and port a profile's connection names: `host`,
+    or `server` as dbt-sqlserver, dbt-fabric and dbt-mysql spell it."""
+    host = next((output[k] for k in ("host", "server") if isinstance(output.get(k), str)), None)
+    port = output.get("port")
+    valid = isinstance(port, int) and not isinstance(port, bool) and 0 < port < 65536
+    return (host or None), (port if valid else None)
+
+
 def adapter_hosts(adapter: str, output: dict[str, Any]) -> list[str]:
     """The hosts `adapter` reaches for the profile `output`: the host it names (with its
     port, if any) and the adapter's defaults, filled from the profile."""
     hosts = []
-    named = output.get("host")
-    if isinstance(named, str) and named and not named.startswith("/"):
-        port = output.get("port")
-        hosts.append(f"{named}:{port}" if isinstance(port, int) else named)
+    named, port = profile_endpoint(output)
+    # A profile names hosts, never patterns: a `*` there would widen what a run reaches.
+    if named and not named.startswith("/") and "*" not in named:
+        hosts.append(f"{named}:{port}" if port else named)
     account = str(output.get("account") or "")
+    account = "" if "*" in account else account
     for pattern in _DEFAULTS.get(adapter, ()):
         if "{account}" in pattern:
             if not account:

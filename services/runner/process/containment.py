@@ -16,12 +16,14 @@ import json
 import os
 import sys
 import uuid
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import services
 import shared
+from services.runner.egress.gate import Gate
+from services.runner.egress.resolve import Resolver
 from services.runner.process import cgroup, job_disk, sandbox
 from shared import logging as jlog
 from shared.config import Settings
@@ -29,6 +31,10 @@ from shared.config import Settings
 __all__ = ["Containment", "JobSandbox", "SandboxMissing", "BoundExceeded", "readable_code"]
 
 _log = jlog.get("sandbox")
+
+# Where the egress gate listens inside a sandbox, and the variables HTTP(S) clients read.
+GATE_PORT = 3128
+_PROXY_VARIABLES = ("HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy")
 
 
 class SandboxMissing(RuntimeError):
@@ -63,6 +69,8 @@ class Containment:
         self.disk = job_disk.DiskBound(settings.run_disk, settings.runner_cache)
         self.hierarchy: cgroup.Hierarchy | None = None
         self.missing: str | None = None  # why runs are refused; None: contained, or off
+        self.gate: Gate | None = None  # started with the first invocation that has a plan
+        self.hosts = Resolver(settings.egress_hosts_file)
         self._checked: asyncio.Future | None = None
 
     def describe(self) -> str:
@@ -77,10 +85,11 @@ class Containment:
             f"RUN_MEMORY={format_bytes(self.caps.memory)}, RUN_CPUS={self.caps.cpus:g},"
             f" RUN_PIDS={self.caps.pids}"
         )
+        gate = self.gate.describe() if self.gate else "egress gate: no run yet"
         return (
             f"on: mount, pid, network, ipc and uts namespaces, uid {self._uid()}, {limits},"
             f" {self.hierarchy.describe()}; RUN_DISK={format_bytes(self.disk.size)}:"
-            f" {self.disk.describe()}"
+            f" {self.disk.describe()}; {gate}"
         )
 
     def state(self) -> tuple[str, bool]:
@@ -172,12 +181,15 @@ class Containment:
         name: str,
         readonly: tuple[str, ...] = (),
         host_network: bool = False,
+        say: Callable[[str], Awaitable[None]] | None = None,
+        labels: dict[str, str] | None = None,
     ) -> dict | None:
         """What invocation `name` in job `root` may see and reach, its cgroup made; None
         with the sandbox off. `plan` (None for the probe) names the warehouse; `readonly`
         are more folders it reads (a package tree); `host_network` is for `dbt deps`
         alone, which fetches from git and the package hub (its tools unsteerable by a
-        project's env: descriptor.py, job_setup.py)."""
+        project's env: descriptor.py, job_setup.py). `say` writes a line of the run's log
+        (a host the gate refused), `labels` name the run in the gate's log lines."""
         if not self.enabled:
             return None
         group = await asyncio.to_thread(self.hierarchy.group, name, self.caps)
@@ -194,20 +206,46 @@ class Containment:
         spec["readonly"] += [str(p) for p in self.settings.sandbox_read] + list(readonly)
         if host_network:
             spec["host_network"] = True
-        elif plan is not None and plan.endpoints:
-            host, port = plan.endpoints[0]
-            if host.startswith("/"):
-                socket = Path(host) / f".s.PGSQL.{port}"
-                spec["readonly"].append(str(socket))  # the socket alone, not its folder
-            else:
-                spec["network"] = {"host": host, "port": port}
+        elif plan is not None:
+            spec["routes"] = []
+            for host, port in plan.endpoints:
+                if host.startswith("/"):
+                    socket = Path(host) / f".s.PGSQL.{port}"
+                    spec["readonly"].append(str(socket))  # the socket alone, not its folder
+                else:
+                    to = next(iter(self.hosts.mapped(host)), host)  # JETDBT_EGRESS_HOSTS_FILE
+                    spec["routes"].append({"host": host, "port": port, "to": [str(to), port]})
+            await self._through_gate(spec, name, plan, say, labels)
         if plan is not None and plan.warehouse_folder:
             spec["writable"].append(plan.warehouse_folder)
         return spec
 
+    async def _through_gate(self, spec: dict, name: str, plan: Any, say, labels) -> None:
+        """Every HTTP(S) client of the invocation is pointed at its own listener of the
+        egress gate, which lets through what `plan.egress` allows; its inside port is one
+        no warehouse route of 127.0.0.1 takes."""
+        if plan.egress is None:
+            return
+        if self.gate is None:
+            self.gate = Gate(self.settings.egress_hosts_file)
+        path = await self.gate.open(name, plan.egress, say, **labels)
+        taken = {r["port"] for r in spec["routes"] if r["host"] in ("127.0.0.1", "localhost")}
+        port = next(p for p in range(GATE_PORT, GATE_PORT + 64) if p not in taken)
+        spec["routes"].append({"host": "127.0.0.1", "port": port, "to": path})
+        proxy = f"http://127.0.0.1:{port}"
+        spec["env"] = {var: proxy for var in _PROXY_VARIABLES} | {"NO_PROXY": "", "no_proxy": ""}
+
+    async def close(self) -> None:
+        """The gate's listeners gone, with the runner."""
+        if self.gate is not None:
+            await self.gate.stop()
+            self.gate = None
+
     async def release(self, name: str, root: Path) -> BoundExceeded | None:
-        """Remove invocation `name`'s cgroup; the bound it went past, if any, its job
-        folder being `root`."""
+        """Remove invocation `name`'s cgroup and its gate listener; the bound it went past,
+        if any, its job folder being `root`."""
+        if self.gate is not None:
+            await self.gate.close(name)
         if not self.enabled or self.hierarchy is None:
             return None
         group = self.hierarchy.named(name)
@@ -238,10 +276,19 @@ class Containment:
 class JobSandbox:
     """One job's invocations, each in a sandbox and cgroup of its own (by name)."""
 
-    def __init__(self, containment: Containment, root: Path, plan: Any, *, host_network=False):
+    def __init__(
+        self,
+        containment: Containment,
+        root: Path,
+        plan: Any,
+        *,
+        host_network=False,
+        labels: dict[str, str] | None = None,
+    ):
         self.containment, self.root, self.plan = containment, root, plan
         self.readonly: list[str] = []  # the package tree the job links, once it has one
         self.host_network = host_network
+        self.labels = labels or {}  # the project and job, for the gate's log lines
 
     def for_deps(self) -> JobSandbox:
         """The same job's sandbox for `dbt deps`: the machine's network, the same folders
@@ -250,13 +297,17 @@ class JobSandbox:
         deps.readonly = list(self.readonly)
         return deps
 
-    async def enter(self, name: str) -> dict | None:
+    async def enter(
+        self, name: str, say: Callable[[str], Awaitable[None]] | None = None
+    ) -> dict | None:
         return await self.containment.spec(
             self.root,
             self.plan,
             name=name,
             readonly=tuple(self.readonly),
             host_network=self.host_network,
+            say=say,
+            labels=self.labels,
         )
 
     async def leave(self, name: str) -> BoundExceeded | None:

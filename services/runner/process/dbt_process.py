@@ -43,6 +43,9 @@ _STAMP = re.compile(r"^\d\d:\d\d:\d\d  ")
 # What dbt prints before the error that ended it outside any node (a connection refused,
 # a missing database, a compilation error): from here on its lines say why.
 _ENCOUNTERED = "Encountered an error"
+# What starts dbt's summary of the deprecations it met, printed after its error: the log
+# keeps it, the reason does not.
+_DEPRECATIONS = "[DeprecationsSummary]"
 KEPT_LINES = 100_000
 # A line longer than this is cut: it is published, kept and read as a prefix.
 MAX_LINE = 16 * 1024
@@ -127,11 +130,12 @@ class DbtInvocation:
     def error_tail(self, count: int = ERROR_TAIL) -> str:
         """Why dbt failed, in its own words, when no node says: its lines from the last
         "Encountered an error" on when it printed one, else its last `count` lines; the
-        time stamps and blank lines left out."""
+        time stamps, blank lines and the deprecation summary after the error left out."""
         recent = list(self.lines)[-10 * count :]
         said = [_STAMP.sub("", line, count=1) for line in recent if line.strip()]
         start = max((i for i, line in enumerate(said) if line.startswith(_ENCOUNTERED)), default=0)
-        return "\n".join(said[start:][-count:])
+        end = next((i for i, line in enumerate(said) if i > start and _DEPRECATIONS in line), None)
+        return "\n".join(said[start:end][-count:])
 
     def _sealed_env(self) -> dict[str, str]:
         """The job's own HOME and TMPDIR, beside the project: nothing shared between runs."""
@@ -153,7 +157,7 @@ class DbtInvocation:
         if self.sandbox is None:
             return await self._run(on_line, on_event, timeout, None)
         name = f"{self.project_dir.parent.name}-{uuid.uuid4().hex[:12]}"
-        spec = await self.sandbox.enter(name)
+        spec = await self.sandbox.enter(name, say=on_line)
         try:
             code = await self.sandbox.watched(self._run(on_line, on_event, timeout, spec))
         finally:

@@ -10,12 +10,14 @@ warm fork (nothing is exec'd: the child keeps dbt's imports):
   Python and jetdbt code read-only, the job folder (and a DuckDB warehouse's folder)
   writable, a private /tmp and a minimal /dev: nothing else of the machine, so
   JETDBT_HOME's access files, other jobs, bundles and the servers' data are not there;
-- a network namespace with only loopback; a networked warehouse is reached through a relay
-  (a process left outside that connects to that one host and port and hands the socket in)
-  listening inside at the warehouse's own address and port (its host name mapped to
-  127.0.0.1, its IP address added to loopback), so the profile is dbt's as written
-  (`dbt deps` alone, which fetches packages, keeps the machine's network: spec
-  `host_network`; a project's env cannot steer its git or hub client, descriptor.py);
+- a network namespace with only loopback, and routes out through a relay (a process left
+  outside that opens each connection and hands the socket in), each listening inside at an
+  address and port: a networked warehouse's own (its host name mapped to a loopback address
+  of its own, its IP address added to loopback), so the profile is dbt's as written, and
+  the egress gate's (services/runner/egress/gate.py), the proxy every HTTP(S) client is
+  pointed at, which decides what leaves (`dbt deps` alone, which fetches packages, keeps the
+  machine's network: spec `host_network`; a project's env cannot steer its git or hub
+  client, descriptor.py);
 - its own uid (the runner's sandbox uid when the runner is root, else a user namespace),
   no capabilities and no_new_privs, so nothing it execs regains any.
 
@@ -106,11 +108,11 @@ def enter(spec: dict, keep: list[int]) -> None:
     for procs in spec.get("cgroups", ()):
         with open(procs, "w") as fh:  # before anything is forked: all of it counted
             fh.write(str(os.getpid()))
-    network = spec.get("network")
+    routes = spec.get("routes", ())
     own_network = not spec.get("host_network")
     uid, gid = os.geteuid(), os.getegid()
     drop_to = spec.get("uid") if uid == 0 else None
-    relay = _start_relay(network, keep, drop_to) if network else None
+    relay = _start_relay(routes, keep, drop_to) if routes else None
     flags = _CLONE_NEWNS | _CLONE_NEWPID | _CLONE_NEWIPC | _CLONE_NEWUTS
     if own_network:
         flags |= _CLONE_NEWNET
@@ -132,7 +134,9 @@ def enter(spec: dict, keep: list[int]) -> None:
     if own_network:
         _loopback_up()
     if relay is not None:
-        _listen(relay, _local_address(network["host"]), network["port"])
+        lock = threading.Lock()  # one request on the channel at a time
+        for index, (address, port) in enumerate(_local_addresses(routes)):
+            _listen(relay, lock, index, address, port)
     if drop_to is not None:
         _own([spec["root"], *spec.get("writable", ())], drop_to)
     _drop(drop_to)
@@ -272,21 +276,46 @@ def _loopback_up() -> None:
         fcntl.ioctl(s, _SIOCSIFFLAGS, struct.pack("16sH", b"lo", flags | _IFF_UP) + b"\0" * 22)
 
 
-def _local_address(host: str) -> str:
-    """Where the relay listens inside so that `host` reaches it: a host name is mapped to
-    127.0.0.1 in the child's /etc/hosts; another IP address is added to its loopback."""
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
+def _local_addresses(routes: list[dict]) -> list[tuple[str, int]]:
+    """Where each route listens inside so that its host reaches it: a host name gets a
+    loopback address of its own in the child's /etc/hosts (`localhost` keeps 127.0.0.1);
+    another IPv4 address is added to its loopback."""
+    names = {}
+    for route in routes:
+        host = route["host"]
+        if host != "localhost" and not _is_address(host):
+            names.setdefault(host, f"127.0.1.{len(names) + 1}")
+    if names or any(route["host"] == "localhost" for route in routes):
+        lines = ["127.0.0.1 localhost", "::1 localhost", *(f"{a} {n}" for n, a in names.items())]
         with open("/tmp/.jetdbt-hosts", "w") as fh:
-            fh.write(f"127.0.0.1 localhost {host}\n::1 localhost\n")
+            fh.write("\n".join(lines) + "\n")
         _mount("/tmp/.jetdbt-hosts", "/etc/hosts", None, _MS_BIND)
-        return "127.0.0.1"
-    if address.version == 4 and not address.is_loopback:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            addr = struct.pack("HH4s8x", socket.AF_INET, 0, address.packed)
-            fcntl.ioctl(s, _SIOCSIFADDR, struct.pack("16s", b"lo:1") + addr)
-    return str(address)
+    added = 0
+    places = []
+    for route in routes:
+        host = route["host"]
+        if host == "localhost":
+            places.append(("127.0.0.1", route["port"]))
+            continue
+        if host in names:
+            places.append((names[host], route["port"]))
+            continue
+        address = ipaddress.ip_address(host)
+        if address.version == 4 and not address.is_loopback:
+            added += 1
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                addr = struct.pack("HH4s8x", socket.AF_INET, 0, address.packed)
+                fcntl.ioctl(s, _SIOCSIFADDR, struct.pack("16s", f"lo:{added}".encode()) + addr)
+        places.append((str(address), route["port"]))
+    return places
+
+
+def _is_address(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
 
 
 def _drop(uid: int | None) -> None:
@@ -308,10 +337,10 @@ def _drop(uid: int | None) -> None:
     _libc.prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0)
 
 
-def _start_relay(network: dict, keep: list[int], uid: int | None) -> socket.socket:
+def _start_relay(routes: list[dict], keep: list[int], uid: int | None) -> socket.socket:
     """Fork, before the network is unshared, the one process that may open a connection:
-    only to the warehouse's host and port, each handed into the sandbox as a descriptor.
-    Returns the sandbox's end of the channel."""
+    for each route, to its warehouse host and port or to the egress gate's socket (`to`),
+    each handed into the sandbox as a descriptor. Returns the sandbox's end of the channel."""
     inside, outside = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     pid = os.fork()
     if pid:
@@ -328,7 +357,7 @@ def _start_relay(network: dict, keep: list[int], uid: int | None) -> socket.sock
         for fd in (0, 1, 2):
             os.dup2(null, fd)
         # Resolved once, before the uid is dropped (a lookup may import what it cannot read).
-        addresses = socket.getaddrinfo(network["host"], int(network["port"]), 0, socket.SOCK_STREAM)
+        targets = [_target(route["to"]) for route in routes]
         keeper = os.getppid()
         if uid is not None:
             os.setgroups([])
@@ -337,8 +366,9 @@ def _start_relay(network: dict, keep: list[int], uid: int | None) -> socket.sock
         _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # cleared by the uid change
         if os.getppid() != keeper:
             os._exit(1)
-        while outside.recv(16):
-            conn = _connect(addresses)
+        while asked := outside.recv(16):
+            index = int.from_bytes(asked[1:3], "big")
+            conn = _connect(targets[index]) if index < len(targets) else None
             if conn is None:
                 outside.send(b"e")
                 continue
@@ -347,6 +377,13 @@ def _start_relay(network: dict, keep: list[int], uid: int | None) -> socket.sock
     except BaseException:  # noqa: BLE001 - the relay ends; the sandbox's connects fail
         code = 1
     os._exit(code)
+
+
+def _target(to) -> list:
+    """A route's addresses: a warehouse's host and port resolved, or the gate's socket."""
+    if isinstance(to, str):
+        return [(socket.AF_UNIX, socket.SOCK_STREAM, 0, "", to)]
+    return socket.getaddrinfo(to[0], int(to[1]), 0, socket.SOCK_STREAM)
 
 
 def _connect(addresses: list) -> socket.socket | None:
@@ -364,17 +401,17 @@ def _connect(addresses: list) -> socket.socket | None:
     return None
 
 
-def _listen(channel: socket.socket, address: str, port: int) -> None:
-    """Inside: accept on `address`:`port`, and join each connection to one the relay opened."""
+def _listen(channel: socket.socket, lock: threading.Lock, index: int, address: str, port: int):
+    """Inside: accept on `address`:`port`, and join each connection to one the relay opened
+    for route `index`."""
     family = socket.AF_INET6 if ":" in address else socket.AF_INET
     server = socket.create_server((address, port), family=family)
-    lock = threading.Lock()
 
     def serve() -> None:
         while True:
             client, _ = server.accept()
             with lock:
-                channel.send(b"c")
+                channel.send(b"c" + index.to_bytes(2, "big"))
                 _, fds, _, _ = socket.recv_fds(channel, 16, 1)
             if not fds:
                 client.close()

@@ -272,7 +272,11 @@ async def prepare(
         env=dbt_env(plan.env),
         partial_parse=_partial_parse(ctx, version, environment, executable, plan),
         packages=PackageCache(ctx.settings.runner_cache / "packages"),
-        sandbox=JobSandbox(ctx.containment, job.root, plan) if ctx.containment.enabled else None,
+        sandbox=(
+            JobSandbox(ctx.containment, job.root, plan, labels={"project": project, "job": name})
+            if ctx.containment.enabled
+            else None
+        ),
         environment=environment,
     )
     if prepared.sandbox is not None and environment is not None:

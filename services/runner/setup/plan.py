@@ -14,7 +14,12 @@ import jinja2.sandbox
 import msgspec
 import yaml
 
-from services.runner.egress.hosts import EgressPolicy, parse_endpoint, policy_for
+from services.runner.egress.hosts import (
+    EgressPolicy,
+    parse_endpoint,
+    policy_for,
+    profile_endpoint,
+)
 from services.runner.process.dbt_env import dbt_env
 from services.runner.setup import close_pr, run_credentials
 from services.runner.setup.own_database import OwnDatabase, Place, place_of_output
@@ -294,10 +299,8 @@ def _lease_scope(
 def _endpoints(output: dict[str, Any], wh: Warehouse) -> tuple[tuple[str, int], ...]:
     """The host and port a networked warehouse's connection goes to (a host that is a path
     is the folder of Postgres's socket), then the warehouse's `relay` endpoints."""
-    host, port = output.get("host"), output.get("port")
-    named = []
-    if isinstance(host, str) and host and isinstance(port, int) and 0 < port < 65536:
-        named.append((host, port))
+    host, port = profile_endpoint(output)
+    named = [(host, port)] if host and port else []
     where = f"warehouse {wh.name!r} relay"
     return tuple(dict.fromkeys([*named, *(parse_endpoint(e, where) for e in wh.relay)]))
 
@@ -437,6 +440,8 @@ def make_plan(
             desc.profile.profiles_yml, warehouse_folder, configured_folder, wh.name,
             project_dir.parent,
         )  # fmt: skip
+    # What a run reaches is the operator's warehouse's, never what a project's profile says.
+    operators = render_output(wh, resolver) if desc.profile.profiles_yml else base
     try:
         place = place_of_output(output)
     except OwnDatabase as exc:
@@ -464,7 +469,7 @@ def make_plan(
         home=home,
         lease_scope=lease_scope,
         endpoints=_endpoints(output, wh),
-        egress=policy_for(wh.name, str(output.get("type") or ""), output, wh.allow_hosts),
+        egress=policy_for(wh.name, wh.adapter(), operators, wh.allow_hosts),
         warehouse_folder=warehouse_folder,
         configured_folder=configured_folder,
         packages_path=_packages_path(project_doc, seen),

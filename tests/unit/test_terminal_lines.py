@@ -1,0 +1,124 @@
+"""What the terminal prints of a result, whatever the stream: a failed node's cause (dbt's
+first lines, bounded), a show's rows as a table, and a live line with done/total."""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+from services.cli import tables
+from services.cli.display import LiveArea, result_renderable
+from services.cli.watch import ERROR_LINES, Tally, result_table
+from shared import events as ev
+from shared.ages import age
+from tests.support.synthetic import failed_result
+
+CAUSE = (
+    "Runtime Error in model broken (models/broken.sql)\n"
+    "  Conversion Error: Could not convert string 'abc' to INT32\n"
+    "\n"
+    "  LINE 1: select cast('abc' as int) as x"
+)
+
+
+def _result(message: str, preview: list | None = None) -> ev.RunResult:
+    node = ev.NodeResult(
+        unique_id="model.p.broken",
+        status="error",
+        outcome="failed",
+        resource_type="model",
+        name="broken",
+        message=message,
+    )
+    return failed_result(node, preview=preview or [])
+
+
+def _rich(result: ev.RunResult) -> str:
+    console = Console(width=120, record=True, force_terminal=True, color_system="standard")
+    console.print(result_renderable(result, "r1", "http://127.0.0.1:1", 120))
+    return console.export_text()
+
+
+def test_a_failed_node_shows_dbt_s_cause_in_plain_rich_and_status_output():
+    plain, rich = result_table(_result(CAUSE)), _rich(_result(CAUSE))
+    record = {
+        "run_id": "r1",
+        "project": "p",
+        "status": "failed",
+        "nodes": [{"unique_id": "model.p.broken", "status": "error", "outcome": "failed",
+                   "name": "broken", "message": CAUSE}],
+    }  # fmt: skip
+    status = tables.run_table(record)
+    for shown in (plain, rich, status):
+        assert "Runtime Error in model broken" in shown, shown
+        assert "Conversion Error: Could not convert string 'abc' to INT32" in shown, shown
+        assert "LINE 1: select cast('abc' as int) as x" in shown, shown
+
+
+def test_a_long_message_is_cut_to_its_first_lines_saying_how_many_more():
+    message = "\n".join(f"line {i}" for i in range(40))
+    plain = result_table(_result(message))
+    assert f"line {ERROR_LINES - 2}" in plain and f"line {ERROR_LINES - 1}" not in plain
+    assert f"... {40 - ERROR_LINES + 1} more lines" in plain, plain
+
+
+def test_a_show_prints_its_rows_as_a_table():
+    rows = [
+        {"order_id": 1, "status": "returned", "amount": 10.0},
+        {"order_id": 2, "status": None, "amount": 20.5},
+    ]
+    for shown in (result_table(_result("", rows)), _rich(_result("", rows))):
+        lines = shown.splitlines()
+        head = next(i for i, line in enumerate(lines) if line.startswith("order_id"))
+        assert lines[head].split() == ["order_id", "status", "amount"], shown
+        assert lines[head + 1].split() == ["1", "returned", "10.0"], shown
+        assert lines[head + 2].split() == ["2", "NULL", "20.5"], shown
+
+
+def test_the_live_line_counts_the_running_node_in_its_total():
+    tally = Tally()  # a selection: no planned count
+    for i in range(2):
+        node = ev.NodeResult(unique_id=f"model.p.m{i}", status="success", outcome="passed")
+        tally.apply(ev.NodeFinished(project="p", run_id="r1", attempt=1, node=node))
+    tally.apply(ev.NodeStarted(project="p", run_id="r1", attempt=1, unique_id="model.p.m2"))
+    console = Console(width=100, record=True, force_terminal=True, color_system="standard")
+    console.print(LiveArea(tally))
+    top = console.export_text().splitlines()[0]
+    assert "2/3 finished, 2 passed, 1 running" in top, top
+
+
+def test_an_age_reads_in_its_largest_whole_unit():
+    year, day = 365 * 86400, 86400
+    shown = [age(s) for s in (272947532, 8 * year + 5 * day, 3 * day + 7, 7200, 300, 12.7, -1)]
+    assert shown == ["8y", "8y", "3d", "2h", "5m", "12s", "0s"]
+
+
+def test_a_parse_sums_up_its_graph_and_dbt_s_warnings():
+    from services.cli.graph_summary import graph_lines, warning_lines
+
+    nodes = [
+        {"unique_id": "seed.p.raw", "resource_type": "seed", "name": "raw"},
+        {"unique_id": "model.p.stg", "resource_type": "model", "name": "stg"},
+        {"unique_id": "model.p.mart", "resource_type": "model", "name": "mart"},
+        {"unique_id": "test.p.t", "resource_type": "test", "name": "t"},
+    ]
+    edges = [
+        {"parent": "seed.p.raw", "child": "model.p.stg"},
+        {"parent": "model.p.stg", "child": "model.p.mart"},
+        {"parent": "model.p.mart", "child": "test.p.t"},
+    ]
+    assert graph_lines(nodes, edges) == [
+        "  4 nodes: 2 models, 1 seed, 1 test",
+        "  roots (1):  raw",
+        "  leaves (1): mart",
+    ]
+    log = [
+        "02:57:49  Running with dbt=1.11.16",
+        "02:57:50  [\x1b[33mWARNING\x1b[0m][SomeDeprecation]: Deprecated",
+        "functionality in models/bad.yml",
+        "02:57:51  Performance info: target/perf_info.json",
+    ]
+    assert warning_lines(log) == [
+        "  [WARNING][SomeDeprecation]: Deprecated",
+        "  functionality in models/bad.yml",
+    ]
+    assert warning_lines(log[:1]) == ["  none"]

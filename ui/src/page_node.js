@@ -1,0 +1,45 @@
+// A model (any node) across its project's runs: how long it took and how it ended, drawn
+// over time, with each run listed; reached from a node's panel and a relation's page.
+import { api, seg } from "./api.js";
+import { HISTORY_PAGE_RUNS } from "./constants.js";
+import { h, link, pill, runLink, show, table, totals, when } from "./dom.js";
+import { durationChart } from "./history.js";
+
+const median = (xs) => {
+  const sorted = [...xs].sort((a, b) => a - b);
+  const mid = Math.floor(sorted.length / 2);
+  return sorted.length % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
+};
+
+function summary(history) {
+  const outcomes = {};
+  for (const r of history) {
+    const o = r.outcome || r.status;
+    outcomes[o] = (outcomes[o] || 0) + 1;
+  }
+  const times = history.map((r) => r.execution_time).filter((t) => t != null);
+  const fixed = (t) => `${t.toFixed(2)} s`;
+  return [`${history.length} runs: ${totals(outcomes)}`,
+    times.length ? `; median ${fixed(median(times))}, longest ${fixed(Math.max(...times))}`
+      + `, latest ${fixed(times[0])}` : ""].join("");
+}
+
+export async function nodePage(project, uniqueId) {
+  const { history } = await api(`/v1/projects/${seg(project)}/nodes/${seg(uniqueId)}/history`
+    + `?limit=${HISTORY_PAGE_RUNS}`);
+  const name = uniqueId.split(".").slice(2).join(".") || uniqueId;
+  show(`${name} history`, [link("#/", "projects"), link(`#/projects/${seg(project)}`, project),
+    h("span", {}, name)],
+    h("h1", {}, name),
+    h("p", {}, h("code", {}, uniqueId), " · ",
+      link(`#/projects/${seg(project)}?focus=${seg(uniqueId)}&depth=2`, "in the lineage")),
+    h("h2", {}, "Duration and outcome over time"),
+    h("p", { id: "node-summary" }, history.length ? summary(history) : ""),
+    durationChart(history),
+    h("h2", {}, "Runs"),
+    table(["run", "outcome", "took", "started", "run ended"], history.map((r) => [
+      runLink(r.run_id), pill(r.outcome || r.status),
+      r.execution_time != null ? `${r.execution_time.toFixed(2)} s` : "",
+      when(r.started_at || r.requested_at), pill(r.run_status)]), { id: "node-runs" }));
+  document.body.dataset.ready = "1";
+}
