@@ -13,8 +13,7 @@ import msgspec
 from services.api import schemas
 from services.api.node_routes import HISTORY_RUNS
 from services.mcp.api_client import Api, route_path
-from services.mcp.model_details import GRAPH, RUNS, find_node, tests_of, whole_graph
-from services.mcp.run_tools import NODE
+from services.mcp.model_details import GRAPH, find_node, tests_of, whole_graph
 
 __all__ = [
     "ModelHealth",
@@ -22,12 +21,14 @@ __all__ = [
     "upstream_sources",
     "verdict",
     "ROUTES",
+    "HISTORY",
     "RUNS_SEEN",
     "TESTS_READ",
     "LOOKS_ONLY",
 ]
 
-ROUTES = (("GET", GRAPH), ("GET", RUNS), ("GET", NODE))
+HISTORY = "/v1/projects/{project}/nodes/{unique_id}/history"
+ROUTES = (("GET", GRAPH), ("GET", HISTORY))
 RUNS_SEEN = 10  # the node's latest runs its health reads
 # Runs that only look at a node, never build or test it: they say nothing of its health.
 LOOKS_ONLY = frozenset({"show", "compile"})
@@ -104,31 +105,27 @@ async def model_health(api: Api, auth: str, args: dict) -> dict:
     _, nodes, edges = await whole_graph(api, auth, project)
     uid = find_node(project, nodes, args["node"])["unique_id"]
     tests = tests_of(uid, nodes, edges)
-    latest = await api.call(auth, "GET", route_path(RUNS, {"project": project}), query={"limit": 1})
-    history: list[dict] = []
-    read: list[tuple[dict, dict | None]] = [(t, None) for t in tests[:TESTS_READ]]
-    if latest["runs"]:
-        run_id = latest["runs"][0]["run_id"]
 
-        async def ran(node: str) -> list[dict]:
-            """The node's latest runs that built or tested it (a compile passes its tests)."""
-            where = {"run_id": run_id, "unique_id": node}
-            query = {"limit": HISTORY_RUNS[1]}
-            answer = await api.call(auth, "GET", route_path(NODE, where), query=query)
-            return [h for h in answer["history"] if h["command"] not in LOOKS_ONLY]
+    async def ran(node: str) -> list[dict]:
+        """The node's latest runs that built or tested it (a compile passes its tests)."""
+        where = {"project": project, "unique_id": node}
+        query = {"limit": HISTORY_RUNS[1]}
+        answer = await api.call(auth, "GET", route_path(HISTORY, where), query=query)
+        return [h for h in answer["history"] if h["command"] not in LOOKS_ONLY]
 
-        history = (await ran(uid))[:RUNS_SEEN]
-        for i, (test, _) in enumerate(read):
-            runs = await ran(test["unique_id"])
-            read[i] = (test, runs[0] if runs else None)
+    history = (await ran(uid))[:RUNS_SEEN]
+    read = []
+    for test in tests[:TESTS_READ]:
+        runs = await ran(test["unique_id"])
+        read.append((test, runs[0] if runs else None))
     test_health = [
         {
             "unique_id": t["unique_id"],
             "name": t["name"],
-            "outcome": ran["outcome"] if ran else None,
-            "run_id": ran["run_id"] if ran else None,
+            "outcome": last["outcome"] if last else None,
+            "run_id": last["run_id"] if last else None,
         }
-        for t, ran in read
+        for t, last in read
     ]
     sources = [
         {"unique_id": s["unique_id"], "freshness": s["freshness"]}
