@@ -25,6 +25,7 @@ DBT_WORDS = {
     "run_operation": ("run-operation",),
     "docs_generate": ("docs", "generate"),
     "show": ("show",),
+    "compile": ("compile",),
     "close_pr": ("run-operation",),  # the runner's own macro (services/runner/setup/close_pr.py)
 }
 # The overrides each dbt command takes beyond select, exclude and vars: dbt has the flag for
@@ -39,6 +40,7 @@ TAKES = {
     "run_operation": frozenset(),
     "docs_generate": frozenset(),
     "show": frozenset({"defer"}),
+    "compile": frozenset({"defer"}),
     "close_pr": frozenset(),
 }
 _MACRO = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?")

@@ -33,6 +33,7 @@ __all__ = [
     "FreshnessCommand",
     "DocsCommand",
     "ShowCommand",
+    "CompileCommand",
     "OperationCommand",
     "ClosePrCommand",
     "CLOSE_PR_LINE",
@@ -178,6 +179,11 @@ class ShowCommand(DbtCommand, frozen=True, tag="show"):
             raise ValueError(f"show limit is {self.limit}; from 1 to {MAX_SHOW_LIMIT}")
 
 
+class CompileCommand(DbtCommand, frozen=True, tag="compile"):
+    """`dbt compile`: the SQL dbt renders for the selected nodes, kept in each node's record
+    of the run (GET /v1/runs/{run_id}/nodes/{unique_id}); nothing is built."""
+
+
 class OperationCommand(DbtCommand, frozen=True, tag="run_operation"):
     """`dbt run-operation MACRO --args ARGS`: a macro of the project or its packages."""
 
@@ -224,6 +230,7 @@ DBT_COMMANDS = (
     FreshnessCommand,
     DocsCommand,
     ShowCommand,
+    CompileCommand,
     OperationCommand,
     ClosePrCommand,
 )
@@ -236,6 +243,7 @@ AnyDbtCommand = (
     | FreshnessCommand
     | DocsCommand
     | ShowCommand
+    | CompileCommand
     | OperationCommand
     | ClosePrCommand
 )

@@ -21,7 +21,8 @@ HISTORY_RUNS = (20, 100)  # runs in a node's history: default, maximum
 _NODE = "SELECT compiled_code, thread FROM run_nodes WHERE run_id = $1 AND unique_id = $2"
 # Runs hidden from listings (a CI check's) are left out of a node's history too.
 _HISTORY = (
-    "SELECT n.run_id, r.status AS run_status, n.status, n.outcome, n.execution_time,"
+    "SELECT n.run_id, r.status AS run_status, r.command->>'label' AS command, n.status,"
+    " n.outcome, n.execution_time,"
     " n.started_at, n.finished_at, r.requested_at FROM run_nodes n JOIN runs r USING (run_id)"
     " WHERE n.unique_id = $2 AND r.project = $1 AND NOT r.hidden"
     " ORDER BY r.requested_at DESC NULLS LAST, n.run_id LIMIT $3"

@@ -2,7 +2,9 @@
 
 A project is a name a deploy was accepted under (one not refused): a refused deploy or a
 run of a misspelled name leaves nothing in the list. Its last run is a run of what it
-deployed: a `jetdbt parse` of a folder (a bundle never deployed) is not. An admin token sees them
+deployed: a `jetdbt parse` of a folder (a bundle never deployed) is not. Its last deploy (one not
+refused) is given with its status and reason, so a project whose deploys all failed reads as
+failed and why, never as an empty row. An admin token sees them
 all; any other sees the projects of its team (the team of a project's latest deploy
 that names one, as `auth.project_team` decides) whose names match its pattern, so the
 list never names another team's project.
@@ -25,10 +27,14 @@ PROJECTS_PAGE = (100, 500)  # rows per page: default, maximum
 _SQL = """
 SELECT p.project, COALESCE(v.version, d.version) AS version, d.at AS deployed_at,
        r.run_id AS last_run_id,
-       r.status AS last_run_status, r.finished_at AS last_run_finished_at
+       r.status AS last_run_status, r.finished_at AS last_run_finished_at,
+       l.deploy_id AS last_deploy_id, l.status AS last_deploy_status,
+       l.reason AS last_deploy_reason, l.at AS last_deploy_at
 FROM (SELECT DISTINCT project FROM deploys WHERE status <> 'refused') p
 LEFT JOIN LATERAL (SELECT version, at FROM deploys WHERE project = p.project
                    AND status IN ('deployed', 'unchanged') ORDER BY at DESC LIMIT 1) d ON true
+LEFT JOIN LATERAL (SELECT deploy_id, status, reason, at FROM deploys WHERE project = p.project
+                   AND status <> 'refused' ORDER BY at DESC, deploy_id LIMIT 1) l ON true
 LEFT JOIN environment_versions v ON v.project = p.project AND v.slot = $4
 LEFT JOIN LATERAL (SELECT run_id, status, finished_at FROM runs WHERE project = p.project
                    AND NOT hidden AND command->>'bundle_digest' IS NULL

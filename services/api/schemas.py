@@ -136,10 +136,12 @@ class RunNode(_Body):
 
 
 class NodeHistory(_Body):
-    """The node in one of its project's runs: how it ended and how long it took."""
+    """The node in one of its project's runs: how it ended and how long it took, and the
+    run's command (`show` and `compile` only look at a node; `job`: a saved job's run)."""
 
     run_id: str
     run_status: str
+    command: str | None
     status: str
     outcome: str | None
     execution_time: float | None
@@ -198,11 +200,6 @@ class RunSummary(_Body):
     queue_position: int | None = None
     queued_at: datetime | None = None
     queued_seconds: float | None = None
-    # The run's whole log once kept (an object named for the run), until retention prunes it.
-    log_object: str | None = None
-    log_lines: int | None = None
-    log_bytes: int | None = None
-    files_pruned_at: datetime | None = None
     # The run's kept log (objects named log/<run_id>), and when retention removed its files
     # (kept log, run_results, manifest); a pruned run keeps its status, result and nodes.
     log_object: str | None = None
@@ -230,7 +227,9 @@ class Run(RunSummary, kw_only=True, forbid_unknown_fields=True):
 
 class ProjectSummary(_Body):
     """A project: the version its default environment runs (before any promotion: its last
-    deployed one), when it last deployed one, and its latest run."""
+    deployed one), when it last deployed one, its latest run, and its latest deploy not
+    refused (`failed` with dbt's reason, `requested` while it parses, `deployed`,
+    `unchanged`)."""
 
     project: str
     version: str | None
@@ -238,6 +237,10 @@ class ProjectSummary(_Body):
     last_run_id: str | None
     last_run_status: str | None
     last_run_finished_at: datetime | None
+    last_deploy_id: str | None
+    last_deploy_status: str | None
+    last_deploy_reason: str | None
+    last_deploy_at: datetime | None
 
 
 class Projects(_Body):

@@ -24,6 +24,7 @@ COMMANDS = {
     "parse": "run_commands:cmd_parse",
     "ci": "ci_commands:cmd_ci",
     "status": "read_commands:cmd_status",
+    "projects": "read_commands:cmd_projects",
     "logs": "logs_command:cmd_logs",
     "cancel": "cancel_command:cmd_cancel",
     "replay": "ops_commands:cmd_replay",

@@ -106,14 +106,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--follow", "-f", action="store_true", help="print lines as they come, until the run ends"
     )
     lg.add_argument("--after", type=int, default=0, metavar="LINE", help="start after this line")
+    prj = sub.add_parser(
+        "projects", help="the projects you may see: version, last deploy (why it failed), last run"
+    )
+    prj.add_argument("--offset", type=int, default=0, help="skip this many projects")
+    _answer_shape(prj)
     st = sub.add_parser("status", help="a run, a project's runs (tables), or the projections' lag")
     st.add_argument("run_id", nargs="?")
     st.add_argument("--project").completer = _projects
     st.add_argument("--offset", type=int, default=0, help="skip this many newer runs")
     st.add_argument("--env", metavar="NAME", help="only the runs of this project environment")
-    shape = st.add_mutually_exclusive_group()
-    shape.add_argument("--json", action="store_true", help="the API's answer as JSON")
-    shape.add_argument("--yaml", action="store_true", help="the API's answer as YAML")
+    _answer_shape(st)
     sub.add_parser("demo", help="start, deploy the example, build it, show the API, stop")
     rep = sub.add_parser("replay", help="rebuild projections from the log into a shadow, compare")
     which = rep.add_mutually_exclusive_group()
@@ -271,7 +274,7 @@ def _dbt_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--command",
         help="the dbt command: build (default), run, test, seed, snapshot, 'source freshness',"
-        " run-operation, 'docs generate', show",
+        " run-operation, 'docs generate', show, compile",
     )
     p.add_argument("--select", "-s", action="extend", nargs="+", help="dbt's --select")
     p.add_argument("--exclude", action="extend", nargs="+", help="dbt's --exclude")
@@ -363,6 +366,13 @@ def _job_commands(sub) -> None:
         one = sch_sub.add_parser(action, help=what)
         one.add_argument("name")
         one.add_argument("--project", required=True).completer = _projects
+
+
+def _answer_shape(p: argparse.ArgumentParser) -> None:
+    """A reading command prints a table, or the API's answer itself for scripts."""
+    shape = p.add_mutually_exclusive_group()
+    shape.add_argument("--json", action="store_true", help="the API's answer as JSON")
+    shape.add_argument("--yaml", action="store_true", help="the API's answer as YAML")
 
 
 def _projects(**kwargs) -> list[str]:

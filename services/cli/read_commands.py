@@ -15,7 +15,7 @@ from services.cli.common import api_json
 from shared import subjects
 from shared.config import Settings
 
-__all__ = ["cmd_environments", "cmd_status", "show"]
+__all__ = ["cmd_environments", "cmd_projects", "cmd_status", "show"]
 
 
 def cmd_status(args, settings: Settings) -> int:
@@ -31,6 +31,12 @@ def cmd_status(args, settings: Settings) -> int:
     if args.env:
         raise SystemExit("--env keeps one environment's runs of a project: add --project NAME")
     return _projections(settings)
+
+
+def cmd_projects(args, settings: Settings) -> int:
+    """Every project the token may see; a failed last deploy says why under the table."""
+    answer = api_json(settings, "/v1/projects" + (f"?offset={args.offset}" if args.offset else ""))
+    return _print(args, answer, "projects_table")
 
 
 def cmd_environments(args, settings: Settings) -> int:

@@ -12,8 +12,9 @@ from datetime import datetime
 
 from services.cli.watch import message_lines, printable
 from shared.outcomes import attention
+from shared.quote import shorten
 
-__all__ = ["runs_table", "run_table", "versions_table"]
+__all__ = ["projects_table", "runs_table", "run_table", "versions_table"]
 
 
 def _when(text: str | None) -> str:
@@ -62,13 +63,18 @@ def runs_table(answer: dict, environment: str = "") -> str:
     if not runs:
         where = f" in environment {environment}" if environment else ""
         return f"project {answer.get('project')} has no runs{where} yet"
-    head = ("run id", "status", "env", "command", "requested by", "started", "took", "nodes")
+    head = (
+        "run id", "status", "env", "command", "job", "trigger", "requested by", "started", "took",
+        "nodes",
+    )  # fmt: skip
     rows = [
         (
             r["run_id"],
             r["status"],
             _environment(r),
             _label(r),
+            r.get("job") or "",
+            r.get("trigger") or "",
             r.get("requested_by") or "",
             _when(r.get("started_at") or r.get("requested_at")),
             _took(r),
@@ -84,6 +90,41 @@ def runs_table(answer: dict, environment: str = "") -> str:
             f"older runs: jetdbt status --project {answer['project']}{env} --offset {offset}"
         )
     return "\n".join(lines)
+
+
+def projects_table(answer: dict) -> str:
+    """The projects a token may see (GET /v1/projects): what each runs, its last deploy and
+    its last run; under the table, why each project's last deploy failed."""
+    projects = answer.get("projects") or []
+    if not projects:
+        return "no project deployed yet (jetdbt deploy PATH)"
+    head = ("project", "version", "deployed", "last deploy", "last run", "outcome", "finished")
+    rows = [
+        (
+            p["project"],
+            (p.get("version") or "-")[:19],
+            _when(p.get("deployed_at")),
+            p.get("last_deploy_status") or "",
+            p.get("last_run_id") or "",
+            p.get("last_run_status") or "",
+            _when(p.get("last_run_finished_at")),
+        )
+        for p in projects
+    ]
+    lines = _columns(head, rows)
+    for p in projects:
+        if p.get("last_deploy_status") == "failed":
+            why = _first_line(p.get("last_deploy_reason")) or "no reason recorded"
+            lines.append(f"{p['project']}: deploy {p.get('last_deploy_id')} failed: {why}")
+    if answer.get("next"):
+        lines.append(f"more projects: jetdbt projects --offset {answer['next'].get('offset')}")
+    return "\n".join(printable(line) for line in lines)
+
+
+def _first_line(text: str | None) -> str:
+    """A reason's first line that says something, bounded."""
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    return shorten(lines[0], 300) if lines else ""
 
 
 def run_table(run: dict) -> str:

@@ -8,7 +8,18 @@ import msgspec
 from services.api import schemas
 from services.mcp.api_client import Api, ApiRefused, route_path
 
-__all__ = ["ModelDetails", "NodeRun", "model_details", "GRAPH", "RUNS", "RUN", "RUNS_READ"]
+__all__ = [
+    "ModelDetails",
+    "NodeRun",
+    "model_details",
+    "whole_graph",
+    "find_node",
+    "tests_of",
+    "GRAPH",
+    "RUNS",
+    "RUN",
+    "RUNS_READ",
+]
 
 GRAPH = "/v1/projects/{project}/graph"
 RUNS = "/v1/projects/{project}/runs"
@@ -37,7 +48,7 @@ class ModelDetails(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     last_runs: list[NodeRun]
 
 
-async def _whole_graph(api: Api, auth: str, project: str) -> tuple[dict, list, list]:
+async def whole_graph(api: Api, auth: str, project: str) -> tuple[dict, list, list]:
     path = route_path(GRAPH, {"project": project})
     page = await api.call(auth, "GET", path)
     head, nodes, edges = page, list(page["nodes"]), list(page["edges"])
@@ -48,7 +59,7 @@ async def _whole_graph(api: Api, auth: str, project: str) -> tuple[dict, list, l
     return head, nodes, edges
 
 
-def _find(project: str, nodes: list[dict], wanted: str) -> dict:
+def find_node(project: str, nodes: list[dict], wanted: str) -> dict:
     """By unique_id, else by the name of a model, seed or snapshot (refused when two share it)."""
     for node in nodes:
         if node["unique_id"] == wanted:
@@ -64,17 +75,19 @@ def _find(project: str, nodes: list[dict], wanted: str) -> dict:
     )
 
 
-def _is_test(node: dict | None) -> bool:
-    return node is not None and node["resource_type"] == "test"
+def tests_of(uid: str, nodes: list[dict], edges: list[dict]) -> list[dict]:
+    """The tests of node `uid`: its children that are tests."""
+    by_id = {n["unique_id"]: n for n in nodes}
+    children = (by_id.get(e["child"]) for e in edges if e["parent"] == uid)
+    return [c for c in children if c is not None and c["resource_type"] == "test"]
 
 
 async def model_details(api: Api, auth: str, project: str, node: str) -> dict:
-    head, nodes, edges = await _whole_graph(api, auth, project)
-    found = _find(project, nodes, node)
+    head, nodes, edges = await whole_graph(api, auth, project)
+    found = find_node(project, nodes, node)
     uid = found["unique_id"]
-    by_id = {n["unique_id"]: n for n in nodes}
     children = [e for e in edges if e["parent"] == uid]
-    tests = [by_id[c] for c in (e["child"] for e in children) if _is_test(by_id.get(c))]
+    tests = tests_of(uid, nodes, edges)
     runs = await api.call(
         auth, "GET", route_path(RUNS, {"project": project}), query={"limit": RUNS_READ}
     )

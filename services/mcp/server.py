@@ -30,7 +30,8 @@ __all__ = ["build_server", "whoami", "NAME", "INSTRUCTIONS"]
 NAME = "jetdbt"
 INSTRUCTIONS = (
     "jetdbt runs dbt projects as an event-sourced service. Start with list_projects;"
-    " get_lineage and get_model describe a project's graph. start_run and retry_run return"
+    " get_lineage and get_model describe a project's graph, get_model_health how a model is"
+    " doing; show previews its rows and compile gives its SQL. start_run and retry_run return"
     " a run id at once: poll get_run until `finished_at` is set (its failed nodes come first,"
     " with dbt's message), and read get_run_logs. Every call speaks for your token; a refusal"
     " is the API's own. Read jetdbt://docs/security-model and jetdbt://docs/descriptor."
@@ -47,7 +48,7 @@ def _listed(tool: Tool) -> types.Tool:
     hints = types.ToolAnnotations(
         title=tool.title,
         read_only_hint=not tool.changes,
-        destructive_hint=True if tool.changes else None,
+        destructive_hint=tool.destructive if tool.changes else None,
         idempotent_hint=tool.idempotent if tool.changes else None,
         open_world_hint=False,
     )

@@ -1,10 +1,11 @@
 """The tools: each says which REST routes it calls, and so which role it needs.
 
 Most tools are one route (`_route_tool`): the route's parameters and request body are the
-tool's arguments, its answer Struct is the tool's output. `get_model` and `retry_run` read
-or call two routes. A tool changes nothing unless it says so (`changes`); those carry MCP's
-destructive and non-idempotent hints, and a token whose role cannot call their routes is
-never shown them (`allowed`).
+tool's arguments, its answer Struct is the tool's output. `get_model`, `get_model_health`,
+`retry_run`, `show` and `compile` read or call several routes. A tool changes nothing unless
+it says so (`changes`); those carry MCP's destructive (unless it writes nothing: show,
+compile) and non-idempotent hints, and a token whose role cannot call their routes is never
+shown them (`allowed`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from services.api import auth, openapi, schemas
-from services.mcp import model_details
+from services.mcp import model_details, model_health, run_tools
 from services.mcp.api_client import Api, route_path
 from services.mcp.tool_schemas import object_schema, operation, route_input_schema
 from shared import identity
@@ -38,6 +39,7 @@ class Tool:
     run: Run
     changes: bool = False
     idempotent: bool = True  # said only of a tool that changes something
+    destructive: bool = True  # likewise: False for a run that writes nothing (show, compile)
     op: openapi.Operation | None = None  # the one route it is, when it is one
 
     @property
@@ -118,18 +120,26 @@ async def _retry(api: Api, auth: str, args: dict) -> Any:
     )
 
 
-def _arguments(properties: dict) -> dict:
-    """The input schema of a tool that is not one route: these properties, all required."""
+def _arguments(properties: dict, optional: tuple[str, ...] = ()) -> dict:
+    """The input schema of a tool that is not one route: these properties, all required but
+    the `optional` ones."""
     return {
         "type": "object",
         "properties": properties,
-        "required": list(properties),
+        "required": [name for name in properties if name not in optional],
         "additionalProperties": False,
     }
 
 
 _PROJECT = openapi.parameter("project")["schema"]
 _RUN_ID = openapi.parameter("run_id")["schema"]
+_NODE = {"type": "string", "minLength": 1, "maxLength": 512,
+         "description": "a unique_id (model.jaffle_shop.orders) or a model's name"}  # fmt: skip
+_LOOKS = (
+    " The node is found in the deployed graph first (a name it lacks is refused, and no run"
+    f" starts); the call waits for the run at most {run_tools.WAIT_SECONDS:.0f} s: `ended`"
+    " false then, follow `run_id` with get_run."
+)
 
 TOOLS: tuple[Tool, ...] = (
     _route_tool("whoami", "Who am I", "GET", "/v1/whoami",
@@ -149,13 +159,52 @@ TOOLS: tuple[Tool, ...] = (
         f" {model_details.RUNS_READ} runs (status, outcome, dbt's message).",
         routes=(("GET", model_details.GRAPH), ("GET", model_details.RUNS),
                 ("GET", model_details.RUN)),
-        input_schema=_arguments({
-            "project": _PROJECT,
-            "node": {"type": "string", "minLength": 1, "maxLength": 512,
-                     "description": "a unique_id (model.jaffle_shop.orders) or a model's name"},
-        }),
+        input_schema=_arguments({"project": _PROJECT, "node": _NODE}),
         output=model_details.ModelDetails,
         run=_model,
+    ),
+    Tool(
+        name="get_model_health",
+        title="How a model is doing",
+        description="One node's health from what jetdbt recorded, starting no run: its outcome"
+        f" and duration in its latest {model_health.RUNS_SEEN} runs that built or tested it,"
+        " the last outcome of each of its tests (failing_tests: those that failed), the last"
+        " freshness check of every source upstream of it, and one word (failing, warning,"
+        " healthy, unknown) with the reasons for it.",
+        routes=model_health.ROUTES,
+        input_schema=_arguments({"project": _PROJECT, "node": _NODE}),
+        output=model_health.ModelHealth,
+        run=model_health.model_health,
+    ),
+    Tool(
+        name="show",
+        title="Preview a model's rows",
+        description="A real `dbt show` run of one node of the project (a model, seed or"
+        " snapshot; never inline SQL) in its default environment, deferring as a build"
+        " would, and its first `limit` rows (at most"
+        f" {run_tools.LIMIT_SCHEMA['maximum']}), as dbt printed them." + _LOOKS,
+        routes=run_tools.SHOW_ROUTES,
+        input_schema=_arguments(
+            {"project": _PROJECT, "node": _NODE, "limit": run_tools.LIMIT_SCHEMA}, ("limit",)
+        ),
+        output=run_tools.Preview,
+        run=run_tools.preview,
+        changes=True,
+        idempotent=False,
+        destructive=False,
+    ),
+    Tool(
+        name="compile",
+        title="A model's compiled SQL",
+        description="A real `dbt compile` run of one node of the project in its default"
+        " environment (nothing is built), and the SQL dbt compiled for it." + _LOOKS,
+        routes=run_tools.COMPILE_ROUTES,
+        input_schema=_arguments({"project": _PROJECT, "node": _NODE}),
+        output=run_tools.Compiled,
+        run=run_tools.compiled,
+        changes=True,
+        idempotent=False,
+        destructive=False,
     ),
     _route_tool("list_runs", "List a project's runs", "GET", "/v1/projects/{project}/runs",
                 "A project's runs, newest first: status, environment, command, who asked, node"

@@ -9,6 +9,7 @@ import msgspec
 from services.api import openapi
 from services.mcp import tools
 from services.mcp.tool_schemas import REF
+from shared.commands import MAX_SHOW_LIMIT
 from shared.descriptor import Descriptor
 from tests.support.helpers import get_json
 
@@ -63,16 +64,24 @@ def test_every_route_tool_has_its_routes_answer_as_output_and_its_parameters_as_
 
 
 def test_tools_that_are_not_one_route_use_the_documents_shapes():
-    """get_model's and retry_run's parts are the API's Structs, as the document gives them."""
+    """get_model's, get_model_health's and retry_run's parts are the API's Structs, as the
+    document gives them; show's and compile's answers are their own (a run's id, status and
+    rows or SQL), and show's `limit` is the show command's own bound."""
     for tool in tools.TOOLS:
         if tool.op is not None:
             continue
         defs = tool.output_schema["$defs"]
         shared = [name for name in defs if name in _COMPONENTS]
-        assert shared, tool.name
+        assert shared or tool.name in ("show", "compile"), tool.name
         for name in shared:
             assert _tool_side({**defs[name], "$defs": defs}) == _doc_side(_COMPONENTS[name])
         for name, schema in tool.input_schema["properties"].items():
+            if (tool.name, name) == ("show", "limit"):
+                assert (
+                    schema["maximum"] == MAX_SHOW_LIMIT
+                    and "limit" not in tool.input_schema["required"]
+                )
+                continue
             assert name == "node" or schema == openapi.parameter(name)["schema"], (tool.name, name)
 
 
@@ -86,8 +95,12 @@ def test_a_drifted_struct_would_fail_the_check():
 
 
 def test_tools_that_change_anything_need_a_runner_and_say_so():
+    """show and compile start a run (not read-only) that writes nothing (not destructive)."""
     changing = {t.name for t in tools.TOOLS if t.changes}
-    assert changing == {"start_run", "retry_run", "cancel_run", "run_job", "change_job"}
+    assert changing == {
+        "start_run", "retry_run", "cancel_run", "run_job", "change_job", "show", "compile",
+    }  # fmt: skip
+    assert {t.name for t in tools.TOOLS if t.changes and not t.destructive} == {"show", "compile"}
     for tool in tools.TOOLS:
         posts = any(method == "POST" for method, _ in tool.routes)
         assert tool.changes == posts, tool.name

@@ -39,7 +39,8 @@ pytestmark = [pytest.mark.dbt, pytest.mark.asyncio(loop_scope="module")]
 
 SHOP, BILLING = "jaffle_shop", "billing_shop"
 FAILING_TEST = "test.jaffle_shop.assert_positive_order_total"
-CHANGING = {"start_run", "retry_run", "cancel_run", "run_job", "change_job"}
+CHANGING = {"start_run", "retry_run", "cancel_run", "run_job", "change_job", "show", "compile"}
+LOOKING = {"show", "compile"}  # they start a run that writes nothing
 
 
 class Site(msgspec.Struct, kw_only=True):
@@ -172,7 +173,8 @@ async def test_a_runner_lists_the_changing_tools_with_their_hints(site, transpor
     assert set(listed) >= CHANGING
     for name in CHANGING:
         hints = listed[name].annotations
-        assert hints.read_only_hint is False and hints.destructive_hint is True, name
+        assert hints.read_only_hint is False, name
+        assert hints.destructive_hint is (name not in LOOKING), name
     assert listed["start_run"].annotations.idempotent_hint is False
     assert listed["retry_run"].annotations.idempotent_hint is False
 
@@ -340,6 +342,46 @@ async def test_retry_resumes_the_failed_run_and_cancel_of_an_ended_run_is_the_ro
     assert [n["unique_id"] for n in retry["nodes"] if n["outcome"] == "failed"] == [FAILING_TEST]
     status, body = await _rest(site, "POST", f"/v1/runs/{failed['run_id']}/cancel", "alice")
     assert refused == {"status": 409, **body}
+
+
+async def test_an_agent_previews_compiles_and_reads_the_health_of_a_model(site):
+    """After the failed builds above: show and compile are real runs answered with their rows
+    and SQL; the model's health is failing for its failed test, and those two runs, which only
+    looked at it, are no part of it. A name the graph lacks starts no run."""
+    async with _http(site, "alice") as mcp:
+        shown = await mcp.call_tool("show", {"project": SHOP, "node": "orders", "limit": 3})
+        compiled = await mcp.call_tool(
+            "compile", {"project": SHOP, "node": "model.jaffle_shop.orders"}
+        )
+        before = await _rest(site, "GET", f"/v1/projects/{SHOP}/runs?limit=500", "alice")
+        missing = _refusal(await mcp.call_tool("show", {"project": SHOP, "node": "nope"}))
+        too_many = _refusal(
+            await mcp.call_tool("show", {"project": SHOP, "node": "orders", "limit": 501})
+        )
+        after = await _rest(site, "GET", f"/v1/projects/{SHOP}/runs?limit=500", "alice")
+    async with _http(site, "vera") as mcp:
+        health = await mcp.call_tool("get_model_health", {"project": SHOP, "node": "orders"})
+        refused = _refusal(await mcp.call_tool("show", {"project": SHOP, "node": "orders"}))
+    assert not shown.is_error and not compiled.is_error, (shown, compiled)
+    preview, sql = shown.structured_content, compiled.structured_content
+    assert (preview["status"], preview["ended"], preview["error"]) == ("passed", True, None)
+    assert len(preview["rows"]) == 3 and {"order_id", "amount"} <= set(preview["rows"][0])
+    assert sql["status"] == "passed" and sql["unique_id"] == "model.jaffle_shop.orders"
+    assert "stg_orders" in sql["compiled_code"] and "{{" not in sql["compiled_code"]
+    _, run = await _rest(site, "GET", f"/v1/runs/{preview['run_id']}", "alice")
+    assert run["command"]["label"] == "show" and run["requested_by"] == "alice"
+    assert missing["status"] == 404 and "has no node 'nope'" in missing["error"]
+    assert too_many["status"] == 400 and "limit" in too_many["error"]
+    assert len(after[1]["runs"]) == len(before[1]["runs"])
+    assert refused["status"] == 403 and "needs role 'runner'" in refused["error"]
+    model = health.structured_content
+    assert model["health"] == "failing" and model["failing_tests"] == [FAILING_TEST]
+    assert any(FAILING_TEST.rsplit(".", 1)[1] in why for why in model["reasons"])
+    assert model["tests_total"] == len(model["tests"]) >= 2
+    looked = {preview["run_id"], sql["run_id"]}
+    assert model["runs"] and not looked & {r["run_id"] for r in model["runs"]}
+    assert {r["command"] for r in model["runs"]} <= {"build", "retry"}
+    assert model["sources"] == []  # the example reads seeds, not sources
 
 
 async def test_arguments_are_checked_against_the_tools_schema(site):

@@ -53,10 +53,12 @@ export async function projectPage(project, params) {
     h("p", { id: "runs-filter" }, env
       ? ["environment ", h("code", {}, env), " · ", link(runsOf(project, ""), "all environments")]
       : h("span", { class: "muted" }, "all environments: pick one in the environment column")),
-    table(["run", "status", "environment", "outcomes", "duration", "requested by", "requested"],
+    table(["run", "status", "environment", "command", "job", "trigger", "outcomes", "duration",
+      "requested by", "requested"],
       runs.runs.map((r) => [runLink(r.run_id), pill(r.status), envOf(project, r),
-        totals(r.totals), seconds(r.started_at, r.finished_at), r.requested_by || "",
-        when(r.requested_at)])),
+        h("code", {}, r.command?.label || ""), r.job, r.trigger, totals(r.totals),
+        seconds(r.started_at, r.finished_at), r.requested_by || "", when(r.requested_at)]),
+      { id: "runs" }),
     pager);
   window.viewer = await lineage.draw();
   document.body.dataset.ready = "1";
