@@ -24,9 +24,13 @@ function summary(history) {
       + `, latest ${fixed(times[0])}` : ""].join("");
 }
 
+// A show or compile run reads a model without building it: listed, never drawn or counted.
+const READS_ONLY = new Set(["show", "compile"]);
+
 export async function nodePage(project, uniqueId) {
   const { history } = await api(`/v1/projects/${seg(project)}/nodes/${seg(uniqueId)}/history`
     + `?limit=${HISTORY_PAGE_RUNS}`);
+  const built = history.filter((r) => !READS_ONLY.has(r.command));
   const name = uniqueId.split(".").slice(2).join(".") || uniqueId;
   show(`${name} history`, [link("#/", "projects"), link(`#/projects/${seg(project)}`, project),
     h("span", {}, name)],
@@ -34,11 +38,11 @@ export async function nodePage(project, uniqueId) {
     h("p", {}, h("code", {}, uniqueId), " · ",
       link(`#/projects/${seg(project)}?focus=${seg(uniqueId)}&depth=2`, "in the lineage")),
     h("h2", {}, "Duration and outcome over time"),
-    h("p", { id: "node-summary" }, history.length ? summary(history) : ""),
-    durationChart(history),
+    h("p", { id: "node-summary" }, built.length ? summary(built) : ""),
+    durationChart(built),
     h("h2", {}, "Runs"),
-    table(["run", "outcome", "took", "started", "run ended"], history.map((r) => [
-      runLink(r.run_id), pill(r.outcome || r.status),
+    table(["run", "command", "outcome", "took", "started", "run ended"], history.map((r) => [
+      runLink(r.run_id), r.command || "", pill(r.outcome || r.status),
       r.execution_time != null ? `${r.execution_time.toFixed(2)} s` : "",
       when(r.started_at || r.requested_at), pill(r.run_status)]), { id: "node-runs" }));
   document.body.dataset.ready = "1";
