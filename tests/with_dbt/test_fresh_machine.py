@@ -49,7 +49,7 @@ def _clone(tmp_path: Path) -> Path:
 
 # A cold package cache downloads node (60 MB) and every dependency: more than the suite's 300 s.
 @pytest.mark.timeout(900)
-def test_make_ui_on_a_machine_without_npm_builds_the_viewer(tmp_path, no_npm):
+def test_make_ui_and_demo_on_a_machine_without_npm_build_the_viewer_and_run(tmp_path, no_npm):
     clone = _clone(tmp_path)
     done = subprocess.run(
         ["make", "ui"], cwd=clone, env=no_npm, capture_output=True, text=True, timeout=840
@@ -61,6 +61,17 @@ def test_make_ui_on_a_machine_without_npm_builds_the_viewer(tmp_path, no_npm):
         ["make", "ui"], cwd=clone, env=no_npm, capture_output=True, text=True, timeout=60
     )
     assert again.returncode == 0 and "npm" not in again.stdout + again.stderr, again
+    # The two commands themselves: the demo runs whole; the suite's recipe (run whole, it
+    # would be this suite inside itself) needs nothing but what `make ui` already made.
+    demo = subprocess.run(
+        ["make", "demo"], cwd=clone, env=no_npm, capture_output=True, text=True, timeout=600
+    )
+    assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-3000:]
+    assert "passed" in demo.stdout, demo.stdout[-3000:]
+    suite = subprocess.run(
+        ["make", "--dry-run", "test"], cwd=clone, env=no_npm, capture_output=True, text=True
+    )
+    assert suite.returncode == 0 and "npm" not in suite.stdout, suite.stdout + suite.stderr
 
 
 @pytest.mark.timeout(900)
