@@ -1,7 +1,8 @@
 """What an engine environment costs (services/runner/provision/environments.py): its first use, and
 whether a project built in one keeps the warm dbt's speed over plain dbt.
 
-- first use: dbt-sqlite provisioned into an empty environments folder, once with an empty
+- first use: dbt-sqlite (and each adapter JETDBT_BENCH_ADAPTERS lists, as
+  `snowflake,bigquery`) provisioned into an empty environments folder, once with an empty
   uv cache of its own (every wheel downloaded from the operator's index) and once with
   uv's usual cache; then the same environment asked for again (cached: nothing installed);
 - whole runs: a generated project built by plain `dbt build` and by `jetdbt run`, on
@@ -10,6 +11,8 @@ whether a project built in one keeps the warm dbt's speed over plain dbt.
   environment's jetdbt/plain ratio within 10% of the default environment's.
 
     python bench/bench_engines.py
+
+    JETDBT_BENCH_ADAPTERS=snowflake,bigquery python bench/bench_engines.py
 
 JETDBT_BENCH_MODELS (default 100) models, JETDBT_BENCH_REPS (default 3) rounds.
 """
@@ -36,21 +39,26 @@ GOAL = 1.10
 ADAPTER = "sqlite"
 
 
-async def _first_use(work: Path) -> list[tuple[str, float, environments.EngineEnvironment]]:
-    """Seconds to provision ADAPTER cold, with uv's cache empty and with it as it is, and to
-    find it once cached."""
+async def _first_use(
+    work: Path, adapter: str
+) -> list[tuple[str, float, environments.EngineEnvironment]]:
+    """Seconds to provision `adapter` cold, with uv's cache empty and with it as it is, and
+    to find it once cached."""
     timings = []
-    for label, uv_cache in (("empty uv cache", work / "uv-cache"), ("uv's own cache", None)):
+    for label, uv_cache in (
+        ("empty uv cache", work / f"uv-cache-{adapter}"),
+        ("uv's own cache", None),
+    ):
         saved = os.environ.get("UV_CACHE_DIR")
         if uv_cache is not None:
             os.environ["UV_CACHE_DIR"] = str(uv_cache)
         try:
-            settings = load({"JETDBT_HOME": str(work / f"first-{len(timings)}")})
+            settings = load({"JETDBT_HOME": str(work / f"first-{adapter}-{len(timings)}")})
             started = time.perf_counter()
-            environment = await environments.ensure(settings, ADAPTER)
+            environment = await environments.ensure(settings, adapter)
             timings.append((f"first use, {label}", time.perf_counter() - started, environment))
             started = time.perf_counter()
-            await environments.ensure(settings, ADAPTER)
+            await environments.ensure(settings, adapter)
             timings.append((f"again, {label}", time.perf_counter() - started, environment))
         finally:
             if uv_cache is not None:
@@ -87,8 +95,9 @@ async def bench() -> None:
     models, reps = env_int("JETDBT_BENCH_MODELS", 100), env_int("JETDBT_BENCH_REPS", 3)
     with tempfile.TemporaryDirectory(prefix="jetdbt-bench-") as tmp:
         work = Path(tmp)
-        first = await _first_use(work)
-        environment = first[-1][2]
+        others = [a for a in os.environ.get("JETDBT_BENCH_ADAPTERS", "").split(",") if a]
+        first = {a: await _first_use(work, a) for a in (ADAPTER, *others)}
+        environment = first[ADAPTER][-1][2]
         source = generate(work / "source" / "bench", models)
         data = work / "sqlite"
         warehouses = work / "warehouses.yaml"
@@ -115,15 +124,17 @@ async def bench() -> None:
         finally:
             await provisioned.stop()
             await default.stop()
-    _print(first, environment, models, reps, rows)
+    _print(first, models, reps, rows)
 
 
-def _print(first, environment, models: int, reps: int, rows) -> None:
+def _print(first, models: int, reps: int, rows) -> None:
     print(f"\nload average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    print(f"\ndbt-{ADAPTER} {environment.version('dbt-' + ADAPTER)} with dbt-core"
-          f" {environment.version('dbt-core')}, {len(environment.lock)} packages\n")  # fmt: skip
-    for label, seconds, _ in first:
-        print(f"{label:<28} {seconds:>8.2f}s")
+    for adapter, timings in first.items():
+        env = timings[-1][2]
+        print(f"\ndbt-{adapter} {env.version('dbt-' + adapter)} with dbt-core"
+              f" {env.version('dbt-core')}, {len(env.lock)} packages\n")  # fmt: skip
+        for label, seconds, _ in timings:
+            print(f"{label:<28} {seconds:>8.2f}s")
     print(f"\nwhole runs: {models} models, median of {reps} alternated rounds\n")
     print(f"{'environment':<24} {'dbt build':>10} {'jetdbt run':>11} {'ratio':>7}")
     ratios = []

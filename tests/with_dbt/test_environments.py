@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import os
 import socket
+import tarfile
 import threading
+import zipfile
 
 import msgspec
 import pytest
@@ -19,6 +22,7 @@ from services.stack.composition import Stack
 from shared import events as ev
 from shared import subjects
 from shared.commands import BuildCommand, RunCommand
+from shared.config import load
 from tests.support.graph_reads import project_graph
 from tests.support.helpers import closed_port, deploy_and_wait, write_files
 
@@ -178,6 +182,65 @@ async def test_a_failed_install_refuses_the_deploy_leaves_nothing_and_is_remembe
     assert "installing dbt-mysql failed" in again.reason and "not tried again" in again.reason
     assert index.count == tried
     index.sock.close()
+
+
+async def test_mysql_is_refused_with_the_resolvers_whole_explanation(tmp_path):
+    """dbt-mysql's newest release pins dbt-core 1.7: the refusal carries uv's explanation
+    from its first line to its conclusion (122 lines), not only its last few."""
+    settings = load({"JETDBT_HOME": str(tmp_path / "home")})
+    with pytest.raises(environments.EnvironmentUnavailable) as refused:
+        await environments.ensure(settings, "mysql")
+    said = str(refused.value).split("the resolver said:\n", 1)[1]
+    assert said.startswith("error: No solution found when resolving dependencies\n  cause:")
+    assert "dbt-mysql>=1.7.0 depends on dbt-core>=1.7.0,<1.8" in said
+    assert said.endswith("your requirements are unsatisfiable.") and "lines left out" not in said
+
+
+def _index_of_an_sdist(folder, marker):
+    """A find-links folder: a dbt-core wheel (metadata only) and dbt-evil as an sdist only,
+    whose build backend writes `marker` when anything builds it."""
+    folder.mkdir()
+    info = "dbt_core-1.10.0.dist-info"
+    with zipfile.ZipFile(folder / "dbt_core-1.10.0-py3-none-any.whl", "w") as wheel:
+        wheel.writestr(
+            f"{info}/METADATA", "Metadata-Version: 2.1\nName: dbt-core\nVersion: 1.10.0\n"
+        )
+        wheel.writestr(
+            f"{info}/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        )
+        wheel.writestr(f"{info}/RECORD", "")
+    files = {
+        "pyproject.toml": '[build-system]\nrequires = []\nbuild-backend = "backend"\n'
+        'backend-path = ["."]\n[project]\nname = "dbt-evil"\nversion = "1.0"\n',
+        "backend.py": f"open({str(marker)!r}, 'w').write('built outside any sandbox')\n",
+        "PKG-INFO": "Metadata-Version: 2.1\nName: dbt-evil\nVersion: 1.0\n",
+    }
+    with tarfile.open(folder / "dbt_evil-1.0.tar.gz", "w:gz") as sdist:
+        for name, text in files.items():
+            entry = tarfile.TarInfo(f"dbt_evil-1.0/{name}")
+            entry.size = len(text.encode())
+            sdist.addfile(entry, io.BytesIO(text.encode()))
+
+
+async def test_an_adapter_with_no_wheel_is_refused_and_its_build_code_never_runs(
+    tmp_path, monkeypatch
+):
+    """Installs are wheels only: an adapter published as an sdist is refused with uv's reason,
+    and its build backend (code that would run as the runner, outside any sandbox) never
+    runs."""
+    marker = tmp_path / "built"
+    _index_of_an_sdist(tmp_path / "links", marker)
+    monkeypatch.setenv("UV_NO_INDEX", "1")
+    monkeypatch.setenv("UV_FIND_LINKS", str(tmp_path / "links"))
+    settings = load({"JETDBT_HOME": str(tmp_path / "home"), "JETDBT_EXTRA_ADAPTERS": "evil"})
+    with pytest.raises(environments.EnvironmentUnavailable) as refused:
+        await environments.ensure(settings, "evil")
+    said = str(refused.value).split("the resolver said:\n", 1)[1]
+    assert said.startswith("error: No solution found"), said
+    assert "dbt-evil==1.0 has no usable wheels" in said and "--no-build" in said
+    assert not marker.exists()
+    leftovers = settings.engine_environments.iterdir()
+    assert [p.name for p in leftovers if not p.name.endswith((".lock", ".failed"))] == []
 
 
 async def test_a_snowflake_project_deploys_without_a_connection(settings, tmp_path):

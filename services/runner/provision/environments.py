@@ -61,7 +61,9 @@ FAILED_RETRY_SECONDS = 300
 # projects name at once, the runner's other blocking work keeps the default executor.
 _PROVISIONING = ThreadPoolExecutor(max_workers=2, thread_name_prefix="provision")
 LOCK_FILE = "jetdbt-lock.json"
-_ERROR_LINES = 12
+# A refusal carries the resolver's explanation whole up to this many characters: uv's chain
+# of causes for dbt-mysql (which pins dbt-core 1.7) is 122 lines, 5.2 KB.
+EXPLANATION_CHARS = 8000
 
 
 class EnvironmentUnavailable(RuntimeError):
@@ -246,12 +248,32 @@ def _uv_step(adapter: str, env: dict[str, str], argv: list[str]) -> str:
             f"adapter {adapter!r}: its environment could not be installed: {exc.strerror}"
         ) from None
     if done.returncode != 0:
-        said = "\n".join(done.stderr.strip().splitlines()[-_ERROR_LINES:])
         raise EnvironmentUnavailable(
             f"adapter {adapter!r}: installing dbt-{adapter} failed; the resolver said:\n"
-            + shorten(said, 2000)
+            + explanation(done.stderr)
         )
     return done.stdout
+
+
+def explanation(stderr: str, limit: int = EXPLANATION_CHARS) -> str:
+    """What uv said of a failure, whole: its last `error:` line and every line after it (the
+    causes, the conclusion, the hints), so a reader sees the chain from its first link. One
+    longer than `limit` keeps that first line and the last lines that fit (the conclusion
+    and the remedy come last), saying how many lines it left out between them."""
+    lines = stderr.strip().splitlines()
+    starts = [i for i, line in enumerate(lines) if line.lstrip().startswith(("error:", "×"))]
+    lines = lines[starts[-1] :] if starts else lines
+    text = "\n".join(lines)
+    if len(text) <= limit or len(lines) == 1:
+        return shorten(text, limit)
+    head, room, tail = shorten(lines[0], limit // 4), limit - limit // 4, []
+    for line in reversed(lines[1:]):
+        if len(line) >= room:
+            break
+        tail.insert(0, line)
+        room -= len(line) + 1
+    tail = tail or [shorten(lines[-1], room)]
+    return "\n".join([head, f"  …({len(lines) - 1 - len(tail)} lines left out)…", *tail])
 
 
 def code_shim(environment: EngineEnvironment) -> Path:
