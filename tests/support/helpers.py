@@ -220,3 +220,15 @@ async def deploy_and_wait(bus, folder: Path, project: str, **kwargs) -> ev.Deplo
     _, final = await client.deploy(bus, folder, project, **kwargs)
     assert isinstance(final, ev.Deployed), final
     return final
+
+
+async def run_log(stack, run_id: str) -> str:
+    """A run's whole log as the API answers it (GET /v1/runs/{run_id}/logs), page by page."""
+    lines, after = [], 0
+    while True:
+        status, body = await get_json(f"{stack.api_url}/v1/runs/{run_id}/logs?after={after}")
+        assert status == 200, body
+        lines += [line["text"] for line in body["lines"]]
+        if not body["next"] or not body["lines"]:
+            return "\n".join(lines)
+        after = body["lines"][-1]["line"]
