@@ -1,18 +1,19 @@
 """A loopback HTTPS server standing for a cloud's hosts (Snowflake's account host, Google's
-OAuth), so a real adapter's login goes somewhere without the internet.
+OAuth), so a real adapter's session goes somewhere without the internet.
 
 It listens on port 443 of a random 127.A.B.C (tests run as root; two xdist workers keep
 apart) with a self-signed certificate for the names it stands for, made by the `openssl`
 command line. It records each connection's SNI (known from the ClientHello, even when the
-client then refuses the certificate) and, where TLS completes, the request line, and answers
-each request with the canned response of the first path prefix that matches. The gate finds
-it through the hosts file line `hosts_line()` (JETDBT_EGRESS_HOSTS_FILE).
+client then refuses the certificate) and, where TLS completes, each request it reads on
+it, and answers each with the canned response of the first path prefix that matches. The
+gate finds it through the hosts-file line `hosts_line()` (JETDBT_EGRESS_HOSTS_FILE).
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import gzip
 import random
 import socket
 import ssl
@@ -22,9 +23,9 @@ from pathlib import Path
 
 import msgspec
 
-__all__ = ["Answer", "Seen", "StandIn"]
+__all__ = ["Answer", "Request", "Seen", "StandIn"]
 
-_HEAD_LIMIT = 64 << 10
+_HEAD_LIMIT, _BODY_LIMIT = 64 << 10, 4 << 20
 
 
 class Answer(msgspec.Struct, frozen=True):
@@ -34,12 +35,22 @@ class Answer(msgspec.Struct, frozen=True):
     body: dict
 
 
+class Request(msgspec.Struct, frozen=True):
+    line: str  # `POST /path?query HTTP/1.1`
+    body: bytes  # as sent, gunzipped when its Content-Encoding says gzip
+
+    @property
+    def path(self) -> str:
+        return self.line.split(" ")[1].split("?")[0] if self.line.count(" ") >= 2 else ""
+
+
 class Seen(msgspec.Struct):
-    """One connection: the name the client asked for and, once TLS completed, its request."""
+    """One connection: the name the client asked for, each request it sent once TLS
+    completed (a client keeps its connection for the next), or why it ended early."""
 
     sni: str | None
-    request: str | None = None
-    tls_error: str | None = None
+    requests: list[Request] = []
+    error: str | None = None
 
 
 class StandIn:
@@ -60,6 +71,10 @@ class StandIn:
 
     def hosts_line(self) -> str:
         return f"{self.address} {' '.join(self.names)}\n"
+
+    def requests_to(self, name: str) -> list[Request]:
+        """Every request that came over TLS to `name` (by its SNI)."""
+        return [r for s in self.seen if s.sni == name for r in s.requests]
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
@@ -88,52 +103,55 @@ class StandIn:
             conn.seen = seen
             conn.do_handshake()
         except (ssl.SSLError, OSError) as exc:
-            seen.tls_error = f"{type(exc).__name__}: {exc}"
+            seen.error = f"{type(exc).__name__}: {exc}"
             raw.close()
             return
         with conn:
             try:
-                head, body = _read_request(conn)
-                seen.request = head.split("\r\n", 1)[0]
-                conn.sendall(self._response(seen.request))
+                while request := _read_request(conn):
+                    seen.requests.append(request)
+                    conn.sendall(self._response(request.path))
             except (ssl.SSLError, OSError, ValueError) as exc:
-                seen.tls_error = f"{type(exc).__name__}: {exc}"
+                seen.error = f"{type(exc).__name__}: {exc}"
 
-    def _response(self, request_line: str) -> bytes:
-        target = request_line.split(" ")[1] if request_line.count(" ") >= 2 else ""
+    def _response(self, path: str) -> bytes:
         answer = next(
-            (a for prefix, a in self.answers.items() if target.startswith(prefix)),
-            Answer(404, {"error": f"the stand-in has no answer for {target!r}"}),
+            (a for prefix, a in self.answers.items() if path.startswith(prefix)),
+            Answer(404, {"error": f"the stand-in has no answer for {path!r}"}),
         )
         body = msgspec.json.encode(answer.body)
         head = (
             f"HTTP/1.1 {answer.status} Stand-in\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
         )
         return head.encode() + body
 
 
-def _read_request(conn: ssl.SSLSocket) -> tuple[str, bytes]:
-    """The request head and its body (by Content-Length), bounded."""
+def _read_request(conn: ssl.SSLSocket) -> Request | None:
+    """The next request on `conn` (its body by Content-Length); None once the client
+    closed its connection."""
     data = b""
     while b"\r\n\r\n" not in data:
         chunk = conn.recv(4096)
+        if not chunk and not data:
+            return None
         if not chunk or len(data) > _HEAD_LIMIT:
             raise ValueError("the request ended before its head did")
         data += chunk
     head, _, body = data.partition(b"\r\n\r\n")
-    text = head.decode("latin-1")
-    length = next(
-        (int(v) for k, _, v in (h.partition(":") for h in text.split("\r\n")[1:])
-         if k.strip().lower() == "content-length"),
-        0,
-    )  # fmt: skip
-    while len(body) < min(length, _HEAD_LIMIT):
-        chunk = conn.recv(4096)
+    line, *fields = head.decode("latin-1").split("\r\n")
+    headers = {k.strip().lower(): v.strip() for k, _, v in (f.partition(":") for f in fields)}
+    length = int(headers.get("content-length") or 0)
+    if length > _BODY_LIMIT:
+        raise ValueError(f"a body of {length} bytes: the stand-in reads {_BODY_LIMIT} at most")
+    while len(body) < length:
+        chunk = conn.recv(min(length - len(body), 1 << 16))
         if not chunk:
-            break
+            raise ValueError("the request ended before its body did")
         body += chunk
-    return text, body
+    if headers.get("content-encoding") == "gzip":
+        body = gzip.decompress(body)
+    return Request(line=line, body=body)
 
 
 def _bind_somewhere_on_loopback(port: int) -> tuple[socket.socket, str]:
