@@ -30,6 +30,7 @@ from tests.support.helpers import (
     deploy_and_wait,
     get_json,
     pg_parts,
+    run_log,
     use_token,
     wait_for,
 )
@@ -171,6 +172,27 @@ async def test_project_code_reaches_nothing_of_the_stack(site):
                     found[name] = type(exc).__name__ + ': ' + str(exc.strerror)
             """
         ),
+        "egress.py": _verdict(
+            f"""
+            import os, socket, urllib.parse, urllib.request
+            found = {{}}
+            try:
+                urllib.request.urlopen('https://example.com/', timeout=10).close()
+                found['https'] = 'fetched'
+            except OSError as exc:
+                found['https'] = type(exc).__name__ + ': ' + str(exc)
+            try:
+                found['dns'] = socket.getaddrinfo('example.com', 443)
+            except OSError as exc:
+                found['dns'] = type(exc).__name__
+            proxy = urllib.parse.urlsplit(os.environ['HTTPS_PROXY'])
+            for name, head in (('nats', 'CONNECT 127.0.0.1:{nats_port} HTTP/1.1'),
+                               ('metadata', 'GET http://169.254.169.254/ HTTP/1.1')):
+                with socket.create_connection((proxy.hostname, proxy.port), timeout=10) as s:
+                    s.sendall(head.encode() + b'\\r\\nHost: x\\r\\n\\r\\n')
+                    found[name] = s.recv(4096).split(b'\\r\\n')[0].decode()
+            """
+        ),
     }
     folder = _project(root / "attack", "attack_shop", models)
     final, nodes = await _build(stack, folder, "attack_shop")
@@ -194,6 +216,17 @@ async def test_project_code_reaches_nothing_of_the_stack(site):
     assert "connected" not in net, net
     assert "'nats': 'ConnectionRefusedError" in net and "'api': 'ConnectionRefusedError" in net
     assert "'outside': 'OSError: Network is unreachable'" in net, net
+
+    # HTTP(S) leaves only through the egress gate, which lets no host through that the
+    # warehouse does not need (a DuckDB file needs none), and names no address directly.
+    egress = nodes["egress"]["message"]
+    assert "'https': 'URLError: <urlopen error Tunnel connection failed: 403" in egress, egress
+    assert "'dns': 'gaierror'" in egress, egress
+    assert "'nats': 'HTTP/1.1 403" in egress and "'metadata': 'HTTP/1.1 403" in egress, egress
+    log = await run_log(stack, final.run_id)
+    for refused in ("example.com:443", f"127.0.0.1:{nats_port}", "169.254.169.254:80"):
+        said = [line for line in log.splitlines() if f"egress to {refused} refused" in line]
+        assert said and "allow_hosts" in said[0], (refused, log[-3000:])
 
     found = await collect_everything(stack)
     for secret in [*_secrets(stack), CANARY]:
