@@ -232,7 +232,7 @@ def result_renderable(result: ev.RunResult, run_id: str, api_url: str, width: in
             message.no_wrap = False
             table.add_row("", "", "", message, "", "")
     parts: list = [table] if result.nodes else []
-    note = no_nodes_note(result)
+    note = no_nodes_note(result.status, result.nodes)
     if note:
         parts.append(Text(note))
     parts.append(Text(printable(totals_line(result)), STATUS_STYLE.get(result.status, "bold")))

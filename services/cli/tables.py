@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from services.cli.watch import message_lines, printable
+from services.cli.watch import cancelled_by, message_lines, no_nodes_note, printable
+from shared import run_status
 from shared.outcomes import attention
 from shared.quote import shorten
 
@@ -78,7 +79,7 @@ def runs_table(answer: dict, environment: str = "") -> str:
             r.get("requested_by") or "",
             _when(r.get("started_at") or r.get("requested_at")),
             _took(r),
-            _counts(r) or r.get("queue_reason") or r.get("refused_reason") or "",
+            _counts(r) or r.get("refused_reason") or r.get("queue_reason") or "",
         )
         for r in runs
     ]
@@ -129,8 +130,10 @@ def _first_line(text: str | None) -> str:
 
 def run_table(run: dict) -> str:
     """One run (GET /v1/runs/{run_id}): what it is and how it ended, then every node."""
+    result = run.get("result") or {}
     lines = [
         f"run {run['run_id']} of {run['project']}: {run['status']}"
+        + cancelled_by(run["status"], result.get("cancelled_by"))
         + (f" ({_counts(run)})" if _counts(run) else ""),
     ]
     facts = [
@@ -146,7 +149,7 @@ def run_table(run: dict) -> str:
         ("took", _took(run)),
         ("queued", run.get("queue_reason") or ""),
         ("refused", run.get("refused_reason") or ""),
-        ("error", _last_line((run.get("result") or {}).get("error"))),
+        ("error", _last_line(result.get("error"))),
     ]
     for name, value in facts:
         if value:
@@ -155,6 +158,9 @@ def run_table(run: dict) -> str:
         run.get("nodes") or [],
         key=lambda n: (attention(n.get("outcome")), n["unique_id"]),
     )
+    note = no_nodes_note(run["status"], nodes) if run["status"] in run_status.RESULTS else None
+    if note:
+        lines += ["", note]
     if nodes:
         head = ("outcome", "dbt status", "type", "node", "rows", "time")
         rows = [

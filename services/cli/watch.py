@@ -32,6 +32,7 @@ __all__ = [
     "queued_line",
     "totals_line",
     "no_nodes_note",
+    "cancelled_by",
     "error_lines",
     "message_lines",
     "preview_lines",
@@ -172,10 +173,16 @@ def sorted_nodes(result: ev.RunResult) -> list[ev.NodeResult]:
     return sorted(result.nodes, key=lambda n: (attention(n.outcome), n.unique_id))
 
 
+def cancelled_by(status: str, principal: str | None) -> str:
+    """What follows a cancelled run's status: who cancelled it."""
+    return f" by {principal}" if status == run_status.CANCELLED and principal else ""
+
+
 def totals_line(result: ev.RunResult) -> str:
     totals = ", ".join(f"{k}={v}" for k, v in result.totals.items() if v) or "no node ran"
+    by = cancelled_by(result.status, result.cancelled_by)
     return (
-        f"{result.status.upper()}: {totals} ({result.engine} {result.engine_version},"
+        f"{result.status.upper()}{by}: {totals} ({result.engine} {result.engine_version},"
         f" warehouse {result.warehouse}, target {result.target})"
     )
 
@@ -192,11 +199,12 @@ ERROR_LINES = 12
 LINE_WIDTH = 200
 
 
-def no_nodes_note(result: ev.RunResult) -> str | None:
-    """The line shown for a run with no node, or None when it has nodes."""
-    if result.nodes:
+def no_nodes_note(status: str, nodes: list) -> str | None:
+    """The line shown for an ended run (`status`, one of run_status.RESULTS) with no node,
+    or None when it has `nodes`."""
+    if nodes:
         return None
-    return _NO_NODES.get(result.status, "(it failed before any node ran: the error says why)")
+    return _NO_NODES.get(status, "(it failed before any node ran: the error says why)")
 
 
 def error_lines(result: ev.RunResult) -> list[str]:
@@ -244,7 +252,7 @@ def result_table(result: ev.RunResult) -> str:
         if n.outcome in ("failed", "warned"):
             said = message_lines(n.message)
             lines += [f"{'':<8} {'└' if i == 0 else ' '} {line}" for i, line in enumerate(said)]
-    note = no_nodes_note(result)
+    note = no_nodes_note(result.status, result.nodes)
     if note:
         lines.append(note)
     lines.append(totals_line(result))

@@ -122,3 +122,25 @@ def test_a_parse_sums_up_its_graph_and_dbt_s_warnings():
         "  functionality in models/bad.yml",
     ]
     assert warning_lines(log[:1]) == ["  none"]
+
+
+def test_a_cancelled_run_s_status_names_who_and_that_no_node_ran():
+    cancelled = {
+        "run_id": "r1",
+        "project": "p",
+        "status": "cancelled",
+        "totals": {"passed": 0},
+        "result": {"status": "cancelled", "error": "cancelled", "cancelled_by": "ana"},
+        "nodes": [],
+    }
+    shown = tables.run_table(cancelled).splitlines()
+    assert shown[0] == "run r1 of p: cancelled by ana", shown
+    assert "(cancelled before any node ran)" in shown, shown
+    assert "cancelled before" not in tables.run_table({**cancelled, "status": "queued"})
+
+
+def test_a_refused_run_lists_why_it_was_refused_not_why_it_waited():
+    run = {"run_id": "r1", "status": "refused", "queue_reason": "waiting for run 'r0'",
+           "refused_reason": "the selection (select=nope) matches no nodes"}  # fmt: skip
+    listed = tables.runs_table({"project": "p", "runs": [run]})
+    assert "matches no nodes" in listed and "waiting for run" not in listed, listed

@@ -544,6 +544,16 @@ async def test_cancel_a_queued_run_a_running_run_and_one_not_delivered_yet(stack
     assert body["queue_reason"].startswith("waiting for run 'held'"), body
     assert body["queue_position"] == 1 and body["queued_at"]
 
+    # A run that must wait says why from the start, while it is still checked: its selection,
+    # resolved by dbt (a second or more), matches nothing; it was told queued before that.
+    misspelled = BuildCommand(select=["no_such_model"])
+    cmd = RunCommand(command=misspelled, run_id="misspelled", requested_by="ana")
+    await stack.bus.publish_command("run", "capa", cmd, "misspelled", principal="ana")
+    refused = await rec.final("misspelled", timeout=60)
+    assert isinstance(refused, ev.RunRefused) and "matches no nodes" in refused.reason, refused
+    told = rec.of(ev.RunQueued, "misspelled")
+    assert told and told[0].reason.startswith("waiting for run 'waits', queued before it"), told
+
     # The queued run, through the API: it never starts.
     status, answer = await _post(f"{stack.api_url}/v1/runs/waits/cancel")
     assert status == 202, answer

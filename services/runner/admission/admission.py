@@ -198,31 +198,62 @@ class _EnvironmentLease(Lease):
 
 
 class Admission:
-    """One attempt's way in: wait in order, then take every key or none."""
+    """One attempt's way in: wait in order, then take every key or none. Made before the
+    run is prepared, it knows only the run's team queue; `place` names the environment
+    once the plan does."""
 
     def __init__(
         self,
         bus: Bus,
         *,
-        environment: str,
         team: str,
         seq: int,
         holder: dict,
         runs: int,
         per_team: int,
+        environment: str | None = None,
     ):
         self.bus, self.mirror = bus, mirror_of(bus)
-        self.environment, self.team, self.seq = environment, team, seq
+        self.team, self.seq = team, seq
         self.runs, self.per_team = runs, per_team
-        self.env_key = lease_key(environment)
         self.team_key = team_key(team)
+        self.environment: str | None = None
+        self.holder = {**holder, "team": team, "seq": seq}
+        self.log = jlog.get("admission", team=team, **holder)
+        self._said: Blocked | None = None  # what it told last, and when
+        self._said_at = 0.0
+        if environment is not None:
+            self.place(environment)
+
+    def place(self, environment: str) -> None:
+        """The environment the run builds in: from now on it waits for it too."""
+        self.environment = environment
+        self.env_key = lease_key(environment)
         # "env" tells every runner's fair_share which environment this run waits for.
-        self.holder = {**holder, "team": team, "seq": seq, "env": self.env_key}
+        self.holder = {**self.holder, "env": self.env_key}
         self._wait_keys = [
-            f"wait.{self.env_key}.{seq:0{SEQ_DIGITS}d}",
-            _team_waiting_key(team, seq),
+            f"wait.{self.env_key}.{self.seq:0{SEQ_DIGITS}d}",
+            _team_waiting_key(self.team, self.seq),
         ]
-        self.log = jlog.get("admission", environment=environment, team=team, **holder)
+        self.log = self.log.bind(environment=environment)
+
+    @contextlib.asynccontextmanager
+    async def telling(self, on_blocked: Callable[[Blocked], Awaitable[None]]):
+        """While the block prepares or checks the run (a selection resolved by dbt may take
+        seconds), `on_blocked` hears each new reason it will have to wait for."""
+        task = asyncio.create_task(self._tell_while(on_blocked))
+        try:
+            yield
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def _tell_while(self, on_blocked: Callable[[Blocked], Awaitable[None]]) -> None:
+        """Tell news until cancelled, taking nothing: the run is not ready to start."""
+        await self.mirror.ready.wait()
+        while True:
+            await self._tell(self.blocked(), on_blocked)
+            await self.mirror.changed(RETRY_EVERY)
 
     async def enter(
         self,
@@ -237,8 +268,6 @@ class Admission:
         ready.cancel()
         stop.cancel()
         loop = asyncio.get_running_loop()
-        said: Blocked | None = None
-        said_at = 0.0
         renew_at = None  # when the wait entries are written again; None: not written yet
         try:
             while not cancelled.is_set():
@@ -251,10 +280,7 @@ class Admission:
                         renew_at = loop.time() + (self.mirror.ttl or 60) / 4
                 except TRANSIENT as exc:  # NATS away a moment: the run goes on waiting
                     self.log.warning("admission_retried", error=repr(exc))
-                if blocked is not None and self._news(blocked, said, loop.time() - said_at):
-                    self.log.info("run_queued", reason=blocked.reason, position=blocked.position)
-                    await on_blocked(blocked)
-                    said, said_at = blocked, loop.time()
+                await self._tell(blocked, on_blocked)
                 waking = asyncio.create_task(self.mirror.changed(RETRY_EVERY))
                 stop = asyncio.create_task(cancelled.wait())
                 try:
@@ -266,24 +292,37 @@ class Admission:
         finally:
             await self._forget_waiting()  # its team's entry too, written when it was announced
 
-    @staticmethod
-    def _news(blocked: Blocked, said: Blocked | None, since: float) -> bool:
-        """Whether `blocked` is worth telling: a new reason, or a new place not told lately."""
-        if said is None or blocked.reason != said.reason:
-            return True
-        return blocked.position != said.position and since >= PLACE_EVERY
+    async def _tell(
+        self, blocked: Blocked | None, on_blocked: Callable[[Blocked], Awaitable[None]]
+    ) -> None:
+        """Tell `blocked` when it is news: a new reason at once, a new place not told in the
+        last PLACE_EVERY seconds."""
+        now = asyncio.get_running_loop().time()
+        said = self._said
+        if blocked is None or (
+            said is not None
+            and blocked.reason == said.reason
+            and (blocked.position == said.position or now - self._said_at < PLACE_EVERY)
+        ):
+            return
+        self.log.info("run_queued", reason=blocked.reason, position=blocked.position)
+        await on_blocked(blocked)
+        self._said, self._said_at = blocked, now
 
     def blocked(self) -> Blocked | None:
-        """Why this run may not try to take its keys now, from the mirror; None: it may."""
+        """Why this run may not try to take its keys now, from the mirror; None: it may.
+        Before its environment is known, only its team's queue can hold it back."""
         m = self.mirror
-        env_ahead = {
-            s: v
-            for k, v in m.live(f"wait.{self.env_key}.").items()
-            if (s := _waiting_seq(k)) < self.seq
-        }
         team_ahead = {
             s: v
             for k, v in m.live(f"wait.{self.team_key}.").items()
+            if (s := _waiting_seq(k)) < self.seq
+        }
+        if self.environment is None:
+            return self._behind(team_ahead, len(team_ahead) + 1) if team_ahead else None
+        env_ahead = {
+            s: v
+            for k, v in m.live(f"wait.{self.env_key}.").items()
             if (s := _waiting_seq(k)) < self.seq
         }
         position = len(env_ahead.keys() | team_ahead.keys()) + 1
@@ -296,13 +335,7 @@ class Admission:
         if held >= self.per_team:
             return Blocked(f"team {self.team} has {held} of {self.per_team} runs", position)
         if team_ahead:
-            first = team_ahead[min(team_ahead)]
-            said = "queued before it" if "env" in first else "submitted before it"
-            end = "" if "env" in first else ", to start"
-            return Blocked(
-                f"waiting for run {first.get('run_id')!r}, {said} in team {self.team}{end}",
-                position,
-            )
+            return self._behind(team_ahead, position)
         me = fair_share.Contender(
             held, self.seq, self.team_key, str(self.holder.get("run_id", "")), self.team,
             self.env_key,
@@ -328,6 +361,15 @@ class Admission:
                 position + place,
             )
         return None
+
+    def _behind(self, team_ahead: dict[int, dict], position: int) -> Blocked:
+        """Waiting for the first run of its team submitted before it."""
+        first = team_ahead[min(team_ahead)]
+        said = "queued before it" if "env" in first else "submitted before it"
+        end = "" if "env" in first else ", to start"
+        return Blocked(
+            f"waiting for run {first.get('run_id')!r}, {said} in team {self.team}{end}", position
+        )
 
     async def _take(self) -> list[Lease] | None:
         """Every key or none: the environment, then a team slot, then a run slot."""

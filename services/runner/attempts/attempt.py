@@ -131,6 +131,8 @@ class Attempt:
         self._log_subject = subjects.run_log(run_id)
         self._last_line = ""  # as dbt wrote it: a spelling may begin there and end in the next
         self.preview: list[dict] = []  # the rows a show's dbt printed
+        self.queue_team = ""
+        self._told = 0  # RunQueued events this attempt published
 
     def mode(self) -> str:
         """What the result's `command` field records: a build's test behaviour (build,
@@ -194,27 +196,33 @@ class Attempt:
         s = self.source
         # The warehouse serves the project's team, whoever asked (an operator, an admin).
         owner = self.team = await project_team(self.ctx.bus, self.project) or team
+        entry = self._entry(seq, team)
         try:
-            self.prepared = await prepare(
-                self.ctx,
-                s.version,
-                f"{self.run_id}.{self.number}",
-                project=self.project,
-                team=owner,
-                packages_digest=s.packages_digest,
-                cmd=s.cmd,
-                args=s.args,
-                where=s.where,
-            )
+            # A run that has to wait says why while it is prepared and checked, not only
+            # after: its team's queue first, every reason once its environment is known.
+            async with entry.telling(self._queued):
+                self.prepared = await prepare(
+                    self.ctx,
+                    s.version,
+                    f"{self.run_id}.{self.number}",
+                    project=self.project,
+                    team=owner,
+                    packages_digest=s.packages_digest,
+                    cmd=s.cmd,
+                    args=s.args,
+                    where=s.where,
+                )
         except Refused as exc:
             return await refuse(self.ctx, self.project, self.run_id, str(exc))
         leases: list[Lease] = []
         keepers: list[asyncio.Task] = []
         try:
-            reason = self._other_engine() or await self.check()
+            entry.place(self.scope())
+            async with entry.telling(self._queued):  # a check may ask dbt (a selection)
+                reason = self._other_engine() or await self.check()
             if reason:
                 return await refuse(self.ctx, self.project, self.run_id, reason)
-            leases = await self._admit(seq, team)
+            leases = await self._admit(entry)
             if place is not None:
                 await place.release()  # started, or cancelled while it waited
             if leases is None:  # cancelled before it started: dbt never runs for it
@@ -285,40 +293,42 @@ class Attempt:
         run that builds nothing a scope of its own, so it takes only its slots."""
         return self.prepared.plan.lease_scope if self.writes else f"run {self.run_id}"
 
-    async def _admit(self, seq: int, team: str) -> list[Lease] | None:
-        """Wait, holding no slot, until the run holds its scope, a team slot and a run
-        slot (services/runner/admission/admission.py); None when it was cancelled before that, here
-        or by a cancel recorded in the log (one sent before the run was delivered)."""
-        bus, settings = self.ctx.bus, self.ctx.settings
-        entry = Admission(
-            bus,
-            environment=self.scope(),
+    def _entry(self, seq: int, team: str) -> Admission:
+        """The run's way in (services/runner/admission/admission.py), before its environment
+        is known."""
+        settings = self.ctx.settings
+        self.queue_team = team  # the requester's: whose queue the run waits in
+        return Admission(
+            self.ctx.bus,
             team=team,
             seq=seq,
             holder=self._holder(),
             runs=settings.max_concurrent_runs,
             per_team=settings.max_runs_per_team,
         )
-        said = 0
 
-        async def queued(blocked: Blocked) -> None:
-            nonlocal said
-            await bus.publish(
-                ev.RunQueued(
-                    project=self.project,
-                    run_id=self.run_id,
-                    attempt=self.number,
-                    reason=blocked.reason,
-                    position=blocked.position,
-                    team=team,
-                    n=said,
-                )
+    async def _queued(self, blocked: Blocked) -> None:
+        """RunQueued: why the run waits and where, numbered from 0 in this attempt."""
+        await self.ctx.bus.publish(
+            ev.RunQueued(
+                project=self.project,
+                run_id=self.run_id,
+                attempt=self.number,
+                reason=blocked.reason,
+                position=blocked.position,
+                team=self.queue_team,
+                n=self._told,
             )
-            said += 1
+        )
+        self._told += 1
 
+    async def _admit(self, entry: Admission) -> list[Lease] | None:
+        """Wait, holding no slot, until the run holds its scope, a team slot and a run
+        slot; None when it was cancelled before that, here or by a cancel recorded in the
+        log (one sent before the run was delivered)."""
         watch = asyncio.create_task(self._watch_cancel_record())
         try:
-            leases = await entry.enter(self.cancelled, queued)
+            leases = await entry.enter(self.cancelled, self._queued)
         finally:
             watch.cancel()
         if leases is not None and await self._cancel_recorded():
