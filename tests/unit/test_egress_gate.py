@@ -315,3 +315,81 @@ async def test_the_hosts_file_is_read_again_when_it_changes(tmp_path, logs):
     with pytest.raises(AddressRefused, match="add '127.0.0.1 localhost' to the file"):
         await resolver.addresses("localhost", 80)  # no file: DNS, and its answer is loopback
     assert (await Resolver(None).addresses("10.2.3.4", 5)).source == "address"
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        "warehouse.example.com:{other}",  # an allowed name's other port
+        "warehouse.example.com:443",  # its rule names a port: not the default ones
+        "ocsp.example.com:{port}",  # in the hosts file, not in the policy
+        "127.0.0.1:{port}",  # the allowed name's address, asked for as itself
+        "[::ffff:127.0.0.1]:{port}",
+        "[0:0:0:0:0:ffff:7f00:1]:{port}",
+        "0.0.0.0:{port}",
+        "0x7f000001:{port}",  # a resolver's hexadecimal IPv4
+        "localhost:{port}",
+        "warehouse.example.com.evil.example.org:{port}",
+        "evil.example.org.:{port}",
+    ],
+)
+async def test_no_spelling_of_another_host_or_port_gets_through(gate, stand, target):
+    """The attack: reach something but the allowed host and port through the gate."""
+    run = await _open(gate, _policy(stand))
+    where = target.format(port=stand.port, other=stand.port + 1)
+    for head in (f"CONNECT {where} HTTP/1.1\r\n\r\n", f"GET http://{where}/ HTTP/1.1\r\n\r\n"):
+        status, _ = await run.refused(head.encode())
+        assert status in (b"HTTP/1.1 403 Forbidden", b"HTTP/1.1 400 Bad Request"), (head, status)
+    assert stand.got == []
+
+
+@pytest.mark.parametrize(
+    "target", ["2130706433:80", "0177.0.0.1:80", "127.1:80", "[::1]x:80", "a.example:80:81"]
+)
+async def test_a_resolvers_shorthand_for_an_address_is_no_host(gate, stand, target):
+    run = await _open(gate, _policy(stand))
+    status, body = await run.refused(f"CONNECT {target} HTTP/1.1\r\n\r\n".encode())
+    assert status == b"HTTP/1.1 400 Bad Request", body
+    assert gate.describe().startswith("egress gate: 0 ")
+
+
+async def test_what_follows_a_request_reaches_only_its_host_as_bytes(gate, stand):
+    """Smuggling: a second request after a plain one, a Host header naming another host, a
+    CONNECT inside a tunnel: the gate reads one head per connection, the rest is the allowed
+    host's to read."""
+    run = await _open(gate, _policy(stand))
+    allowed = f"warehouse.example.com:{stand.port}"
+    second = b"CONNECT ocsp.example.com:443 HTTP/1.1\r\n\r\n"
+    reader, writer = await asyncio.open_unix_connection(run.path)
+    first = (
+        f"GET http://{allowed}/a HTTP/1.1\r\nHost: ocsp.example.com\r\nContent-Length: 0\r\n\r\n"
+    )
+    writer.write(first.encode() + second)
+    sent = f"GET /a HTTP/1.1\r\nHost: {allowed}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    echoed = await asyncio.wait_for(reader.readexactly(len(sent) + len(second)), WAIT)
+    assert echoed == sent.encode() + second
+    writer.close()
+    answer, reader, writer = await run.ask(f"CONNECT {allowed} HTTP/1.1\r\n\r\n".encode() + second)
+    assert answer.startswith(b"HTTP/1.1 200")
+    assert await asyncio.wait_for(reader.readexactly(len(second)), WAIT) == second
+    writer.close()
+    assert [bytes(g) for g in stand.got] == [sent.encode() + second, second]
+    assert run.told == []
+
+
+async def test_a_flood_of_refusals_is_counted_but_told_and_logged_once_per_host(gate, stand, logs):
+    """A run asking for host after host: every one refused and counted, the run's log and
+    the runner's told of each host once, and of at most 32 hosts."""
+    run = await _open(gate, _policy(stand))
+    for n in [0, 0, 0, *range(1, 60)]:
+        status, _ = await run.refused(
+            f"CONNECT h{n}.evil.example.org:443 HTTP/1.1\r\n\r\n".encode()
+        )
+        assert status == b"HTTP/1.1 403 Forbidden"
+    assert gate.describe() == "egress gate: 62 requests refused since start"
+    assert len(run.told) == 33 and "h0.evil.example.org:443" in run.told[0]
+    assert run.told[-1] == (
+        "jetdbt egress gate: more than 32 hosts refused: the others are refused and counted"
+    )
+    assert len([e for e in logs if e["event"] == "egress_refused"]) == 32
+    assert [e["told"] for e in logs if e["event"] == "egress_refused_many"] == [32]

@@ -34,6 +34,7 @@ _MAX_TUNNELS = 256  # open connections one invocation may hold
 _CHUNK = 64 * 1024
 _LINGER = 1.0
 _PATH_LIMIT = 107  # bytes of a unix socket's path
+_TOLD = 32  # hosts one invocation's refusals are told and logged for; the rest are counted
 _REASONS = {
     400: "Bad Request",
     403: "Forbidden",
@@ -56,6 +57,7 @@ class _Listener:
     labels: dict[str, str]
     server: asyncio.AbstractServer | None = None
     tasks: set[asyncio.Task] = field(default_factory=set)
+    told: set[tuple[str, int]] = field(default_factory=set)  # refusals told and logged
     closed: bool = False
 
 
@@ -193,12 +195,21 @@ class Gate:
     async def _refuse(
         self, listener: _Listener, text: str, host: str, port: int, why: str
     ) -> NoReturn:
-        """Count, log and tell the run a refusal, then answer it 403."""
+        """Count a refusal and answer it 403; tell the run and log it once per host and port,
+        for at most _TOLD of them (a run asking for host after host floods neither log)."""
         self._refused += 1
-        _log.warning("egress_refused", host=host, port=port, reason=why,
-                     warehouse=listener.policy.warehouse, **listener.labels)  # fmt: skip
-        if listener.say is not None:
-            await listener.say(f"jetdbt egress gate: {text}")
+        if (host, port) not in listener.told and len(listener.told) <= _TOLD:
+            listener.told.add((host, port))
+            line = text
+            if len(listener.told) > _TOLD:
+                line = f"more than {_TOLD} hosts refused: the others are refused and counted"
+                _log.warning("egress_refused_many", told=_TOLD,
+                             warehouse=listener.policy.warehouse, **listener.labels)  # fmt: skip
+            else:
+                _log.warning("egress_refused", host=host, port=port, reason=why,
+                             warehouse=listener.policy.warehouse, **listener.labels)  # fmt: skip
+            if listener.say is not None:
+                await listener.say(f"jetdbt egress gate: {line}")
         raise _Answer(403, text)
 
 

@@ -12,6 +12,7 @@ if TYPE_CHECKING:
 
 __all__ = ["RUNNER_SETTINGS", "dbt_env", "package_hub", "sealed_environment"]
 
+_PROXIES = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy")
 # What dbt may see of the runner's own environment: locale, time zone, the search
 # path, TLS/proxy settings a warehouse connection may need. Never the runner's
 # credentials (NATS, Postgres, tokens): those are simply not on this list; nor the
@@ -26,12 +27,7 @@ _INHERITED = (
     "SSL_CERT_FILE",
     "SSL_CERT_DIR",
     "REQUESTS_CA_BUNDLE",
-    "HTTP_PROXY",
-    "HTTPS_PROXY",
-    "NO_PROXY",
-    "http_proxy",
-    "https_proxy",
-    "no_proxy",
+    *_PROXIES,
 )
 
 
@@ -66,7 +62,9 @@ def dbt_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 def sealed_environment(environment: EngineEnvironment | None = None) -> dict[str, str]:
     """The fork server's own environment: the allowlist dbt may see, and what Python needs
     to find jetdbt's code (and, in an engine environment, that environment's dbt alone)."""
-    env = dbt_env()
+    # No proxy (its URL may hold the operator's login): the server opens no connection, and
+    # what it starts with every child can read in /proc/self/environ, sandboxed or not.
+    env = {k: v for k, v in dbt_env().items() if k not in _PROXIES}
     if environment is not None:
         from services.runner.provision.environments import code_shim
 

@@ -248,7 +248,6 @@ def _child(
         os.chdir(request["cwd"])
         dropped = flags - set(request.get("keep", ()))
         env = {k: v for k, v in request["env"].items() if k not in dropped}
-        env.update((request.get("sandbox") or {}).get("env", {}))  # the egress gate's proxy
         os.environ.clear()
         os.environ.update(env)
         _hub_address(env)

@@ -227,7 +227,9 @@ async def spawn(
         "id": request_id,
         "argv": argv,
         "cwd": cwd,
-        "env": env,
+        # The egress gate's proxy in place of the operator's, whose login never reaches a
+        # sandboxed child, not even in the request it reads.
+        "env": env | (sandbox or {}).get("env", {}),
         "exec": exec_,
         "keep": list(keep),
         "events": list(events),

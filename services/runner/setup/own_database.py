@@ -21,6 +21,7 @@ import socket
 from typing import Any, NamedTuple
 from urllib.parse import parse_qs, urlsplit
 
+from services.runner.egress.hosts import profile_endpoint
 from services.runner.setup.secrets import Resolver, UnresolvedReference
 from services.runner.setup.warehouses import Warehouse, render_output
 
@@ -126,8 +127,10 @@ def place_of_url(url: str) -> Place | None:
 
 
 def place_of_output(output: dict[str, Any]) -> Place | None:
-    """Where a dbt outputs block lands (None: it names no host)."""
-    return _place(output.get("host"), output.get("port"))
+    """Where a dbt outputs block lands (None: it names no host), by the host the sandbox's
+    relay reaches for it (`host`, or `server`): what is checked is what is reached."""
+    host, _ = profile_endpoint(output)
+    return _place(host, output.get("port"))
 
 
 def _refusal(what: str, own: Place) -> OwnDatabase:
