@@ -53,6 +53,10 @@ _ERRORS = {
     500: "an unexpected failure; the API's log says why",
     503: "a service the route needs did not answer; the message names it",
 }
+_UNREAD = (
+    "a request the HTTP server cannot read (a line past 8 KiB, a control character in a"
+    " header) is refused in plain text before any route"
+)
 _PARAMS = {
     "project": ("path", {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]{0,127}$"}),
     "run_id": ("path", {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]{0,127}$"}),
@@ -260,6 +264,9 @@ def _operation(op: Operation, refs: dict[type, dict]) -> dict:
             continue
         err = {"application/json": {"schema": refs[schemas.ApiError]}}
         responses[str(status)] = {"description": _ERRORS[status], "content": err}
+    # Before any route: the HTTP server's own refusal of a request it cannot read, in text.
+    unread = responses.setdefault("400", {"description": _UNREAD, "content": {}})
+    unread["content"]["text/plain"] = {"schema": {"type": "string", "description": _UNREAD}}
     out = {
         "summary": op.summary,
         "operationId": re.sub(r"[^a-zA-Z0-9]+", "_", f"{op.method} {op.path}").strip("_"),

@@ -24,7 +24,7 @@ async def refused_run(stack, events, subject: str, body: bytes) -> ev.RunRefused
         (b'{"command": {"label": "build", "select": [}', "malformed run command: not valid JSON"),
         (b'{"command": {"label": "build", "select": "x"}}', "got `str` - at `$.command.select`"),
         (b'{"command": {"label": "build", "selct": []}}', "unknown field `selct`"),
-        (b'{"command": {"label": "compile"}}', "`$.command.label`"),
+        (b'{"command": {"label": "compyle"}}', "`$.command.label`"),
         (b'{"command": {"label": "build"}, "run_id": "Bad Id"}', "run id 'Bad Id' is invalid"),
         (
             b'{"command": {"label": "build", "select": ["orders", "state:modified", "--empty"],'

@@ -232,25 +232,27 @@ async def replicate(js, replicas: int = 3) -> None:
         name: msgspec.structs.replace(s, replicas=max(s.replicas, replicas))
         for name, s in spec.streams.items()
     }
-    await _placed(js, msgspec.structs.replace(spec, streams=streams))
+    ensured = msgspec.structs.replace(spec, streams=streams)
+    await _placed(lambda: contract.ensure(js, ensured))
     backing = [f"KV_{name}" for name in spec.key_value]
     backing += [f"OBJ_{name}" for name in spec.object_stores]
     for name in backing:
         config = (await js.stream_info(name)).config
         if (config.num_replicas or 1) < replicas:
             config.num_replicas = replicas
-            await js.update_stream(config)
+            await _placed(lambda config=config: js.update_stream(config))
     await _all_current(js, [*streams, *backing], replicas)
 
 
-async def _placed(js, spec: contract.Contract, timeout: float = 60.0) -> None:
-    """Ensure `spec`, again while the cluster's nodes still learn of each other: a node
-    healthy on its own may not yet count its peers (the server answers "no suitable peers
-    for placement"), and a loaded meta leader may not answer in time (ensure is idempotent)."""
+async def _placed(placing, timeout: float = 60.0) -> None:
+    """`placing()` (a stream's creation or its replicas raised), again while the cluster's
+    nodes still learn of each other: a node healthy on its own may not yet count its peers
+    (the server answers "no suitable peers for placement"), and a loaded meta leader may not
+    answer in time (both are idempotent)."""
     deadline = time.monotonic() + timeout
     while True:
         try:
-            return await contract.ensure(js, spec)
+            return await placing()
         except (BadRequestError, *TRANSIENT) as exc:
             placing = not isinstance(exc, BadRequestError) or exc.err_code == NO_PEERS
             if not placing or time.monotonic() > deadline:

@@ -21,14 +21,13 @@ from services.cli import client
 from services.stack.composition import Stack
 from shared import events as ev
 from shared.config import load
+from tests.support.attack_models import build_and_read, verdict, write_dedented
+from tests.support.echo_server import Stand
 from tests.support.helpers import (
     collect_everything,
     use_token,
     wait_for,
 )
-from tests.unit.test_egress_gate import Stand
-from tests.with_dbt.test_sandbox import _build, _write
-from tests.with_dbt.test_sandbox import _verdict as sandbox_verdict
 
 pytestmark = [pytest.mark.dbt, pytest.mark.asyncio(loop_scope="module")]
 
@@ -40,7 +39,7 @@ WAIT = 30
 
 def _project(folder: Path, name: str, models: dict[str, str], **more: str) -> Path:
     files = {"dbt_project.yml": f"name: {name}\nversion: '1.0'\nconfig-version: 2\nprofile: p\n"}
-    return _write(folder, files | {f"models/{k}": v for k, v in models.items()} | more)
+    return write_dedented(folder, files | {f"models/{k}": v for k, v in models.items()} | more)
 
 
 # What every attack model starts with: a way to ask the gate, by its inside address.
@@ -66,7 +65,7 @@ def status(head):
 
 def _verdict(body: str) -> str:
     """test_sandbox's verdict model, able to ask the gate."""
-    return sandbox_verdict(textwrap.dedent(_ASK) + textwrap.dedent(body))
+    return verdict(textwrap.dedent(_ASK) + textwrap.dedent(body))
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -235,7 +234,7 @@ async def test_a_project_reaches_nothing_but_the_host_its_warehouse_allows(site)
     }
     # One model at a time: the relay attack speaks on the channel the others' connections use.
     folder = _project(root / "attack", "egress_shop", models, **{"jetdbt.yaml": "threads: 1\n"})
-    final, nodes = await _build(stack, folder, "egress_shop")
+    final, nodes = await build_and_read(stack, folder, "egress_shop")
     assert final.result.status == "failed"
     proxy = nodes["proxy"]["message"]
     for case in ("allowed", "upper_dot"):

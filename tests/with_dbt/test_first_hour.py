@@ -117,7 +117,9 @@ def test_status_prints_tables_and_json_or_yaml_keep_the_data(up, shop):
     runs = up.cli("status", "--project", "jaffle_shop", cwd=project)
     assert runs.returncode == 0, runs.stderr
     head, *rows = runs.stdout.splitlines()
-    assert head.split() == ["run", "id", "status", "env", "command", "requested", "by"] + [
+    assert head.split() == ["run", "id", "status", "env", "command", "job", "trigger"] + [
+        "requested",
+        "by",
         "started",
         "took",
         "nodes",

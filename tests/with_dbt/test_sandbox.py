@@ -25,6 +25,7 @@ from services.stack.composition import Stack
 from shared import events as ev
 from shared.commands import BuildCommand, RunCommand
 from shared.config import load
+from tests.support.attack_models import build_and_read, verdict, write_dedented
 from tests.support.helpers import (
     collect_everything,
     deploy_and_wait,
@@ -42,28 +43,10 @@ CANARY = "sibling-canary-" + uuid.uuid4().hex
 TABLE = "{{ config(materialized='table') }} "  # a view would not read its file
 
 
-def _write(folder: Path, files: dict[str, str]) -> Path:
-    for name, text in files.items():
-        (folder / name).parent.mkdir(parents=True, exist_ok=True)
-        (folder / name).write_text(textwrap.dedent(text))
-    return folder
-
-
 def _project(folder: Path, name: str, models: dict[str, str]) -> Path:
     files = {"dbt_project.yml": f"name: {name}\nversion: '1.0'\nconfig-version: 2\nprofile: p\n"}
     files |= {f"models/{k}": v for k, v in models.items()}
-    return _write(folder, files)
-
-
-def _verdict(body: str) -> str:
-    """A Python model that runs `body` (which sets `found`) and raises it as its message."""
-    return (
-        "def model(dbt, session):\n"
-        + textwrap.indent(textwrap.dedent(body), "    ")
-        + "    if found is not None:\n"
-        + "        raise RuntimeError('verdict: ' + repr(found))\n"
-        + "    return session.sql('select 1 as id')\n"
-    )
+    return write_dedented(folder, files)
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -96,15 +79,6 @@ async def site(tmp_path_factory, pg_url):
     use_token(stack.api_url, stack.admin_token)
     yield stack, root
     await stack.stop()
-
-
-async def _build(stack, folder: Path, name: str) -> tuple[ev.RunFinished, dict[str, dict]]:
-    await deploy_and_wait(stack.bus, folder, name)
-    final = await client.run(stack.bus, name, RunCommand(command=BuildCommand()))
-    assert isinstance(final, ev.RunFinished), final
-    status, run = await get_json(f"{stack.api_url}/v1/runs/{final.run_id}")
-    assert status == 200, run
-    return final, {n["name"]: n for n in run["nodes"]}
 
 
 async def _status(url: str, wanted: str) -> bool:
@@ -140,7 +114,7 @@ async def test_project_code_reaches_nothing_of_the_stack(site):
             "{{ config(pre_hook=\"copy (select 1 as x) to '../../../../../escaped2.csv'\") }}"
             " select 1 as id"
         ),
-        "sibling.py": _verdict(
+        "sibling.py": verdict(
             f"""
             try:
                 found = open({str(sibling / "profiles.yml")!r}).read()
@@ -149,7 +123,7 @@ async def test_project_code_reaches_nothing_of_the_stack(site):
             found = [found, sorted(__import__('os').listdir({str(home / "runner" / "jobs")!r}))]
             """
         ),
-        "procs.py": _verdict(
+        "procs.py": verdict(
             f"""
             import os
             pids = sorted(int(p) for p in os.listdir('/proc') if p.isdigit())
@@ -158,7 +132,7 @@ async def test_project_code_reaches_nothing_of_the_stack(site):
                      os.listdir({str(home)!r})}}
             """
         ),
-        "sockets.py": _verdict(
+        "sockets.py": verdict(
             f"""
             import socket
             found = {{}}
@@ -172,7 +146,7 @@ async def test_project_code_reaches_nothing_of_the_stack(site):
                     found[name] = type(exc).__name__ + ': ' + str(exc.strerror)
             """
         ),
-        "egress.py": _verdict(
+        "egress.py": verdict(
             f"""
             import os, socket, urllib.parse, urllib.request
             found = {{}}
@@ -195,7 +169,7 @@ async def test_project_code_reaches_nothing_of_the_stack(site):
         ),
     }
     folder = _project(root / "attack", "attack_shop", models)
-    final, nodes = await _build(stack, folder, "attack_shop")
+    final, nodes = await build_and_read(stack, folder, "attack_shop")
     assert final.result.status == "failed"
 
     for name in ("read_access", "read_access_relative"):
@@ -249,7 +223,7 @@ async def test_a_memory_bomb_fails_its_run_naming_run_memory_and_spares_the_othe
         },
     )
     calm = _project(root / "calm", "calm_shop", {"a.sql": "select 1 as id"})
-    _write(calm, {"jetdbt.yaml": "profile:\n  warehouse: other\n"})
+    write_dedented(calm, {"jetdbt.yaml": "profile:\n  warehouse: other\n"})
     await asyncio.gather(
         deploy_and_wait(stack.bus, bomb, "bomb_shop"), deploy_and_wait(stack.bus, calm, "calm_shop")
     )
@@ -287,7 +261,7 @@ async def _fails_naming(stack, root: Path, name: str, model: str, setting: str) 
     _, run = await get_json(url)
     assert not [n for n in run["nodes"] if n["status"] == "running"], run["nodes"]
     calm = _project(root / f"{name}-next", f"{name}_next", {"a.sql": "select 1 as id"})
-    after, _ = await _build(stack, calm, f"{name}_next")
+    after, _ = await build_and_read(stack, calm, f"{name}_next")
     assert after.result.status == "passed", after.result.error
 
 
@@ -360,7 +334,7 @@ async def test_a_run_dbt_finished_passes_though_it_brushed_run_pids_and_run_disk
             return session.sql('select 1 as id')
     """
     folder = _project(root / "brush", "brush_shop", {"brush.py": textwrap.dedent(model)})
-    final, nodes = await _build(stack, folder, "brush_shop")
+    final, nodes = await build_and_read(stack, folder, "brush_shop")
     assert final.result.status == "passed", final.result.error
     assert nodes["brush"]["outcome"] == "passed", nodes["brush"]
 
@@ -384,14 +358,14 @@ async def test_a_projects_own_duckdb_file_lies_only_in_its_warehouses_folder(sit
             assert (after.st_uid, after.st_gid) == (before.st_uid, before.st_gid), folder
         assert not os.path.exists(place)
     inside = _own_duckdb(root / "inside", "inside_shop", str(root / "wh-main" / "own.duckdb"))
-    final, _ = await _build(stack, inside, "inside_shop")
+    final, _ = await build_and_read(stack, inside, "inside_shop")
     assert final.result.status == "passed", final.result.error
 
 
 def _own_duckdb(folder: Path, name: str, path: str) -> Path:
     """A project whose own profiles.yml is a DuckDB file at `path`, naming warehouse main."""
     output = {"type": "duckdb", "path": path, "threads": 1}
-    return _write(
+    return write_dedented(
         _project(folder, name, {"a.sql": "select 1 as id"}),
         {
             "profiles.yml": yaml.safe_dump({"p": {"target": "x", "outputs": {"x": output}}}),
@@ -423,7 +397,7 @@ async def test_sandbox_off_is_explicit_and_reported(settings, tmp_path):
         status, health = await get_json(f"{st.api_url}/healthz")
         assert status == 200 and health["sandbox"].startswith("off (JETDBT_SANDBOX=off)")
         folder = _project(tmp_path / "p", "open_shop", {"a.sql": "select 1 as id"})
-        final, _ = await _build(st, folder, "open_shop")
+        final, _ = await build_and_read(st, folder, "open_shop")
         assert final.result.status == "passed"
     finally:
         await st.stop()
@@ -461,7 +435,7 @@ async def test_a_networked_warehouse_is_reached_through_the_relay_by_its_own_nam
     st = await Stack(msgspec.structs.replace(settings, warehouses_file=warehouses)).start()
     try:
         async with server:
-            final, nodes = await _build(st, project_copy, "jaffle_shop")
+            final, nodes = await build_and_read(st, project_copy, "jaffle_shop")
         assert final.result.status == "passed", final.result.error
         assert nodes["customers"]["outcome"] == "passed"
         assert f'"{parts["dbname"]}"' in nodes["customers"]["relation"]
