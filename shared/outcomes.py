@@ -11,6 +11,7 @@ __all__ = [
     "OUTCOMES",
     "NODE_RUNNING",
     "NODE_CANCELLED",
+    "NODE_NOT_RUN",
     "outcome",
     "totals",
     "precedence",
@@ -18,11 +19,14 @@ __all__ = [
 ]
 
 OUTCOMES = ("passed", "failed", "warned", "skipped", "no_op", "unknown")
-# A node's status while dbt runs it (it has no outcome yet), and the status of one dbt started
-# and never reported on when a cancel stopped it (dbt has no word for it, so its outcome is
-# `unknown`): a node's statuses, beside dbt's own, never the run's (shared/run_status.py).
+# A node's status while dbt runs it (it has no outcome yet), the status of one dbt started
+# and never reported on when a cancel stopped it (whether its SQL took effect is not known,
+# so its outcome is `unknown`), and of one its run would have run but a cancel ended the run
+# before dbt reached it (`skipped`): a node's statuses, beside dbt's own, never the run's
+# (shared/run_status.py). dbt has no word for the last two.
 NODE_RUNNING = "running"
 NODE_CANCELLED = "cancelled"
+NODE_NOT_RUN = "not run"
 # The order every display lists outcomes and nodes in: what needs a look first.
 _ATTENTION = {"failed": 0, "warned": 1, "skipped": 2, "unknown": 3, "no_op": 4, "passed": 5}
 
@@ -37,6 +41,7 @@ _BY_STATUS = {
     "skipped": "skipped",
     "no-op": "no_op",
     "no_op": "no_op",
+    NODE_NOT_RUN: "skipped",
 }
 
 

@@ -12,10 +12,10 @@ import msgspec
 
 from services.access.local import admin_token_file
 from services.cli import client
-from services.cli.watch import Progress, Tally, planned_nodes, result_table
+from services.cli.watch import Progress, Tally, result_table
 from services.stack.composition import Stack
 from shared import events as ev
-from shared import run_status, versions
+from shared import planned, run_status, versions
 from shared.commands import BuildCommand, RunCommand
 from shared.config import Settings
 from shared.descriptor import DEFAULT_ENVIRONMENT
@@ -64,9 +64,9 @@ async def demo(settings: Settings) -> int:
             print(f"deploy did not succeed: {deployed}")
             return 1
         latest = await versions.held_by(stack.bus, deployed.project, DEFAULT_ENVIRONMENT)
-        manifest = msgspec.json.decode(await stack.bus.get_blob(latest.manifest_digest))
         _step("building with live per-model progress (one dbt build, events as they happen)")
-        progress = Progress(Tally(planned_nodes(manifest)))
+        manifest = await stack.bus.get_blob(latest.manifest_digest)
+        progress = Progress(Tally(len(planned.nodes(manifest))))
         final = await client.run(
             stack.bus, "jaffle_shop", RunCommand(command=BuildCommand()), on_event=progress.on_event
         )

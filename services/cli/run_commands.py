@@ -26,8 +26,8 @@ from services.cli.common import (
 from services.cli.deploy_source import marks
 from services.cli.graph_summary import graph_lines, warning_lines
 from services.cli.overlaps import check_overlaps
-from services.cli.watch import Progress, Tally, planned_nodes, result_table, styled
-from shared import bundle, run_logs, run_status, subjects, versions
+from services.cli.watch import Progress, Tally, result_table, styled
+from shared import bundle, planned, run_logs, run_status, subjects, versions
 from shared import events as ev
 from shared.bus import Bus
 from shared.commands import (
@@ -211,7 +211,7 @@ async def _planned(bus: Bus, project: str, cmd: BuildCommand) -> int | None:
     if not isinstance(deployed, ev.Deployed):
         return None
     with contextlib.suppress(Exception):
-        return planned_nodes(msgspec.json.decode(await bus.get_blob(deployed.manifest_digest)))
+        return len(planned.nodes(await bus.get_blob(deployed.manifest_digest)))
     return None
 
 

@@ -22,7 +22,6 @@ __all__ = [
     "Tally",
     "Progress",
     "result_table",
-    "planned_nodes",
     "styled",
     "MARK",
     "seconds",
@@ -38,8 +37,6 @@ __all__ = [
     "preview_lines",
     "printable",
 ]
-
-_EXECUTED = {"model", "seed", "snapshot", "test", "unit_test"}
 
 # The word each outcome is shown by, in every display.
 MARK = {"passed": "ok", "failed": "FAIL", "warned": "WARN", "skipped": "skip", "no_op": "no-op"}
@@ -62,18 +59,6 @@ def styled(stream) -> bool:
         return False
     isatty = getattr(stream, "isatty", None)
     return bool(isatty and isatty())
-
-
-def planned_nodes(manifest: dict) -> int:
-    """How many nodes an unselected `dbt build` reports on (ephemeral models run inline)."""
-    count = 0
-    for node in manifest.get("nodes", {}).values():
-        if node.get("resource_type") not in _EXECUTED:
-            continue
-        if (node.get("config") or {}).get("materialized") == "ephemeral":
-            continue
-        count += 1
-    return count + len(manifest.get("unit_tests", {}))
 
 
 class Tally:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import shutil
 import subprocess
 import uuid
@@ -52,9 +53,13 @@ async def _run_record(stack, run_id: str, status: str) -> dict:
 
 async def test_cancel_of_a_running_build_records_what_it_finished(stack, project_copy, tmp_path):
     """`jetdbt cancel` mid-build: the nodes dbt finished stand, the one it was building ends
-    `cancelled`, the totals count them in the CLI, the API and the run's event, and the CLI
-    never calls it an empty selection."""
+    `cancelled`, the one after it that dbt never reached is listed `not run` (skipped), the
+    totals count them all in the CLI, the API and the run's event, and the CLI never calls
+    it an empty selection."""
     add_gate(project_copy, tmp_path / "never-released")
+    (project_copy / "models" / "marts" / "after_gate.sql").write_text(
+        "select * from {{ ref('gate') }}"
+    )
     assert (await jetdbt(stack, "deploy", str(project_copy))).returncode == 0
     run = await _started(stack, "run", "jaffle_shop", "--watch", "--run-id", "cx1")
     await until_gate_runs(stack.api_url, "cx1")
@@ -69,14 +74,25 @@ async def test_cancel_of_a_running_build_records_what_it_finished(stack, project
     out, err = (s.decode() for s in await asyncio.wait_for(run.communicate(), 60))
     assert run.returncode != 0
     assert "matched no nodes" not in out and "no nodes" not in out, out
-    totals = next(line for line in out.splitlines() if line.startswith("CANCELLED:"))
-    assert "passed=" in totals, out
-    assert f"cancelled  {'model':<9} gate" in out or "cancelled" in out.split("CANCELLED:")[0]
+    totals = next((line for line in out.splitlines() if line.startswith("CANCELLED by ")), "")
+    assert "passed=" in totals and "skipped=1" in totals and "unknown=1" in totals, out
+    assert re.search(r"^unknown\s+cancelled\s+model\s+gate\s*$", out, re.M), out
+    assert re.search(r"^skipped\s+not run\s+model\s+after_gate\s*$", out, re.M), out
 
     body = await _run_record(stack, "cx1", "cancelled")
     nodes = {n["unique_id"]: n for n in body["nodes"]}
     assert not [u for u, n in nodes.items() if n["status"] == "running"], nodes
-    assert nodes[GATE]["status"] == "cancelled"
+    gate, after = nodes[GATE], nodes["model.jaffle_shop.after_gate"]
+    assert (gate["status"], gate["outcome"]) == ("cancelled", "unknown"), gate
+    assert gate["message"].endswith("while dbt was running it"), gate
+    assert (after["status"], after["outcome"]) == ("not run", "skipped"), after
+    assert after["message"].startswith("not run: the run was cancelled by "), after
+    assert after["message"].endswith(" before dbt reached it") and not after["started_at"]
+    assert body["totals"]["skipped"] == 1 and body["totals"]["unknown"] == 1, body["totals"]
+    shown = (await jetdbt(stack, "status", "cx1")).stdout
+    assert " 1 skipped, 1 unknown, " in shown.splitlines()[0], shown
+    assert re.search(r"^skipped\s+not run\s+model\s+after_gate$", shown, re.M), shown
+    assert re.search(r"^unknown\s+cancelled\s+model\s+gate$", shown, re.M), shown
     finished = [n for n in nodes.values() if n["outcome"] == "passed"]
     assert finished and body["totals"]["passed"] == len(finished)
     assert body["result"]["totals"] == body["totals"]

@@ -3,10 +3,11 @@
 
 // `node` is the run's record of it (none: dbt never reached it). A node still running
 // when its run has ended did not finish: drawn as cancelled (its run was) or unknown,
-// never as running.
+// never as running; so is one the runner recorded as stopped by a cancel.
 export function drawnOutcome(node, run) {
   const ended = Boolean(run.finished_at);
   if (!node) return ended ? "not_selected" : "pending";
+  if (node.status === "cancelled") return "cancelled";
   if (node.status === "running") {
     if (!ended) return "running";
     return run.status === "cancelled" ? "cancelled" : "unknown";

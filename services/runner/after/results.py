@@ -19,7 +19,8 @@ import msgspec
 
 from shared.ages import age
 from shared.events import Freshness, NodeResult, Threshold
-from shared.outcomes import outcome
+from shared.outcomes import NODE_NOT_RUN, outcome
+from shared.planned import Planned
 from shared.quote import shorten
 
 __all__ = [
@@ -198,6 +199,22 @@ def from_artifacts(run_results: dict, manifest: dict | None, round_: int = 0) ->
     return out
 
 
+def _unreported(
+    uid: str, status: str, message: str | None, node: NodeStart | Planned, **more
+) -> NodeResult:
+    """A node no invocation reported on, with jetdbt's `status` for it and why."""
+    return NodeResult(
+        unique_id=uid,
+        status=status,
+        outcome=outcome(status),
+        resource_type=node.resource_type,
+        name=node.name,
+        relation=node.relation,
+        message=message,
+        **more,
+    )
+
+
 class Overlay:
     """The results of one attempt's invocations, each laid over the ones before."""
 
@@ -225,18 +242,17 @@ class Overlay:
         self.nodes.update(self._finished)
         for uid, (start, round_) in self._started.items():
             if uid not in self._finished:
-                self.nodes[uid] = NodeResult(
-                    unique_id=uid,
-                    status=status,
-                    outcome=outcome(status),
-                    resource_type=start.resource_type,
-                    name=start.name,
-                    relation=start.relation,
-                    message=message,
-                    started_at=start.started_at,
-                    round=round_,
+                self.nodes[uid] = _unreported(
+                    uid, status, message, start, started_at=start.started_at, round=round_
                 )
         self.begin()
+
+    def not_reached(self, planned: dict[str, Planned], message: str) -> None:
+        """Each node the run would have run and no invocation reported on: `not run`,
+        saying why in `message`."""
+        for uid, node in planned.items():
+            if uid not in self.nodes:
+                self.nodes[uid] = _unreported(uid, NODE_NOT_RUN, message, node)
 
     def add(self, run_results: dict, manifest: dict | None, round_: int) -> None:
         self.begin()  # the invocation's own record replaces what it reported live

@@ -38,6 +38,7 @@ from shared import logging as jlog
 from shared.commands import DbtCommand, RunCommand
 from shared.identity import project_team, team_of
 from shared.outcomes import NODE_CANCELLED, totals
+from shared.planned import Planned
 from shared.quote import quote
 
 __all__ = ["Attempt", "Cancel", "Failed", "Source", "refuse"]
@@ -99,7 +100,8 @@ async def refuse(ctx: RunnerContext, project: str, run_id: str, reason: str) -> 
 
 class Attempt:
     """Attempt `number` of run `run_id`. A subclass gives `mode`, `submitted` and `steps`;
-    `check`, `deferred_to` and `before_finished` do nothing unless it says otherwise."""
+    `check`, `deferred_to`, `would_run` and `before_finished` do nothing unless it says
+    otherwise."""
 
     writes = True  # builds into its environment, so it holds the environment's lease
     connects = True  # its dbt opens warehouse connections: a per_run warehouse issues a login
@@ -153,6 +155,11 @@ class Attempt:
 
     def deferred_to(self) -> str | None:
         return None
+
+    def would_run(self) -> dict[str, Planned]:
+        """The nodes the attempt's commands would run, by unique id: what a cancelled run
+        lists as not run when dbt never reached them."""
+        return {}
 
     def _other_engine(self) -> str | None:
         """Why this runner must not run the version: its environment for the adapter holds
@@ -561,7 +568,9 @@ class Attempt:
         code, error = ending.code, ending.error
         if ending.cancelled:
             by = f"cancelled by {self.cancelled.by or 'a cancel'}"
-            self.results.close(NODE_CANCELLED, by)
+            self.results.close(NODE_CANCELLED, f"{by} while dbt was running it")
+            unreached = f"not run: the run was {by} before dbt reached it"
+            self.results.not_reached(self.would_run(), unreached)
         elif error is not None:
             self.results.close("error", error)
         nodes = self.results.in_order()

@@ -25,10 +25,10 @@ from services.runner.attempts.node_retry_rounds import retry_rounds
 from services.runner.context import RunnerContext
 from services.runner.setup import close_pr, selection
 from services.runner.setup import environment_state as state_mod
-from services.runner.setup.job_setup import Prepared
 from services.runner.setup.placement import Placement
 from services.runner.setup.plan import command_args
 from shared import events as ev
+from shared import planned
 from shared.commands import ClosePrCommand, OperationCommand, RunCommand
 
 __all__ = ["build"]
@@ -67,6 +67,7 @@ async def build(
 
 class _Build(Attempt):
     state: ev.StatePublished | None = None  # what a deferring build defers to
+    selected: list[str] | None = None  # the unique ids its selection resolved to
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -88,13 +89,27 @@ class _Build(Attempt):
     def deferred_to(self) -> str | None:
         return self.state.run_id if self.state else None
 
+    def would_run(self) -> dict[str, planned.Planned]:
+        """The nodes of the manifest dbt wrote for the run that its command runs, those its
+        selection resolved to; none when that is not known: dbt wrote no manifest yet, or a
+        selection that compares states was never resolved."""
+        plan = self.prepared.plan
+        types = planned.executes(self.label, plan.test_behavior)
+        path = self.artifact_path("manifest.json")
+        if not types or path is None or (plan.has_selection() and self.selected is None):
+            return {}
+        try:
+            return planned.nodes(path.read_bytes(), types, self.selected)
+        except (OSError, msgspec.DecodeError):
+            return {}
+
     async def check(self) -> str | None:
         if isinstance(self.body.command, ClosePrCommand):
             plan, project = self.prepared.plan, self.prepared.job.project
             return close_pr.problem(plan, self.body.pr) or close_pr.write_macro(project)
         if isinstance(self.body.command, OperationCommand):
             return None  # a macro selects no nodes
-        reason = await _check_selection(self.prepared, self.project)
+        reason = await self._check_selection()
         if reason or not self.prepared.plan.defer:
             return reason
         try:
@@ -102,6 +117,33 @@ class _Build(Attempt):
         except state_mod.DeferRefused as exc:
             return str(exc)
         return None
+
+    async def _check_selection(self) -> str | None:
+        """A selection that resolves to nothing is refused, unless it reads a state (CI with
+        nothing changed is an ordinary outcome); a misspelled name is not a success. What it
+        resolves to is kept: the nodes the run would run."""
+        plan = self.prepared.plan
+        if not plan.has_selection() or plan.compares_state():
+            return None
+        try:
+            self.selected = await selection.resolve(self.prepared)
+        except selection.SelectionFailed as exc:
+            return f"the selection could not be resolved: {exc}"
+        if self.selected:
+            return None
+        spelled = ", ".join(
+            f"{k}={v}"
+            for k, v in (
+                ("select", plan.select),
+                ("exclude", plan.exclude),
+                ("selector", plan.selector),
+            )
+            if v
+        )
+        return (
+            f"the selection ({spelled}) matches no nodes in project {self.project!r};"
+            " check the model names and selector methods (dbt ls --select ...)"
+        )
 
     async def steps(self) -> int:
         """The run's own graph first, then the test_behavior sequence, then node retry
@@ -166,30 +208,3 @@ class _Build(Attempt):
             run_results=self.results.merged,
             recovered=self.round > 0,
         )
-
-
-async def _check_selection(prepared: Prepared, project: str) -> str | None:
-    """A selection that resolves to nothing is refused, unless it reads a state (CI with
-    nothing changed is an ordinary outcome); a misspelled name is not a success."""
-    plan = prepared.plan
-    if not plan.has_selection() or plan.compares_state():
-        return None
-    try:
-        found = await selection.resolve(prepared)
-    except selection.SelectionFailed as exc:
-        return f"the selection could not be resolved: {exc}"
-    if found:
-        return None
-    spelled = ", ".join(
-        f"{k}={v}"
-        for k, v in (
-            ("select", plan.select),
-            ("exclude", plan.exclude),
-            ("selector", plan.selector),
-        )
-        if v
-    )
-    return (
-        f"the selection ({spelled}) matches no nodes in project {project!r};"
-        " check the model names and selector methods (dbt ls --select ...)"
-    )
