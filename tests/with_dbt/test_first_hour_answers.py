@@ -99,6 +99,16 @@ async def test_cancel_of_a_running_build_records_what_it_finished(stack, project
     assert sum(body["totals"].values()) == len(nodes)
     assert body["nodes_finished"] == len(nodes)
 
+    # A selected build lists only what its selection resolved to, never the whole project.
+    selected = await _started(stack, "run", "jaffle_shop", "-s", "gate+", "--run-id", "cx3")
+    await until_gate_runs(stack.api_url, "cx3")
+    assert (await jetdbt(stack, "cancel", "cx3")).returncode == 0
+    await asyncio.wait_for(selected.communicate(), 60)
+    body = await _run_record(stack, "cx3", "cancelled")
+    nodes = {n["unique_id"]: (n["status"], n["outcome"]) for n in body["nodes"]}
+    assert nodes == {GATE: ("cancelled", "unknown"), after["unique_id"]: ("not run", "skipped")}
+    assert body["totals"]["skipped"] == body["totals"]["unknown"] == 1, body["totals"]
+
 
 async def test_retry_says_which_version_and_refuses_an_old_one(stack, project_copy):
     """Fix the SQL, deploy again, `jetdbt retry RUN`: the retry would resume the failed run's
