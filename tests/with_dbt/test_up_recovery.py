@@ -15,7 +15,6 @@ import pytest
 
 from services.access.local import admin_token_file, nats_logins
 from services.stack.composition import read_stack_file
-from services.stack.embedded import free_port
 from shared.bus import connect
 from shared.commands import BuildCommand, RunCommand
 from tests.support.gate import add_gate, until_gate_runs
@@ -26,18 +25,22 @@ pytestmark = pytest.mark.dbt
 BIN = Path(sys.executable).parent / "jetdbt"
 
 
-def _up(env: dict) -> subprocess.Popen:
-    return subprocess.Popen(
-        [str(BIN), "up"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+def _up(env: dict, log: Path) -> subprocess.Popen:
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [str(BIN), "up"],
+            env=env,
+            stdout=out,
+            stderr=out,
+            start_new_session=True,
+        )
 
 
-async def _stack_file(home: Path, after: float = 0.0) -> dict:
+async def _stack_file(home: Path, up: subprocess.Popen, log: Path, after: float = 0.0) -> dict:
+    """The stack file `up` wrote once it started; an `up` that ended first says why."""
+
     async def written():
+        assert up.poll() is None, log.read_text()[-3000:]
         path = home / "stack.json"
         return path.exists() and path.stat().st_mtime > after and read_stack_file(home)
 
@@ -54,14 +57,15 @@ async def test_a_killed_up_leaves_no_build_and_a_restart_completes_the_run(tmp_p
         {
             "JETDBT_HOME": str(home),
             "JETDBT_SANDBOX_READ": str(tmp_path),
-            "JETDBT_API_PORT": str(free_port()),
+            "JETDBT_API_PORT": "0",  # the stack file says which: no port to lose meanwhile
             "RUN_ACK_WAIT_SECONDS": "4",
         }
     )
-    first = _up(env)
+    log = tmp_path / "up.log"
+    first = _up(env, log)
     second = None
     try:
-        found = await _stack_file(home)
+        found = await _stack_file(home, first, log)
         use_token(found["api_url"], admin_token_file(home).read_text().strip())
         deploy = await asyncio.to_thread(
             subprocess.run,
@@ -91,8 +95,9 @@ async def test_a_killed_up_leaves_no_build_and_a_restart_completes_the_run(tmp_p
         await wait_for(no_build_left, timeout=5, interval=0.05)
         release.touch()
 
-        second = _up(env)
-        found = await _stack_file(home, after=stamp)
+        second = _up(env, log)
+        found = await _stack_file(home, second, log, after=stamp)
+        use_token(found["api_url"], admin_token_file(home).read_text().strip())
 
         async def passed():
             status, body = await get_json(f"{found['api_url']}/v1/runs/crash1")

@@ -130,6 +130,8 @@ def place_of_output(output: dict[str, Any]) -> Place | None:
     """Where a dbt outputs block lands (None: it names no host), by the host the sandbox's
     relay reaches for it (`host`, or `server`): what is checked is what is reached."""
     host, _ = profile_endpoint(output)
+    if output.get("port") is None and not isinstance(output.get("host"), str):
+        return None  # a `server` with no port: the relay reaches nothing for it
     return _place(host, output.get("port"))
 
 
