@@ -257,13 +257,22 @@ async def test_one_teams_hanging_receiver_delays_no_other_teams_hook(site):
         await wait_for(lambda: _true(quick.got), timeout=60, interval=0.05)
         assert quick.got[0][0] - sent < 5, "beta's hook waited for alpha's receiver"
 
+        ended: set[str] = set()
+
         async def given_up():
             found = await _deliveries(site, ALPHA, "hangs")
-            given = [d for d in found if d["error"] == hook_reasons.BACKLOG_FULL]
-            return len(given) >= 70 - HOOK_BACKLOG - 1
+            given = {d["delivery_id"] for d in found if d["error"] == hook_reasons.BACKLOG_FULL}
+            # A delivery that gave up its attempts meanwhile (a loaded machine starts the 70
+            # runs slower than a timeout) freed its turn for one that came after it.
+            ended.update(
+                d["delivery_id"] for d in found
+                if d["state"] != "retrying" and d["delivery_id"] not in given
+            )  # fmt: skip
+            return len(given) >= 70 - HOOK_BACKLOG - 1 - len(ended)
 
-        await wait_for(given_up, timeout=30, interval=0.2)
-        assert len(hanging.got) == 1  # the one it tries; the next wait their turn
+        await wait_for(given_up, timeout=60, interval=0.2)
+        # One delivery tried at a time (each up to WEBHOOK_ATTEMPTS=2); the next wait their turn.
+        assert len(hanging.got) <= 2 * len(ended) + 2, (len(hanging.got), ended)
     finally:
         await _remove(site, ALPHA, "hangs")
         await _remove(site, BETA, "quick")
