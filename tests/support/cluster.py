@@ -254,8 +254,8 @@ async def _placed(placing, timeout: float = 60.0) -> None:
         try:
             return await placing()
         except (BadRequestError, *TRANSIENT) as exc:
-            placing = not isinstance(exc, BadRequestError) or exc.err_code == NO_PEERS
-            if not placing or time.monotonic() > deadline:
+            meeting = not isinstance(exc, BadRequestError) or exc.err_code == NO_PEERS
+            if not meeting or time.monotonic() > deadline:
                 raise
             await asyncio.sleep(0.5)
 

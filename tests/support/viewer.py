@@ -43,6 +43,14 @@ async def run_page(chromium, stack, bearer: str, run_id: str):
     return page, errors
 
 
+async def go_to(page, where: str) -> None:
+    """Show `where` (a JavaScript expression of the hash) and wait until its page is drawn:
+    the page left behind said it was ready too, so that is cleared first (the router, run
+    on the hashchange event, clears it only a moment later)."""
+    await page.evaluate(f"delete document.body.dataset.ready; location.hash = {where}")
+    await page.wait_for_selector("body[data-ready='1']", state="attached", timeout=30_000)
+
+
 async def deployed_with_gate(stack, project, release) -> str:
     """The example, gated, deployed; an admin bearer for the viewer."""
     add_gate(project, release)

@@ -20,6 +20,7 @@ from tests.support.viewer import (
     browser,
     build_in_background,
     deployed_with_gate,
+    go_to,
     run_page,
 )
 
@@ -86,8 +87,7 @@ async def test_the_run_page_is_live_and_a_failure_is_red_with_its_message(
         await page.screenshot(path=ARTIFACTS / "run-failed.png")
 
         # Focus: orders and its nodes one step up and down, nothing else drawn.
-        await page.evaluate("location.hash = '#/runs/view1?focus=model.jaffle_shop.orders&depth=1'")
-        await page.wait_for_selector("body[data-ready='1']", state="attached", timeout=30_000)
+        await go_to(page, "'#/runs/view1?focus=model.jaffle_shop.orders&depth=1'")
         drawn = await page.evaluate("viewer.cy.nodes().map(n => n.id()).sort()")
         assert drawn == sorted(
             f"model.jaffle_shop.{name}"

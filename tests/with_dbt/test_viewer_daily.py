@@ -33,6 +33,7 @@ from tests.support.viewer import (
     browser,
     build_in_background,
     deployed_with_gate,
+    go_to,
     run_page,
 )
 
@@ -117,8 +118,7 @@ async def test_a_failed_run_reads_at_a_glance_and_a_node_and_its_children_run_fr
         release.touch()
         assert (await asyncio.wait_for(held, 180)).result.status == "failed"
         await wait_for(lambda: _finished(stack.api_url, "daily1"), timeout=30)
-        await page.evaluate("location.hash = '#/runs/daily1'")
-        await page.wait_for_selector("body[data-ready='1']", state="attached", timeout=30_000)
+        await go_to(page, "'#/runs/daily1'")
         # What failed and why, without a click: the broken model with dbt's message, then
         # the warning of the accepted_values test.
         failed = await page.inner_text("#failed-nodes")
@@ -163,10 +163,7 @@ async def test_a_failed_run_reads_at_a_glance_and_a_node_and_its_children_run_fr
         await _shot(page, "daily-node-panel.png")
 
         # Focus by a dbt selector, and a focus that matches nothing says so.
-        await page.evaluate(
-            "location.hash = '#/runs/daily1?focus=' + encodeURIComponent('orders+')"
-        )
-        await page.wait_for_selector("body[data-ready='1']", state="attached", timeout=30_000)
+        await go_to(page, "'#/runs/daily1?focus=' + encodeURIComponent('orders+')")
         drawn = await page.evaluate("viewer.cy.nodes().map(n => n.id()).sort()")
         assert drawn == sorted([ORDERS, BROKEN, GATE, "model.jaffle_shop.customers"])
         await _shot(page, "daily-focus-selector.png")
@@ -176,8 +173,7 @@ async def test_a_failed_run_reads_at_a_glance_and_a_node_and_its_children_run_fr
         assert "no such node" in await no_such.inner_text()
 
         # The project's lineage: the deployed graph, where it came from, its relations.
-        await page.evaluate("location.hash = '#/projects/jaffle_shop'")
-        await page.wait_for_selector("body[data-ready='1']", state="attached", timeout=30_000)
+        await go_to(page, "'#/projects/jaffle_shop'")
         assert "as of deploy" in await page.inner_text("#provenance")
         assert await page.evaluate("viewer.cy.nodes().length") >= 7
         relation = page.locator("#relations a[href*='customers']").first
