@@ -73,7 +73,7 @@ class Gate:
     """The runner's gate: one listener per sandboxed invocation, one folder for them all."""
 
     def __init__(self, hosts_file: Path | None) -> None:
-        self._resolver = Resolver(hosts_file)
+        self.resolver = Resolver(hosts_file)  # the relay's endpoints are named by it too
         self._folder: Path | None = None
         self._listeners: dict[str, _Listener] = {}
         self._refused = 0
@@ -177,7 +177,7 @@ class Gate:
         resolved = None
         try:
             async with asyncio.timeout(_WAIT):
-                resolved = await self._resolver.addresses(host, port)
+                resolved = await self.resolver.addresses(host, port)
             upstream = await _connect(resolved.addresses)
         except AddressRefused as exc:
             await self._refuse(listener, str(exc), host, port, "address")

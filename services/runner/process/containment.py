@@ -23,7 +23,6 @@ from typing import Any
 import services
 import shared
 from services.runner.egress.gate import Gate
-from services.runner.egress.resolve import Resolver
 from services.runner.process import cgroup, job_disk, sandbox
 from shared import logging as jlog
 from shared.config import Settings
@@ -69,8 +68,7 @@ class Containment:
         self.disk = job_disk.DiskBound(settings.run_disk, settings.runner_cache)
         self.hierarchy: cgroup.Hierarchy | None = None
         self.missing: str | None = None  # why runs are refused; None: contained, or off
-        self.gate: Gate | None = None  # started with the first invocation that has a plan
-        self.hosts = Resolver(settings.egress_hosts_file)
+        self.gate = Gate(settings.egress_hosts_file)  # its folder made with a first listener
         self._checked: asyncio.Future | None = None
 
     def describe(self) -> str:
@@ -85,11 +83,10 @@ class Containment:
             f"RUN_MEMORY={format_bytes(self.caps.memory)}, RUN_CPUS={self.caps.cpus:g},"
             f" RUN_PIDS={self.caps.pids}"
         )
-        gate = self.gate.describe() if self.gate else "egress gate: no run yet"
         return (
             f"on: mount, pid, network, ipc and uts namespaces, uid {self._uid()}, {limits},"
             f" {self.hierarchy.describe()}; RUN_DISK={format_bytes(self.disk.size)}:"
-            f" {self.disk.describe()}; {gate}"
+            f" {self.disk.describe()}; {self.gate.describe()}"
         )
 
     def state(self) -> tuple[str, bool]:
@@ -212,8 +209,8 @@ class Containment:
                 if host.startswith("/"):
                     socket = Path(host) / f".s.PGSQL.{port}"
                     spec["readonly"].append(str(socket))  # the socket alone, not its folder
-                else:
-                    to = next(iter(self.hosts.mapped(host)), host)  # JETDBT_EGRESS_HOSTS_FILE
+                else:  # a private endpoint named in JETDBT_EGRESS_HOSTS_FILE is reached there
+                    to = next(iter(self.gate.resolver.mapped(host)), host)
                     spec["routes"].append({"host": host, "port": port, "to": [str(to), port]})
             await self._through_gate(spec, name, plan, say, labels)
         if plan is not None and plan.warehouse_folder:
@@ -226,8 +223,6 @@ class Containment:
         no warehouse route of 127.0.0.1 takes."""
         if plan.egress is None:
             return
-        if self.gate is None:
-            self.gate = Gate(self.settings.egress_hosts_file)
         path = await self.gate.open(name, plan.egress, say, **labels)
         taken = {r["port"] for r in spec["routes"] if r["host"] in ("127.0.0.1", "localhost")}
         port = next(p for p in range(GATE_PORT, GATE_PORT + 64) if p not in taken)
@@ -237,15 +232,12 @@ class Containment:
 
     async def close(self) -> None:
         """The gate's listeners gone, with the runner."""
-        if self.gate is not None:
-            await self.gate.stop()
-            self.gate = None
+        await self.gate.stop()
 
     async def release(self, name: str, root: Path) -> BoundExceeded | None:
         """Remove invocation `name`'s cgroup and its gate listener; the bound it went past,
         if any, its job folder being `root`."""
-        if self.gate is not None:
-            await self.gate.close(name)
+        await self.gate.close(name)
         if not self.enabled or self.hierarchy is None:
             return None
         group = self.hierarchy.named(name)
