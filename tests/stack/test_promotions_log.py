@@ -91,9 +91,9 @@ async def test_old_deploys_fold_as_prod_and_the_promote_verb_moves_and_refuses(s
     again = await _promote(stack, OLD)
     assert isinstance(again, ev.DeployUnchanged) and again.version == OLD
 
+    await _answer(stack, "promotions", 4)  # folded up to the last promotion: `back`
     now = {v["slot"]: v["version"] for v in await _answer(stack, "versions", 2)}
     assert now == {"prod": OLD, "dev/ops": OLD}
-    await _answer(stack, "promotions", 4)
     _, prod = await get_json(f"{stack.api_url}/v1/projects/{PROJECT}/promotions?environment=prod")
     assert [p["version"] for p in prod["promotions"]] == [OLD, NEWER, OLD]
     report = await replay(stack.bus, stack.database_url, stack.settings.schema, ["promotions"])
