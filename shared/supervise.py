@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 
 from shared.outages import outage
 
-__all__ = ["forever", "each_message", "unless_stopped"]
+__all__ = ["alongside", "forever", "each_message", "unless_stopped"]
 
 BATCH = 64  # messages fetched at once by each_message
 RETRY_SECONDS = 1.0  # before a failed loop starts again
@@ -74,3 +74,19 @@ async def unless_stopped(work: Awaitable, stop: asyncio.Event):
             await work
         return None
     return work.result()
+
+
+@contextlib.asynccontextmanager
+async def alongside(loop: Callable[[asyncio.Event], Awaitable[None]]):
+    """Run `loop(stop)` beside the block and end it with the block. `stop` is set before the
+    task is cancelled, and the loop must watch it: on Python 3.11 a cancel that lands as a
+    NATS request is answered is lost (nats-py waits with `wait_for`), so a loop that relied
+    on the cancel alone would go on, and whoever awaits its end would wait forever."""
+    stop = asyncio.Event()
+    task = asyncio.create_task(loop(stop))
+    try:
+        yield task
+    finally:
+        stop.set()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

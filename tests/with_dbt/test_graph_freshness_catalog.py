@@ -22,7 +22,7 @@ from shared.commands import RunCommand, dbt_command
 from tests.support.helpers import deploy_and_wait, get_json, jetdbt
 from tests.support.recorded_log import settled
 from tests.support.stale_source import SOURCE, add_stale_source
-from tests.support.viewer import ARTIFACTS, browser, sign_in
+from tests.support.viewer import ARTIFACTS, browser, go_to, sign_in
 
 ORDERS = "model.jaffle_shop.orders"
 YEAR = 365 * 24 * 3600
@@ -117,16 +117,13 @@ async def _seen_in_the_viewer(stack, checked: str) -> None:
         errors: list[str] = []
         page.on("pageerror", lambda exc: errors.append(str(exc)))
         await sign_in(page, stack.api_url, bearer)
-        await page.evaluate("location.hash = '#/projects/shop'")
-        # The projects page signed in to was ready too: wait for the lineage's own graph.
+        await go_to(page, "'#/projects/shop'")
         await page.wait_for_function(
-            "document.body.dataset.ready === '1'"
-            f" && window.viewer?.cy?.getElementById({SOURCE!r}).nonempty()",
-            timeout=30_000,
+            f"window.viewer?.cy?.getElementById({SOURCE!r}).nonempty()", timeout=30_000
         )
         chip = await page.evaluate(f"viewer.cy.getElementById({SOURCE!r}).data('chip')")
         assert chip.startswith("data:image/svg+xml") and "warn%20" in chip, chip
-        await page.evaluate("document.getElementById('graph').scrollIntoView()")
+        await page.locator("#graph").scroll_into_view_if_needed()
         panel = page.locator("#panel")
         for node, shown in ((SOURCE, "#node-freshness"), (ORDERS, "#node-columns")):
             await _click(page, node, panel.locator(shown))
@@ -137,7 +134,7 @@ async def _seen_in_the_viewer(stack, checked: str) -> None:
         await page.evaluate(f"viewer.select({SOURCE!r})")
         assert "warn" in await panel.locator("#node-freshness").inner_text()
 
-        await page.evaluate(f"location.hash = '#/runs/{checked}'")
+        await go_to(page, f"'#/runs/{checked}'")
         await page.wait_for_function(f"window.viewer?.status?.({SOURCE!r}) === 'warned'")
         drawn = await page.evaluate(f"viewer.cy.getElementById({SOURCE!r}).data()")
         assert drawn["label"] == "shop.raw_orders" and drawn["chip"] == chip

@@ -240,21 +240,17 @@ class Admission:
         ]
         self.log = self.log.bind(environment=environment)
 
-    @contextlib.asynccontextmanager
-    async def telling(self, on_blocked: Callable[[Blocked], Awaitable[None]]):
+    def telling(self, on_blocked: Callable[[Blocked], Awaitable[None]]):
         """While the block prepares or checks the run (a selection resolved by dbt may take
         seconds), `on_blocked` hears each new reason it will have to wait for."""
-        task = asyncio.create_task(self._tell_while(on_blocked))
-        try:
-            yield
-        finally:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        return supervise.alongside(lambda stop: self._tell_while(on_blocked, stop))
 
-    async def _tell_while(self, on_blocked: Callable[[Blocked], Awaitable[None]]) -> None:
-        """Tell news until cancelled, taking nothing: the run is not ready to start."""
+    async def _tell_while(
+        self, on_blocked: Callable[[Blocked], Awaitable[None]], stop: asyncio.Event
+    ) -> None:
+        """Tell news until `stop`, taking nothing: the run is not ready to start."""
         await self.mirror.ready.wait()
-        while True:
+        while not stop.is_set():
             await self._tell(self.blocked(), on_blocked)
             await self.mirror.changed(RETRY_EVERY)
 

@@ -32,7 +32,7 @@ from services.runner.setup import run_credentials
 from services.runner.setup.job_setup import Prepared, Refused, prepare
 from services.runner.setup.placement import Placement
 from services.runner.setup.warehouses import Warehouse
-from shared import event_blobs, run_status, subjects
+from shared import event_blobs, run_status, subjects, supervise
 from shared import events as ev
 from shared import logging as jlog
 from shared.commands import DbtCommand, RunCommand
@@ -333,11 +333,8 @@ class Attempt:
         """Wait, holding no slot, until the run holds its scope, a team slot and a run
         slot; None when it was cancelled before that, here or by a cancel recorded in the
         log (one sent before the run was delivered)."""
-        watch = asyncio.create_task(self._watch_cancel_record())
-        try:
+        async with supervise.alongside(self._watch_cancel_record):
             leases = await entry.enter(self.cancelled, self._queued)
-        finally:
-            watch.cancel()
         if leases is not None and await self._cancel_recorded():
             for lease in leases:
                 await lease.release()
@@ -354,9 +351,11 @@ class Attempt:
                 self.cancelled.request(found.requested_by)
         return self.cancelled.is_set()
 
-    async def _watch_cancel_record(self) -> None:
-        while not await self._cancel_recorded():
-            await asyncio.sleep(CANCEL_RECORD_EVERY)
+    async def _watch_cancel_record(self, stop: asyncio.Event) -> None:
+        while not stop.is_set() and not await self._cancel_recorded():
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(CANCEL_RECORD_EVERY):
+                    await stop.wait()
 
     async def _renumber(self) -> None:
         """One past the last attempt that started: another may have started meanwhile."""
