@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 
 from shared.outages import outage
 
-__all__ = ["alongside", "forever", "each_message", "unless_stopped"]
+__all__ = ["alongside", "cancel_lost", "forever", "each_message", "unless_stopped"]
 
 BATCH = 64  # messages fetched at once by each_message
 RETRY_SECONDS = 1.0  # before a failed loop starts again
@@ -90,3 +90,12 @@ async def alongside(loop: Callable[[asyncio.Event], Awaitable[None]]):
         stop.set()
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+def cancel_lost() -> None:
+    """Raise the cancel this task was sent and did not get: on Python 3.11 nats-py's
+    `wait_for` returns a request's answer instead when both arrive in one step. For loops
+    that never suppress a cancel of their own, such as one reading dbt's output."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError

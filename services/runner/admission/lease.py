@@ -58,6 +58,9 @@ class Lease:
         self.value = msgspec.json.encode({**holder, "what": what})
         self.revision: int | None = None
         self.ttl = 0.0
+        # Set when the lease is given up: `keep` ends on it, not only on a cancel, which is
+        # lost on Python 3.11 when it lands as a renewal is answered (nats-py's wait_for).
+        self.letting_go = asyncio.Event()
         self.log = jlog.get("lease", lease=what, **holder)
 
     async def _bucket(self):
@@ -84,15 +87,20 @@ class Lease:
         raise LeaseBusy({}, self.what)
 
     async def keep(self, lost: asyncio.Event) -> None:
-        """Renew on a beat until cancelled. A watchdog, not the outcome of a request, fences:
-        once FENCE of the TTL has passed since the last renewal was sent, `lost` is set,
-        whatever a renewal in flight would still say (another attempt may hold it soon)."""
+        """Renew on a beat until cancelled or let go. A watchdog, not the outcome of a
+        request, fences: once FENCE of the TTL has passed since the last renewal was sent,
+        `lost` is set, whatever a renewal in flight would still say (another attempt may
+        hold it soon)."""
         if not self.ttl:
             return
         loop = asyncio.get_running_loop()
         fence_at = loop.time() + self.ttl * FENCE
-        while True:
-            await asyncio.sleep(max(0.0, min(self.ttl / 4, fence_at - loop.time())))
+        while not self.letting_go.is_set():
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(max(0.0, min(self.ttl / 4, fence_at - loop.time()))):
+                    await self.letting_go.wait()
+            if self.letting_go.is_set():
+                return
             sent, left = loop.time(), fence_at - loop.time()
             if left <= 0:
                 self.log.warning("lease_not_renewed", seconds=self.ttl * FENCE)
@@ -115,6 +123,7 @@ class Lease:
         """Delete the key if it is still ours. A renewal cancelled in flight may have stored
         a revision this lease never heard of: the key still holding our value is ours, and
         left alone it would keep the next run waiting for its TTL."""
+        self.letting_go.set()
         if self.revision is None:
             return
         with contextlib.suppress(Exception):

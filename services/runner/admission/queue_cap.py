@@ -39,6 +39,7 @@ class Place:
 
     async def release(self) -> None:
         """Give the place up (idempotent): the run started, or ends without starting."""
+        self.lease.letting_go.set()
         self._keeper.cancel()
         # gather, not a suppressed await: a cancel of the caller itself must go on.
         await asyncio.gather(self._keeper, return_exceptions=True)

@@ -30,6 +30,7 @@ from services.runner.after import results
 from services.runner.process import spawn
 from services.runner.process.dbt_env import RUNNER_SETTINGS
 from shared import logging as jlog
+from shared import supervise
 
 if TYPE_CHECKING:
     from services.runner.process.containment import JobSandbox
@@ -304,11 +305,14 @@ async def _pipe_reader(fd: int) -> tuple[asyncio.StreamReader, asyncio.BaseTrans
 
 
 async def _guarded(callback, value) -> None:
-    """A line or event handed on; a failure to publish it is logged, and dbt goes on."""
+    """A line or event handed on; a failure to publish it is logged, and dbt goes on. A
+    cancel (the run cancelled, its deadline) that its publish lost is raised here: dbt is
+    stopped then, not left to finish a run reported cancelled."""
     try:
         await callback(value)
     except Exception as exc:  # noqa: BLE001 - logged; the build is not cut short
         _log.warning("dbt_output_not_published", error=f"{exc.__class__.__name__}: {exc}")
+    supervise.cancel_lost()
 
 
 async def _next_line(reader: asyncio.StreamReader) -> str | None:

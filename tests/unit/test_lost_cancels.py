@@ -1,5 +1,6 @@
-"""A loop run beside a block ends with the block even when its cancel is lost, as it is on
-Python 3.11 when it lands while `wait_for` (which nats-py's requests use) gets its answer."""
+"""A loop beside a block, or reading dbt's output, ends when it is cancelled even when the
+cancel is lost, as it is on Python 3.11 when it lands while `wait_for` (which nats-py's
+requests use) gets its answer."""
 
 from __future__ import annotations
 
@@ -26,3 +27,21 @@ async def test_a_loop_whose_cancel_is_lost_still_ends_with_its_block():
                 await asyncio.sleep(0)
             answers[-1].set_result("ack")  # answered as the block ends and cancels it
     assert task.done() and rounds == 1
+
+
+async def test_a_cancel_lost_in_a_request_is_raised_after_it():
+    answer = asyncio.get_running_loop().create_future()
+    after: list[str] = []
+
+    async def publishing() -> None:
+        await asyncio.wait_for(answer, 5)
+        after.append("answered")
+        supervise.cancel_lost()
+        after.append("went on")
+
+    task = asyncio.create_task(publishing())
+    await asyncio.sleep(0)
+    answer.set_result("ack")
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    assert task.cancelled() and after == ["answered"]
