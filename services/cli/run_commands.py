@@ -124,7 +124,7 @@ async def cmd_deploy(args, settings: Settings) -> int:
         on_promoted=promoted.append,
     )
     checked = None
-    if isinstance(final, ev.Deployed):
+    if isinstance(final, ev.Deployed) or promoted:  # an unchanged version promoted writes too
         checked = await check_overlaps(settings, project, final.version)
     word = {ev.DeployRefused: "refused", ev.DeployFailed: "failed"}.get(type(final))
     code = {"refused": EXIT_REFUSED, "failed": EXIT_FAILED}.get(word, 0)
@@ -140,19 +140,21 @@ async def cmd_deploy(args, settings: Settings) -> int:
     if word is not None:
         print(f"deploy of {project} {word}: {final.reason}", file=sys.stderr)
         return code
-    if checked is not None:
+    if isinstance(final, ev.Deployed):
         print(
             f"deployed {project} version {final.version[:19]} ({len(final.files)} files;"
             f" {final.engine} {final.engine_version}, {final.adapter} {final.adapter_version})"
         )
-        for line in checked.lines:
-            print(line)
     else:
-        print(f"unchanged: {project} is already at version {final.version[:19]}; nothing to do")
+        print(f"unchanged: {project} version {final.version[:19]} is deployed already")
     for event in promoted:
         print(promotion_line(event))
+    for line in checked.lines if checked else ():
+        print(line)
     if not promoted and args.no_promote:
         print(f"promoted nowhere: jetdbt promote {project} {final.version[7:19]} --env NAME")
+    elif not promoted:
+        print(f"unchanged: {args.env or 'the default environment'} runs it already")
     return 0
 
 

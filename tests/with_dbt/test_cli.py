@@ -44,7 +44,7 @@ async def test_unmodified_starter_project_deploys_and_builds(stack, starter):
     assert deployed.returncode == 0, deployed.stderr
     assert "deployed starter version sha256:" in deployed.stdout
     again = await jetdbt(stack, "deploy", str(starter))
-    assert again.returncode == 0 and "unchanged" in again.stdout
+    assert again.returncode == 0 and "the default environment runs it already" in again.stdout
 
     ran = await jetdbt(stack, "run", "starter", "--json")
     assert ran.returncode == 1, ran.stderr  # the starter's not_null test fails by design

@@ -77,7 +77,8 @@ async def test_deploy_without_promoting_then_promote_and_roll_back(stack, projec
     # The folder deployed again, its version deployed already: no parse, a promotion; into
     # the deployer's own dev environment alone, then into production.
     mine = await jetdbt(stack, "deploy", str(project_copy), "--env", "dev")
-    assert mine.returncode == 0 and "unchanged" in mine.stdout, mine.stderr
+    assert mine.returncode == 0 and "is deployed already" in mine.stdout, mine.stderr
+    assert "runs it already" not in mine.stdout  # it was promoted, not left
     dev = next(line for line in mine.stdout.splitlines() if line.startswith("dev/"))
     assert dev.endswith(f"{v1[:19]} → {v2[:19]} (by {dev.split(':')[0][4:]})"), dev
     assert (await versions.held_by(stack.bus, PROJECT, "prod")).version == v1
