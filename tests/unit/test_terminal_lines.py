@@ -6,7 +6,9 @@ from __future__ import annotations
 from rich.console import Console
 
 from services.cli import tables
-from services.cli.display import LiveArea, result_renderable
+from services.cli.display import LiveArea, node_line, result_renderable
+from services.cli.graph_summary import graph_lines
+from services.cli.plural import counted
 from services.cli.watch import ERROR_LINES, Tally, result_table
 from shared import events as ev
 from shared.ages import age
@@ -92,8 +94,27 @@ def test_an_age_reads_in_its_largest_whole_unit():
     assert shown == ["8y", "8y", "3d", "2h", "5m", "12s", "0s"]
 
 
+def test_a_count_says_its_noun_in_the_singular_only_for_one():
+    assert [counted(n, "relation") for n in (0, 1, 2)] == [
+        "0 relations",
+        "1 relation",
+        "2 relations",
+    ]
+    assert counted(1, "analysis", "analyses") == "1 analysis"
+    assert counted(3, "analysis", "analyses") == "3 analyses"
+    one = ev.NodeResult(
+        unique_id="model.p.m", status="success", outcome="passed", name="m", rows_affected=1
+    )
+    assert node_line(one, 100).plain.rstrip().endswith(" 1 row"), node_line(one, 100).plain
+    assert graph_lines([{"unique_id": "model.p.m", "resource_type": "model", "name": "m"}], []) == [
+        "  1 node: 1 model",
+        "  roots (1):  m",
+        "  leaves (1): m",
+    ]
+
+
 def test_a_parse_sums_up_its_graph_and_dbt_s_warnings():
-    from services.cli.graph_summary import graph_lines, warning_lines
+    from services.cli.graph_summary import warning_lines
 
     nodes = [
         {"unique_id": "seed.p.raw", "resource_type": "seed", "name": "raw"},
