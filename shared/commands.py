@@ -386,21 +386,37 @@ class DeployCommand(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
             subjects.check_run_id(self.deploy_id)
 
 
+_VERSION = re.compile(r"(sha256:)?[0-9a-f]+")
+_VERSION_CHARS = (12, 100)
+_VERSION_FORM = (
+    "a version's digest (sha256:<hex>) or a prefix of it of at least 12 characters, such as"
+    " sha256:0a9b8c7d6e5f or 0a9b8c7d6e5f"
+)
+
+
 class PromoteCommand(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     """The body of `dbt.cmd.promote.<project>`: make `environment` ("": the default one) run
     `version`, a version of the project deployed before (its digest, or a prefix of at
     least 12 characters naming one version). Promoting an older version is the rollback."""
 
-    version: Annotated[str, msgspec.Meta(min_length=12, max_length=100)]
+    # Checked in __post_init__ alone, so a bad one is refused in words, not msgspec's; the
+    # schema still says its bounds.
+    version: Annotated[
+        str,
+        msgspec.Meta(
+            description=_VERSION_FORM,
+            extra_json_schema={"minLength": _VERSION_CHARS[0], "maxLength": _VERSION_CHARS[1]},
+        ),
+    ]
     environment: str = ""
     requested_by: Principal = ""
 
     def __post_init__(self):
         _check_environment(self.environment)
-        if not re.fullmatch(r"(sha256:)?[0-9a-f]+", self.version):
+        low, high = _VERSION_CHARS
+        if not (low <= len(self.version) <= high and _VERSION.fullmatch(self.version)):
             raise ValueError(
-                f"version {quote(self.version, 80)} is not a version digest (sha256:<hex>, or a"
-                " prefix of it of at least 12 characters)"
+                f"version {quote(self.version, 80)} is not a version: give {_VERSION_FORM}"
             )
 
 

@@ -21,6 +21,7 @@ import msgspec
 from services.cli.ci_ends import DeployEnd, FailedNode, RunEnd, dropped_relations
 from services.cli.common import ApiAnswered, CliError, api_json
 from services.cli.deploy_source import marks
+from services.cli.plural import counted
 from services.cli.run_commands import packed_folder, say
 from shared import run_status
 from shared.config import Settings
@@ -56,7 +57,8 @@ class ApiDoor:
 
     async def deploy(self, path: Path, project: str, pr: int) -> DeployEnd:
         packed = packed_folder(path, out=sys.stderr)
-        say(f"uploading the bundle ({len(packed.files)} files, {packed.size:,} bytes) to the API")
+        files = counted(len(packed.files), "file")
+        say(f"uploading the bundle ({files}, {packed.size:,} bytes) to the API")
         asked = urlencode([("pr", pr), *(("source", mark) for mark in marks(path))])
         accepted = await self._json(
             f"/v1/projects/{project}/deploys?{asked}",

@@ -27,6 +27,7 @@ from services.cli import client
 from services.cli.ci_api import ApiDoor
 from services.cli.ci_ends import DeployEnd, FailedNode, RunEnd, dropped_relations
 from services.cli.common import EXIT_FAILED, EXIT_REFUSED, CliError, open_bus
+from services.cli.plural import counted
 from services.cli.run_commands import deploy_folder, say, waited
 from shared import events as ev
 from shared import run_logs, run_status, subjects
@@ -157,7 +158,7 @@ async def _close(args, door, project: str) -> int:
     if args.json:
         print(msgspec.json.encode(result).decode())
     elif result.status == run_status.PASSED:
-        held = f": {len(result.dropped)} relations ({', '.join(result.dropped)})"
+        held = f": {counted(len(result.dropped), 'relation')} ({', '.join(result.dropped)})"
         print(
             f"closed pull request {args.pr} of {project}: dropped schema {result.schema}"
             + (held if result.dropped else " (it held nothing)")

@@ -16,6 +16,7 @@ from pathlib import Path
 import msgspec
 import yaml
 
+from services.cli.plural import counted
 from shared import bundle, commands, config, event_blobs, subjects, uploads
 from shared import events as ev
 from shared.bus import Bus
@@ -126,7 +127,7 @@ async def deploy(
     (services/cli/deploy_source.py), `replace_source` lets it replace the project's."""
     say = say or (lambda _: None)
     packed = packed or bundle.pack(path)
-    say(f"uploading the bundle ({len(packed.files)} files, {packed.size:,} bytes)")
+    say(f"uploading the bundle ({counted(len(packed.files), 'file')}, {packed.size:,} bytes)")
     digest = await bus.put_blob(packed.data)
     deploy_id = uuid.uuid4().hex
     await uploads.record(bus, deploy_id, digest)

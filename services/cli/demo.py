@@ -12,6 +12,7 @@ import msgspec
 
 from services.access.local import admin_token_file
 from services.cli import client
+from services.cli.plural import counted
 from services.cli.watch import Progress, Tally, result_table
 from services.stack.composition import Stack
 from shared import events as ev
@@ -33,7 +34,8 @@ def _step(text: str) -> None:
 def _trim(body, limit: int = 12) -> str:
     lines = json.dumps(body, indent=2, default=str).splitlines()
     more = len(lines) - limit
-    return "\n".join(lines[:limit] + ([f"  ... ({more} more lines)"] if more > 0 else []))
+    cut = [f"  ... ({counted(more, 'more line')})"] if more > 0 else []
+    return "\n".join(lines[:limit] + cut)
 
 
 async def _show(session: aiohttp.ClientSession, api: str, path: str) -> None:
@@ -57,7 +59,7 @@ async def demo(settings: Settings) -> int:
             print(f"unchanged: version {deployed.version[:19]} is already deployed (a no-op)")
         elif isinstance(deployed, ev.Deployed):
             print(
-                f"deployed version {deployed.version[:19]}: {len(deployed.files)} files,"
+                f"deployed version {deployed.version[:19]}: {counted(len(deployed.files), 'file')},"
                 f" {deployed.engine} {deployed.engine_version} on {deployed.adapter}"
             )
         else:

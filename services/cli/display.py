@@ -19,6 +19,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from services.cli.plural import counted
 from services.cli.watch import (
     MARK,
     Tally,
@@ -74,7 +75,7 @@ def _elapsed(value: float) -> str:
 
 
 def _rows(value: int | None) -> str:
-    return "" if value is None else f"{value} rows"
+    return "" if value is None else counted(value, "row")
 
 
 def node_line(node: ev.NodeResult, width: int) -> Text:

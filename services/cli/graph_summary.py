@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 
+from services.cli.plural import counted
 from services.cli.watch import ERROR_LINES, printable
 
 __all__ = ["graph_lines", "warning_lines"]
@@ -19,8 +20,9 @@ _COLOUR = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def _plural(kind: str, count: int) -> str:
-    word = {"analysis": "analyses"}.get(kind, kind + "s") if count != 1 else kind
-    return f"{count} {word.replace('_', ' ')}"
+    """A count of a dbt resource type, its words spaced: `2 unit tests`, `1 analysis`."""
+    noun = kind.replace("_", " ")
+    return counted(count, noun, "analyses" if kind == "analysis" else None)
 
 
 def _named(names: list[str]) -> str:

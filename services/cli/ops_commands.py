@@ -12,6 +12,7 @@ from projections.replay_report import render as render_replay
 from services.audit import export
 from services.audit import run_history as audit
 from services.cli.common import EXIT_FAILED, database_url, open_bus
+from services.cli.plural import counted
 from services.cli.read_commands import show
 from shared.config import Settings
 
@@ -52,7 +53,8 @@ async def cmd_audit(args, settings: Settings) -> int:
         )
     finally:
         await bus.close()
-    print(f"wrote {done.rows} events (sequences {done.first_seq}..{done.last_seq}) to {done.path}")
+    sequences = f"{done.first_seq}..{done.last_seq}"
+    print(f"wrote {counted(done.rows, 'event')} (sequences {sequences}) to {done.path}")
     return 0
 
 

@@ -9,6 +9,7 @@ import time
 from typing import NamedTuple
 
 from services.cli.common import ApiAnswered, CliError, api_json
+from services.cli.plural import counted
 from shared.config import Settings
 
 __all__ = ["Checked", "check_overlaps", "WAIT_SECONDS"]
@@ -49,7 +50,7 @@ def _lines(answer: dict) -> list[str]:
         shown, count = overlap["relations"], overlap["count"]
         more = f" and {count - len(shown)} more" if count > len(shown) else ""
         lines.append(
-            f"warning: {who} also writes {count} relation{'s' if count != 1 else ''} of"
+            f"warning: {who} also writes {counted(count, 'relation')} of"
             f" {answer['project']}: {', '.join(shown)}{more}; each build overwrites the"
             " other's (name a schema of its own in jetdbt.yaml: profile.schema)"
         )

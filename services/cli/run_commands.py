@@ -26,6 +26,7 @@ from services.cli.common import (
 from services.cli.deploy_source import marks
 from services.cli.graph_summary import graph_lines, warning_lines
 from services.cli.overlaps import check_overlaps
+from services.cli.plural import counted
 from services.cli.watch import Progress, Tally, result_table, styled
 from shared import bundle, planned, run_logs, run_status, subjects, versions
 from shared import events as ev
@@ -142,7 +143,7 @@ async def cmd_deploy(args, settings: Settings) -> int:
         return code
     if isinstance(final, ev.Deployed):
         print(
-            f"deployed {project} version {final.version[:19]} ({len(final.files)} files;"
+            f"deployed {project} version {final.version[:19]} ({counted(len(final.files), 'file')};"
             f" {final.engine} {final.engine_version}, {final.adapter} {final.adapter_version})"
         )
     else:

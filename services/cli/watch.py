@@ -182,6 +182,8 @@ _NO_NODES = {
 ERROR_LINES = 12
 # The widest a line of an error or a message is shown.
 LINE_WIDTH = 200
+# The line a Python traceback starts with, as a failed Python model's message holds it.
+_TRACEBACK = "Traceback (most recent call last):"
 
 
 def no_nodes_note(status: str, nodes: list) -> str | None:
@@ -200,11 +202,31 @@ def error_lines(result: ev.RunResult) -> list[str]:
 
 def message_lines(message: str | None) -> list[str]:
     """A node's message as shown under it: dbt's first lines (its cause follows the
-    `Runtime Error in model ...` line), blank ones left out, at most ERROR_LINES of them."""
+    `Runtime Error in model ...` line), blank ones left out, at most ERROR_LINES of them.
+    A Python model's traceback says its cause last: its exception's lines are kept after
+    the first ones, the frames between them counted."""
     said = [line.rstrip()[:LINE_WIDTH] for line in (message or "").splitlines() if line.strip()]
-    if len(said) > ERROR_LINES:
-        said = [*said[: ERROR_LINES - 1], f"... {len(said) - ERROR_LINES + 1} more lines"]
-    return said
+    if len(said) <= ERROR_LINES:
+        return said
+    last = _raised(said)[-(ERROR_LINES // 2) :]
+    first = said[: ERROR_LINES - 1 - len(last)]
+    return [*first, f"... {len(said) - len(first) - len(last)} more lines", *last]
+
+
+def _raised(lines: list[str]) -> list[str]:
+    """The lines of the exception the last Python traceback in `lines` ends with: those from
+    the first after its frames (indented no deeper than its `Traceback` line) on; [] when
+    there is no traceback, or its end was cut."""
+    starts = [i for i, line in enumerate(lines) if line.strip() == _TRACEBACK]
+    if not starts:
+        return []
+    depth = _indent(lines[starts[-1]])
+    after = range(starts[-1] + 1, len(lines))
+    return next((lines[i:] for i in after if _indent(lines[i]) <= depth), [])
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip())
 
 
 def _cell(value) -> str:

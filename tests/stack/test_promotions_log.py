@@ -15,11 +15,12 @@ from services.cli import client
 from shared import events as ev
 from shared import identity, versions
 from shared.commands import PromoteCommand
-from tests.support.helpers import get_json, wait_for
+from tests.support.helpers import get_json, jetdbt, wait_for
 
 pytestmark = pytest.mark.asyncio
 
 PROJECT = "old_shop"
+_NOT_A_VERSION = "is not a version: give a version's digest"
 OLD = "sha256:abcdef01" + "0" * 56
 NEWER = "sha256:abcdef02" + "0" * 56
 
@@ -123,9 +124,23 @@ async def test_a_runner_token_cannot_promote_and_a_bad_body_is_named(stack):
         bad = {"version": OLD, "environment": "Prod!"}
         async with http.post(url, json=bad, headers={"Authorization": f"Bearer {deployer}"}) as r:
             assert r.status == 400 and "environment name" in (await r.json())["error"]
+        short = {"version": "0000", "environment": "prod"}
+        async with http.post(url, json=short, headers={"Authorization": f"Bearer {deployer}"}) as r:
+            said = (await r.json())["error"]
+            assert r.status == 400 and _NOT_A_VERSION in said and "Expected" not in said, said
         async with http.post(url, json=body, headers={"Authorization": f"Bearer {deployer}"}) as r:
             accepted = await r.json()
             assert r.status == 202 and accepted["command_id"].startswith("c"), accepted
+
+
+async def test_promote_names_a_version_argument_that_is_not_one(stack):
+    """A version too short or not hex is refused by the CLI before anything is sent, saying
+    what a version looks like, with the usage code (2) as any argument it cannot use."""
+    for bad in ("0000", "prod"):
+        said = await jetdbt(stack, "promote", PROJECT, bad, "--env", "prod")
+        assert said.returncode == 2, said
+        assert said.stderr.startswith(f"jetdbt: version '{bad}' {_NOT_A_VERSION}"), said.stderr
+        assert "sha256:" in said.stderr and "Expected" not in said.stderr, said.stderr
 
 
 async def test_two_promotions_at_once_each_name_what_the_slot_ran_before(stack):

@@ -6,8 +6,10 @@ from __future__ import annotations
 from rich.console import Console
 
 from services.cli import tables
-from services.cli.display import LiveArea, result_renderable
-from services.cli.watch import ERROR_LINES, Tally, result_table
+from services.cli.display import LiveArea, node_line, result_renderable
+from services.cli.graph_summary import graph_lines
+from services.cli.plural import counted
+from services.cli.watch import ERROR_LINES, Tally, message_lines, result_table
 from shared import events as ev
 from shared.ages import age
 from tests.support.synthetic import failed_result
@@ -17,6 +19,42 @@ CAUSE = (
     "  Conversion Error: Could not convert string 'abc' to INT32\n"
     "\n"
     "  LINE 1: select cast('abc' as int) as x"
+)
+
+# What dbt-duckdb's run_results.json said of a Python model whose helper's int() failed.
+PY_CAUSE = "\n".join(
+    [
+        "Runtime Error in model broken (models/broken.py)",
+        "  Python model failed:",
+        "  Traceback (most recent call last):",
+        '    File "/venv/lib/python3.11/site-packages/dbt/adapters/duckdb/environments'
+        '/__init__.py", line 286, in run_python_job',
+        "      df = module.model(dbt, con)",
+        "           ^^^^^^^^^^^^^^^^^^^^^^",
+        '    File "/tmp/tmpq1w2e3r4.py", line 19, in model',
+        '      result = checked([["10", "20"], ["abc"]])',
+        "               ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^",
+        '    File "/tmp/tmpq1w2e3r4.py", line 14, in checked',
+        '      return {"total": totals(rows)}',
+        "                       ^^^^^^^^^^^^",
+        '    File "/tmp/tmpq1w2e3r4.py", line 10, in totals',
+        "      return sum(sum(parse_all(r)) for r in rows)",
+        "             ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^",
+        '    File "/tmp/tmpq1w2e3r4.py", line 10, in <genexpr>',
+        "      return sum(sum(parse_all(r)) for r in rows)",
+        "                     ^^^^^^^^^^^^",
+        '    File "/tmp/tmpq1w2e3r4.py", line 6, in parse_all',
+        "      return [parse_amount(t) for t in texts]",
+        "             ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^",
+        '    File "/tmp/tmpq1w2e3r4.py", line 6, in <listcomp>',
+        "      return [parse_amount(t) for t in texts]",
+        "              ^^^^^^^^^^^^^^^",
+        '    File "/tmp/tmpq1w2e3r4.py", line 2, in parse_amount',
+        "      return int(text)",
+        "             ^^^^^^^^^",
+        "  ValueError: invalid literal for int() with base 10: 'abc'",
+        "  ",
+    ]
 )
 
 
@@ -61,6 +99,30 @@ def test_a_long_message_is_cut_to_its_first_lines_saying_how_many_more():
     assert f"... {40 - ERROR_LINES + 1} more lines" in plain, plain
 
 
+def test_a_python_model_s_traceback_keeps_its_exception_after_its_first_lines():
+    """A traceback's cause is its last line: shown after the first lines, the frames between
+    them counted, wherever the failed node is shown."""
+    record = {"run_id": "r1", "project": "p", "status": "failed", "nodes": [
+        {"unique_id": "model.p.broken", "status": "error", "outcome": "failed",
+         "name": "broken", "message": PY_CAUSE}]}  # fmt: skip
+    said = message_lines(PY_CAUSE)
+    assert len(said) == ERROR_LINES, said
+    assert said[:3] == [
+        "Runtime Error in model broken (models/broken.py)",
+        "  Python model failed:",
+        "  Traceback (most recent call last):",
+    ], said
+    hidden = len([line for line in PY_CAUSE.splitlines() if line.strip()]) - ERROR_LINES + 1
+    assert said[-2:] == [
+        f"... {hidden} more lines",
+        "  ValueError: invalid literal for int() with base 10: 'abc'",
+    ], said
+    plain = result_table(_result(PY_CAUSE))
+    for shown in (plain, _rich(_result(PY_CAUSE)), tables.run_table(record)):
+        assert "ValueError: invalid literal for int() with base 10: 'abc'" in shown, shown
+        assert f"... {hidden} more lines" in shown, shown
+
+
 def test_a_show_prints_its_rows_as_a_table():
     rows = [
         {"order_id": 1, "status": "returned", "amount": 10.0},
@@ -92,8 +154,27 @@ def test_an_age_reads_in_its_largest_whole_unit():
     assert shown == ["8y", "8y", "3d", "2h", "5m", "12s", "0s"]
 
 
+def test_a_count_says_its_noun_in_the_singular_only_for_one():
+    assert [counted(n, "relation") for n in (0, 1, 2)] == [
+        "0 relations",
+        "1 relation",
+        "2 relations",
+    ]
+    assert counted(1, "analysis", "analyses") == "1 analysis"
+    assert counted(3, "analysis", "analyses") == "3 analyses"
+    one = ev.NodeResult(
+        unique_id="model.p.m", status="success", outcome="passed", name="m", rows_affected=1
+    )
+    assert node_line(one, 100).plain.rstrip().endswith(" 1 row"), node_line(one, 100).plain
+    assert graph_lines([{"unique_id": "model.p.m", "resource_type": "model", "name": "m"}], []) == [
+        "  1 node: 1 model",
+        "  roots (1):  m",
+        "  leaves (1): m",
+    ]
+
+
 def test_a_parse_sums_up_its_graph_and_dbt_s_warnings():
-    from services.cli.graph_summary import graph_lines, warning_lines
+    from services.cli.graph_summary import warning_lines
 
     nodes = [
         {"unique_id": "seed.p.raw", "resource_type": "seed", "name": "raw"},

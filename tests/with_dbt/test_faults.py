@@ -12,7 +12,7 @@ from services.cli import client
 from services.stack.composition import Stack
 from shared import events as ev
 from shared.commands import BuildCommand, RunCommand
-from tests.support.gate import add_gate, until_gate_runs
+from tests.support.gate import GATE, add_gate, until_gate_runs
 from tests.support.helpers import deploy_and_wait, get_json, wait_for
 from tests.support.processes import working_in
 
@@ -50,9 +50,12 @@ async def test_a_nats_restart_mid_run_loses_nothing(stack, nats_server, project_
 
 
 async def test_run_timeout_bounds_the_whole_run_and_says_so(settings, project_copy, tmp_path):
-    """A build that outlives RUN_TIMEOUT_SECONDS ends failed with that reason, and its
-    dbt is gone."""
+    """A build that outlives RUN_TIMEOUT_SECONDS ends failed with that reason, the nodes
+    dbt never reached are listed as not run, and its dbt is gone."""
     add_gate(project_copy, tmp_path / "never")
+    (project_copy / "models" / "marts" / "after_gate.sql").write_text(
+        "select * from {{ ref('gate') }}"
+    )
     st = await Stack(msgspec.structs.replace(settings, run_timeout_seconds=20)).start()
     try:
         await deploy_and_wait(st.bus, project_copy, "slow")
@@ -63,4 +66,9 @@ async def test_run_timeout_bounds_the_whole_run_and_says_so(settings, project_co
         await st.stop()
     assert final.result.status == "failed"
     assert final.result.error == "timed out after 20s"
+    nodes = {n.unique_id: n for n in final.result.nodes}
+    gate, after = nodes[GATE], nodes["model.jaffle_shop.after_gate"]
+    assert (gate.status, gate.message) == ("error", "timed out after 20s"), gate
+    assert (after.status, after.outcome) == ("not run", "skipped"), after
+    assert after.message == "not run: the run timed out after 20s before dbt reached it"
     assert not working_in(settings.runner_cache)

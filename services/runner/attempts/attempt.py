@@ -60,12 +60,14 @@ class Cancel(asyncio.Event):
 @dataclass(frozen=True)
 class Ending:
     """How an attempt's steps ended: dbt's exit code (-1: dbt did not say), the error that
-    ended them early (None: none did), and whether a cancel did. A cancel is not an error,
-    so no message a step fails with can be read as one."""
+    ended them early (None: none did), and whether a cancel or the run's timeout did. A
+    cancel is not an error, so no message a step fails with can be read as one; a timeout
+    is, and is marked apart so the nodes dbt never reached are listed as for a cancel."""
 
     code: int
     error: str | None = None
     cancelled: bool = False
+    timed_out: bool = False
 
 
 _CANCELLED = Ending(-1, cancelled=True)
@@ -157,8 +159,8 @@ class Attempt:
         return None
 
     def would_run(self) -> dict[str, Planned]:
-        """The nodes the attempt's commands would run, by unique id: what a cancelled run
-        lists as not run when dbt never reached them."""
+        """The nodes the attempt's commands would run, by unique id: what a cancelled or
+        timed-out run lists as not run when dbt never reached them."""
         return {}
 
     def _other_engine(self) -> str | None:
@@ -388,7 +390,8 @@ class Attempt:
         except (LeaseLost, ForkServerLost):
             raise  # this attempt says nothing more: the command comes back as the next one
         except RunTimedOut:
-            return Ending(-1, f"timed out after {self.ctx.settings.run_timeout_seconds}s")
+            seconds = self.ctx.settings.run_timeout_seconds
+            return Ending(-1, f"timed out after {seconds}s", timed_out=True)
         except BoundExceeded as exc:
             return Ending(-1, str(exc))
         except Exception as exc:  # noqa: BLE001 - the run ends saying so, never hangs
@@ -565,13 +568,16 @@ class Attempt:
         """The structured result of how the attempt went, every node in it."""
         prepared, plan = self.prepared, self.prepared.plan
         code, error = ending.code, ending.error
+        by = f"cancelled by {self.cancelled.by or 'a cancel'}"
         if ending.cancelled:
-            by = f"cancelled by {self.cancelled.by or 'a cancel'}"
             self.results.close(NODE_CANCELLED, f"{by} while dbt was running it")
-            unreached = f"not run: the run was {by} before dbt reached it"
-            self.results.not_reached(self.would_run(), unreached)
         elif error is not None:
             self.results.close("error", error)
+        # A cancel or the timeout cut the run short: what dbt never reached is listed.
+        cut = f"was {by}" if ending.cancelled else error if ending.timed_out else None
+        if cut is not None:
+            unreached = f"not run: the run {cut} before dbt reached it"
+            self.results.not_reached(self.would_run(), unreached)
         nodes = self.results.in_order()
         failed = any(n.outcome == "failed" for n in nodes)
         if ending.cancelled:
