@@ -194,6 +194,7 @@ class Stack:
             "jetdbt-stack",
             forever=True,
             consumer_overrides=overrides,
+            replicas=s.stream_replicas,
             apply=operator,
             user=admin[0],
             password=admin[1],
