@@ -410,12 +410,14 @@ async def connect(
     apply: bool = True,
     forever: bool = False,
     consumer_overrides: dict | None = None,
+    replicas: int = 1,
     user: str | None = None,
     password: str | None = None,
 ) -> Bus:
     """Connect as `user` (none: a server without authorization), refuse an unfit server,
     and, with `ensure`, apply the stream contract (`apply`, an operator's step) or only
-    check it (services whose NATS user may not change streams or consumers).
+    check it (services whose NATS user may not change streams or consumers), every stream
+    at `replicas` (JETDBT_STREAM_REPLICAS) or more.
 
     Services reconnect forever (`forever=True`); the CLI fails fast instead.
     """
@@ -468,9 +470,9 @@ async def connect(
                 f" has no JetStream: start it with -js ({exc.__class__.__name__})"
             ) from None
         if ensure and apply:
-            await contract_mod.ensure(js, contract_mod.load(), consumer_overrides)
+            await contract_mod.ensure(js, contract_mod.load(), consumer_overrides, replicas)
         elif ensure:
-            await contract_mod.check(js, contract_mod.load())
+            await contract_mod.check(js, contract_mod.load(), replicas)
     except BaseException:
         await nc.close()
         raise

@@ -194,6 +194,9 @@ DECLARED: tuple[Setting, ...] = (
             " HTTP)", _STACK, _whole, shown="API port + 1", stack=True),
     Setting("JETDBT_SCHEMA", "schema", str, "jetdbt", "the projections' Postgres schema", _STACK,
             stack=True),
+    Setting("JETDBT_STREAM_REPLICAS", "stream_replicas", int, "1", "the replicas of every stream"
+            " and bucket, which the contract creates or raises to (3 in a 3-node cluster); a"
+            " service whose server holds fewer says so at start", _STACK, _positive),
     Setting("JETDBT_PUBLIC_URL", "public_url", str, "", "the base URL of the links a webhook's"
             " body carries (viewer, api)", _STACK, _base_url, shown="the API's own address"),
     Setting("JETDBT_RUNNER_NAME", "runner_name", str | None, None, "the runner's name in events"

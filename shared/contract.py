@@ -9,12 +9,21 @@ from typing import Any, Literal
 import msgspec
 import yaml
 from nats.js import api
-from nats.js.errors import BucketNotFoundError, NotFoundError
+from nats.js.errors import APIError, BucketNotFoundError, NotFoundError
 
 from shared import logging as jlog
 from shared.config import CONTRACT
 
-__all__ = ["Contract", "IncompatibleContract", "load", "ensure", "check", "consumer_overrides"]
+__all__ = [
+    "Contract",
+    "IncompatibleContract",
+    "load",
+    "ensure",
+    "check",
+    "consumer_overrides",
+    "replicas_wanted",
+    "fewer_replicas",
+]
 
 DAY = 86400.0
 _log = jlog.get("contract")
@@ -135,17 +144,40 @@ def _check_compatible(name: str, have: api.StreamConfig, want: api.StreamConfig)
             )
 
 
-async def _ensure_stream(js, name: str, spec: StreamSpec) -> None:
+def replicas_wanted(declared: int, configured: int, held: int | None = None) -> int:
+    """The replicas of a stream or bucket: the most of streams.yaml's, JETDBT_STREAM_REPLICAS
+    and what the server holds (an operator who scaled one up keeps it: never shrink)."""
+    return max(declared, configured, held or 1)
+
+
+def fewer_replicas(held: dict[str, int], configured: int) -> dict[str, int]:
+    """The streams (buckets' too) the server holds at fewer replicas than configured."""
+    return {name: count for name, count in held.items() if count < configured}
+
+
+async def _ensure_stream(js, name: str, spec: StreamSpec, replicas: int) -> None:
     want = _stream_config(name, spec)
     try:
         info = await js.stream_info(name)
     except NotFoundError:
+        want.num_replicas = replicas_wanted(spec.replicas, replicas)
         await js.add_stream(want)
         return
     _check_compatible(name, info.config, want)
-    # An operator who scaled a stream up (R3 in a cluster) keeps it: never shrink replicas.
-    want.num_replicas = max(want.num_replicas or 1, info.config.num_replicas or 1)
+    want.num_replicas = replicas_wanted(spec.replicas, replicas, info.config.num_replicas)
     await js.update_stream(want)
+
+
+async def _raise_replicas(js, stream: str, replicas: int, ttl: float | None = None) -> None:
+    """A bucket's backing stream at `replicas` or more and, for a key-value bucket, its TTL
+    (a bucket made before its TTL was declared, whose leases never expired, gets it)."""
+    config = (await js.stream_info(stream)).config
+    wanted = replicas_wanted(1, replicas, config.num_replicas)
+    if (config.num_replicas or 1) == wanted and (ttl is None or (config.max_age or 0) == ttl):
+        return
+    config.num_replicas = wanted
+    config.max_age = config.max_age if ttl is None else ttl
+    await js.update_stream(config)
 
 
 def consumer_overrides(settings) -> dict:
@@ -193,12 +225,32 @@ async def _ensure_consumer(js, name: str, spec: ConsumerSpec, overrides: dict[st
             )
 
 
-async def ensure(js, contract: Contract, consumer_overrides: dict | None = None) -> None:
-    """Make the server match the contract; idempotent, safe to run from every service."""
+# The server's answer to more than one replica when it is not part of a cluster.
+_NOT_CLUSTERED = 10074
+
+
+async def ensure(
+    js, contract: Contract, consumer_overrides: dict | None = None, replicas: int = 1
+) -> None:
+    """Make the server match the contract, every stream and bucket at `replicas` or more
+    (JETDBT_STREAM_REPLICAS); idempotent, safe to run from every service."""
+    try:
+        await _ensure(js, contract, consumer_overrides or {}, replicas)
+    except APIError as exc:
+        if exc.err_code != _NOT_CLUSTERED:
+            raise
+        raise IncompatibleContract(
+            f"JETDBT_STREAM_REPLICAS (--replicas) is {replicas}, and this NATS server is not"
+            " part of a cluster: a single server holds one replica of each stream. Set it"
+            f" to 1, or name a cluster of {replicas} nodes or more in NATS_URL"
+        ) from None
+
+
+async def _ensure(js, contract: Contract, consumer_overrides: dict, replicas: int) -> None:
     for name, spec in contract.streams.items():
-        await _ensure_stream(js, name, spec)
+        await _ensure_stream(js, name, spec, replicas)
     for name, spec in contract.consumers.items():
-        await _ensure_consumer(js, name, spec, (consumer_overrides or {}).get(name, {}))
+        await _ensure_consumer(js, name, spec, consumer_overrides.get(name, {}))
     for name, spec in contract.object_stores.items():
         try:
             await js.object_store(name)
@@ -206,9 +258,13 @@ async def ensure(js, contract: Contract, consumer_overrides: dict | None = None)
             await js.create_object_store(
                 name,
                 config=api.ObjectStoreConfig(
-                    description=spec.description or None, storage=api.StorageType(spec.storage)
+                    description=spec.description or None,
+                    storage=api.StorageType(spec.storage),
+                    replicas=replicas,
                 ),
             )
+            continue
+        await _raise_replicas(js, f"OBJ_{name}", replicas)
     for name, spec in contract.key_value.items():
         try:
             await js.key_value(name)
@@ -220,14 +276,11 @@ async def ensure(js, contract: Contract, consumer_overrides: dict | None = None)
                     history=spec.history,
                     storage=api.StorageType(spec.storage),
                     ttl=spec.ttl_seconds or None,
+                    replicas=replicas,
                 )
             )
             continue
-        # A bucket made before its TTL was declared (leases that never expired) gets it.
-        config = (await js.stream_info(f"KV_{name}")).config
-        if (config.max_age or 0) != spec.ttl_seconds:
-            config.max_age = spec.ttl_seconds
-            await js.update_stream(config)
+        await _raise_replicas(js, f"KV_{name}", replicas, spec.ttl_seconds)
 
 
 # What `check` compares on a live stream: a service refuses a server whose stream differs
@@ -266,11 +319,15 @@ async def _live(kind: str, name: str, lookup):
         raise IncompatibleContract(missing) from None
 
 
-async def check(js, contract: Contract) -> None:
+async def check(js, contract: Contract, replicas: int = 1) -> None:
     """Refuse a server whose streams, consumers and buckets are not the contract's, naming
-    the first field that differs; changes nothing (a service's NATS user may not)."""
+    the first field that differs; changes nothing (a service's NATS user may not). Streams
+    held at fewer than `replicas` (JETDBT_STREAM_REPLICAS) only make a warning: the service
+    runs, with less of the log's safety than its operator asked for."""
+    held = {}
     for name, spec in contract.streams.items():
         have = await _live("stream", name, js.stream_info(name))
+        held[name] = have.num_replicas or 1
         want = _stream_config(name, spec)
         for field in _CHECKED:
             server = _comparable(field, getattr(have, field))
@@ -289,7 +346,8 @@ async def check(js, contract: Contract) -> None:
                 f" {spec.filter_subjects!r} in streams.yaml; {_APPLY}"
             )
     for name in contract.object_stores:
-        await _live("object store", name, js.stream_info(f"OBJ_{name}"))
+        config = await _live("object store", name, js.stream_info(f"OBJ_{name}"))
+        held[f"OBJ_{name}"] = config.num_replicas or 1
     for name, spec in contract.key_value.items():
         config = await _live("bucket", name, js.stream_info(f"KV_{name}"))
         if (config.max_age or 0) != spec.ttl_seconds:
@@ -297,3 +355,13 @@ async def check(js, contract: Contract) -> None:
                 f"bucket {name}: field 'ttl_seconds' is {config.max_age or 0} on the server and"
                 f" {spec.ttl_seconds} in streams.yaml; {_APPLY}"
             )
+        held[f"KV_{name}"] = config.num_replicas or 1
+    fewer = fewer_replicas(held, replicas)
+    if fewer:
+        _log.warning(
+            "streams_under_replicated",
+            streams=fewer,
+            configured=replicas,
+            setting="JETDBT_STREAM_REPLICAS",
+            fix=f"an operator applies `jetdbt contract apply --replicas {replicas}`",
+        )

@@ -113,6 +113,7 @@ async def cmd_contract(args, settings: Settings) -> int:
         nats_url,
         "jetdbt-contract",
         consumer_overrides=contract.consumer_overrides(settings),
+        replicas=settings.stream_replicas if args.replicas is None else args.replicas,
         user=user,
         password=password,
     )

@@ -165,7 +165,13 @@ def build_parser() -> argparse.ArgumentParser:
     mcp.add_argument("--token-file", help="a file holding the API token (default: JETDBT_TOKEN)")
     mcp.add_argument("--api", metavar="URL", help="the API's address (default: the stack's)")
     con = sub.add_parser("contract", help="apply streams.yaml as the operator")
-    con.add_subparsers(dest="contract_cmd", required=True).add_parser("apply")
+    apply = con.add_subparsers(dest="contract_cmd", required=True).add_parser("apply")
+    apply.add_argument(
+        "--replicas",
+        type=_replicas,
+        help="every stream and bucket at this many replicas or more, never fewer than a"
+        " stream has (default: JETDBT_STREAM_REPLICAS)",
+    )
     dead = sub.add_parser("dead-letters", help="events a projection could not apply")
     dead_sub = dead.add_subparsers(dest="dead_cmd", required=True)
     dead_sub.add_parser("list", help="list them (from the API)")
@@ -254,6 +260,17 @@ def _ci_command(sub) -> None:
         " instead of NATS: a CI system's way in",
     )
     _wait_limit(ci)
+
+
+def _replicas(text: str) -> int:
+    """--replicas: read as JETDBT_STREAM_REPLICAS is (imported only when it is given)."""
+    from shared.config import DECLARED
+
+    (setting,) = [s for s in DECLARED if s.name == "JETDBT_STREAM_REPLICAS"]
+    try:
+        return setting.read("--replicas", text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _pr_number(text: str) -> int:

@@ -11,7 +11,7 @@ import signal
 import sys
 
 from services.cli.common import CliError
-from services.stack.composition import Stack, StackFailed
+from services.stack.composition import DATABASE_ROLES, ROLES, Stack, StackFailed
 from shared.bus import shown
 from shared.config import Settings
 
@@ -110,23 +110,14 @@ async def cmd_up(args, settings: Settings) -> int:
 
 async def cmd_serve(args, settings: Settings) -> int:
     """One service per process, against configured servers (production)."""
-    every = {"runner", "projectors", "api", "triggers", "notifier"}
-    roles = {args.role} if args.role != "all" else every
-    if not settings.nats_url or (roles & {"projectors", "api"} and not settings.database_url):
+    roles = {args.role} if args.role != "all" else set(ROLES)
+    if not settings.nats_url or (roles & set(DATABASE_ROLES) and not settings.database_url):
         raise CliError(
             "`jetdbt serve` needs NATS_URL (and DATABASE_URL for projectors and the"
             " api; runners never touch Postgres); use `jetdbt up` locally"
         )
     stop = _stop_requested()
-    stack = Stack(
-        settings,
-        runner="runner" in roles,
-        projectors="projectors" in roles,
-        api="api" in roles,
-        triggers="triggers" in roles,
-        notifier="notifier" in roles,
-    )
-    return await _serve(stack, stop)
+    return await _serve(Stack.serving(settings, roles), stop)
 
 
 async def cmd_demo(args, settings: Settings) -> int:

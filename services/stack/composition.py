@@ -33,7 +33,19 @@ from shared import logging as jlog
 from shared.bus import Bus, connect, shown, url_user
 from shared.config import Settings
 
-__all__ = ["Stack", "StackFailed", "STACK_FILE", "read_stack_file"]
+__all__ = ["Stack", "StackFailed", "STACK_FILE", "ROLES", "DATABASE_ROLES", "read_stack_file"]
+
+# The services a stack composes, each with the NATS user it connects as. A deployment runs
+# each in its own process (`jetdbt serve ROLE`); a test holds compose and Kubernetes to it.
+ROLES = {
+    "runner": "runner",
+    "projectors": "projector",
+    "api": "api",  # the MCP server beside it
+    "triggers": "triggers",
+    "notifier": "notifier",
+}
+# The roles that read Postgres; runners never touch it.
+DATABASE_ROLES = ("projectors", "api")
 
 
 class StackFailed(RuntimeError):
@@ -63,6 +75,11 @@ class Stack:
     _site_runner: web.AppRunner | None = None
     _mcp: object = None
     _wrote_stack_file: bool = False
+
+    @classmethod
+    def serving(cls, settings: Settings, roles: set[str]) -> Stack:
+        """A stack of only the given ROLES, against configured servers (`jetdbt serve`)."""
+        return cls(settings, **{role: role in roles for role in ROLES})
 
     async def start(self) -> Stack:
         """Start every part; if one cannot start, stop what did and say what to change."""
@@ -97,7 +114,7 @@ class Stack:
             self._nats = NatsServer(s.home / "nats", config=config).start()
             self.nats_url = self._nats.url
         self.database_url = s.database_url or ""
-        needs_db = self.projectors or self.api
+        needs_db = any(getattr(self, role) for role in DATABASE_ROLES)
         if needs_db and not self.database_url:
             self._pg, self.database_url = await asyncio.to_thread(start_postgres, s.home / "pg")
         await self._connect(contract.consumer_overrides(s))
@@ -177,6 +194,7 @@ class Stack:
             "jetdbt-stack",
             forever=True,
             consumer_overrides=overrides,
+            replicas=s.stream_replicas,
             apply=operator,
             user=admin[0],
             password=admin[1],

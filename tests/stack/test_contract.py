@@ -4,19 +4,24 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import socket
 import subprocess
 import time
 
 import pytest
+import structlog
 from nats.js import api
 from nats.js.errors import APIError
 
 from services.stack.embedded import free_port, nats_binary
 from shared import contract, subjects
+from shared import logging as jlog
 from shared.bus import ServerRefused, check_server, connect
 from shared.events import RunRequested
 from shared.streams import COMMANDS, EVENTS, SCHEDULES_STREAM
+from tests.support.chaos.harness import start_cluster
+from tests.support.helpers import JETDBT
 
 SYSTEM_NATS = ("127.0.0.1", 4222)
 DAY = 86400
@@ -244,3 +249,59 @@ async def test_a_runner_heartbeats_at_the_live_ack_wait(settings):
         await serving
     finally:
         await bus.close()
+
+
+def _contract_apply(nats_url: str, home, *args: str) -> subprocess.CompletedProcess:
+    """`jetdbt contract apply` as an operator runs it, against the test's server."""
+    env = {**os.environ, "NATS_URL": nats_url, "JETDBT_HOME": str(home)}
+    return subprocess.run(
+        [JETDBT, "contract", "apply", *args], env=env, capture_output=True, text=True, timeout=60
+    )
+
+
+async def test_contract_apply_takes_the_replica_count(js, nats_url, tmp_path):
+    done = await asyncio.to_thread(_contract_apply, nats_url, tmp_path, "--replicas", "1")
+    assert done.returncode == 0, done.stderr
+    assert (await js.stream_info(EVENTS)).config.num_replicas == 1
+    assert (await js.stream_info("KV_DBT_LEASES")).config.num_replicas == 1
+
+
+async def test_a_single_server_is_refused_three_replicas_naming_the_setting(js, nats_url, tmp_path):
+    done = await asyncio.to_thread(_contract_apply, nats_url, tmp_path, "--replicas", "3")
+    assert done.returncode == 2, done.stderr
+    assert "jetdbt: JETDBT_STREAM_REPLICAS (--replicas) is 3" in done.stderr
+    assert "not part of a cluster" in done.stderr and "Traceback" not in done.stderr
+    assert await _stream_names(js) == set()  # nothing made at one replica behind its back
+
+
+async def test_a_service_on_streams_under_its_replica_count_says_so_at_start(
+    js, nats_url, monkeypatch
+):
+    await contract.ensure(js, contract.load())
+    with structlog.testing.capture_logs() as logs:
+        monkeypatch.setattr(contract, "_log", jlog.get("contract"))  # bound inside the capture
+        bus = await connect(nats_url, "a service", apply=False, replicas=3)
+        await bus.close()
+    (warning,) = [line for line in logs if line["event"] == "streams_under_replicated"]
+    assert warning["log_level"] == "warning" and warning["configured"] == 3
+    assert warning["streams"][EVENTS] == 1 and warning["streams"]["KV_DBT_LEASES"] == 1
+    assert warning["setting"] == "JETDBT_STREAM_REPLICAS"
+
+
+async def test_a_cluster_applied_at_three_replicas_holds_every_stream_and_bucket_at_three(
+    tmp_path,
+):
+    """What `jetdbt contract apply --replicas 3` makes of a three-node cluster (the cluster
+    harness applies the contract so), buckets' backing streams included."""
+    cluster = await start_cluster(tmp_path / "cluster")
+    try:
+        bus = await connect(cluster.url, "t", ensure=False)
+        try:
+            held = {i.config.name: i.config.num_replicas for i in await bus.js.streams_info()}
+        finally:
+            await bus.close()
+    finally:
+        await asyncio.to_thread(cluster.stop)
+    spec = contract.load()
+    assert len(held) == len(spec.streams) + len(spec.key_value) + len(spec.object_stores)
+    assert set(held.values()) == {3}, held

@@ -7,9 +7,8 @@ itself. A node counts as up when its monitoring `/healthz` answers 200: JetStrea
 has a meta leader and every replica on that node has caught up.
 
 jetdbt reaches it with a comma-separated NATS_URL (`NatsCluster.url`);
-`shared.bus.connect` splits it. `replicate` puts the contract's streams, key-value and
-object-store buckets at three replicas before any service starts; the contract never
-shrinks a stream's replicas and leaves existing buckets be, so they stay R3.
+`shared.bus.connect` splits it. `replicate` applies the contract at three replicas before
+any service starts; the contract never shrinks a stream's replicas, so they stay R3.
 """
 
 from __future__ import annotations
@@ -23,7 +22,6 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-import msgspec
 from nats.js.errors import BadRequestError
 
 from services.stack.embedded import free_port, nats_binary
@@ -219,29 +217,13 @@ NO_PEERS = 10005
 
 
 async def replicate(js, replicas: int = 3) -> None:
-    """Ensure the contract with every stream, key-value and object-store bucket at
-    `replicas` (never fewer than streams.yaml declares).
-
-    The contract creates streams with the replicas it is given and keeps a stream's
-    replicas when it runs again; it creates buckets at one replica and leaves them be
-    afterwards, so their backing streams are scaled up here. Until the contract takes a
-    replica count itself, a cluster's first service needs this before it starts.
-    """
+    """Apply the contract at `replicas` (`jetdbt contract apply --replicas`), as a cluster's
+    first service needs before it starts, and wait until every replica has caught up."""
     spec = contract.load()
-    streams = {
-        name: msgspec.structs.replace(s, replicas=max(s.replicas, replicas))
-        for name, s in spec.streams.items()
-    }
-    ensured = msgspec.structs.replace(spec, streams=streams)
-    await _placed(lambda: contract.ensure(js, ensured))
+    await _placed(lambda: contract.ensure(js, spec, replicas=replicas))
     backing = [f"KV_{name}" for name in spec.key_value]
     backing += [f"OBJ_{name}" for name in spec.object_stores]
-    for name in backing:
-        config = (await js.stream_info(name)).config
-        if (config.num_replicas or 1) < replicas:
-            config.num_replicas = replicas
-            await _placed(lambda config=config: js.update_stream(config))
-    await _all_current(js, [*streams, *backing], replicas)
+    await _all_current(js, [*spec.streams, *backing], replicas)
 
 
 async def _placed(placing, timeout: float = 60.0) -> None:
