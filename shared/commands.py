@@ -386,11 +386,11 @@ class DeployCommand(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
             subjects.check_run_id(self.deploy_id)
 
 
-_VERSION = re.compile(r"(sha256:)?[0-9a-f]+")
-_VERSION_CHARS = (12, 100)
+# A version names its digest, or a prefix of at least 12 of its hex digits.
+_VERSION = re.compile(r"(sha256:)?[0-9a-f]{12,64}")
 _VERSION_FORM = (
-    "a version's digest (sha256:<hex>) or a prefix of it of at least 12 characters, such as"
-    " sha256:0a9b8c7d6e5f or 0a9b8c7d6e5f"
+    "a version's digest (sha256: and 64 lowercase hex digits) or a prefix of at least 12 of"
+    " its hex digits, such as sha256:0a9b8c7d6e5f or 0a9b8c7d6e5f"
 )
 
 
@@ -405,7 +405,7 @@ class PromoteCommand(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw
         str,
         msgspec.Meta(
             description=_VERSION_FORM,
-            extra_json_schema={"minLength": _VERSION_CHARS[0], "maxLength": _VERSION_CHARS[1]},
+            extra_json_schema={"pattern": f"^{_VERSION.pattern}$"},
         ),
     ]
     environment: str = ""
@@ -413,8 +413,7 @@ class PromoteCommand(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw
 
     def __post_init__(self):
         _check_environment(self.environment)
-        low, high = _VERSION_CHARS
-        if not (low <= len(self.version) <= high and _VERSION.fullmatch(self.version)):
+        if not _VERSION.fullmatch(self.version):
             raise ValueError(
                 f"version {quote(self.version, 80)} is not a version: give {_VERSION_FORM}"
             )

@@ -54,16 +54,25 @@ def _text(name: str, raw: str) -> str:
 
 
 def _whole(name: str, raw: str) -> int:
-    try:
-        return int(raw)
-    except ValueError:
-        raise ValueError(f"{name}={raw!r} is not a whole number") from None
+    """Plain digits, a minus before them at most: not `1_0` or another script's digits,
+    which `int` reads too."""
+    if not re.fullmatch(r"-?[0-9]{1,18}", raw.strip()):
+        raise ValueError(f"{name}={raw!r} is not a whole number")
+    return int(raw)
 
 
 def _positive(name: str, raw: str) -> int:
     value = _whole(name, raw)
     if value < 1:
         raise ValueError(f"{name}={value} must be at least 1")
+    return value
+
+
+def _replicas(name: str, raw: str) -> int:
+    """1 to 5: JetStream holds at most five replicas of a stream."""
+    value = _positive(name, raw)
+    if value > 5:
+        raise ValueError(f"{name}={value} is more than the 5 replicas JetStream holds at most")
     return value
 
 
@@ -196,7 +205,7 @@ DECLARED: tuple[Setting, ...] = (
             stack=True),
     Setting("JETDBT_STREAM_REPLICAS", "stream_replicas", int, "1", "the replicas of every stream"
             " and bucket, which the contract creates or raises to (3 in a 3-node cluster); a"
-            " service whose server holds fewer says so at start", _STACK, _positive),
+            " service whose server holds fewer says so at start", _STACK, _replicas),
     Setting("JETDBT_PUBLIC_URL", "public_url", str, "", "the base URL of the links a webhook's"
             " body carries (viewer, api)", _STACK, _base_url, shown="the API's own address"),
     Setting("JETDBT_RUNNER_NAME", "runner_name", str | None, None, "the runner's name in events"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from enum import Enum
 from pathlib import Path
 from typing import Any, Literal
@@ -225,8 +227,12 @@ async def _ensure_consumer(js, name: str, spec: ConsumerSpec, overrides: dict[st
             )
 
 
-# The server's answer to more than one replica when it is not part of a cluster.
+# The server's answers to more replicas than it can place: it is not part of a cluster; no
+# `replicas` nodes can each hold one (too few, or a new cluster's nodes still meeting).
 _NOT_CLUSTERED = 10074
+_NO_PEERS = 10005
+# How long a placement is asked again while a new cluster's nodes learn of each other.
+PLACEMENT_SECONDS = 30.0
 
 
 async def ensure(
@@ -234,16 +240,31 @@ async def ensure(
 ) -> None:
     """Make the server match the contract, every stream and bucket at `replicas` or more
     (JETDBT_STREAM_REPLICAS); idempotent, safe to run from every service."""
-    try:
-        await _ensure(js, contract, consumer_overrides or {}, replicas)
-    except APIError as exc:
-        if exc.err_code != _NOT_CLUSTERED:
-            raise
-        raise IncompatibleContract(
-            f"JETDBT_STREAM_REPLICAS (--replicas) is {replicas}, and this NATS server is not"
-            " part of a cluster: a single server holds one replica of each stream. Set it"
-            f" to 1, or name a cluster of {replicas} nodes or more in NATS_URL"
-        ) from None
+    deadline = time.monotonic() + PLACEMENT_SECONDS
+    while True:
+        try:
+            return await _ensure(js, contract, consumer_overrides or {}, replicas)
+        except APIError as exc:
+            if exc.err_code == _NO_PEERS and time.monotonic() < deadline:
+                await asyncio.sleep(0.5)
+                continue
+            if exc.err_code not in (_NOT_CLUSTERED, _NO_PEERS):
+                raise
+            raise IncompatibleContract(_unplaceable(replicas, exc.err_code)) from None
+
+
+def _unplaceable(replicas: int, code: int) -> str:
+    said = f"JETDBT_STREAM_REPLICAS (--replicas) is {replicas}, and "
+    if code == _NOT_CLUSTERED:
+        return said + (
+            "this NATS server is not part of a cluster: a single server holds one replica of"
+            f" each stream. Set it to 1, or name a cluster of {replicas} nodes or more in"
+            " NATS_URL"
+        )
+    return said + (
+        f"the NATS cluster has no {replicas} nodes that can each hold a replica (asked for"
+        f" {PLACEMENT_SECONDS:g} s, while new nodes meet). Set it to the cluster's size or less"
+    )
 
 
 async def _ensure(js, contract: Contract, consumer_overrides: dict, replicas: int) -> None:

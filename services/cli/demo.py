@@ -56,7 +56,7 @@ async def demo(settings: Settings) -> int:
         _step(f"deploying {EXAMPLE.name}")
         packed, deployed = await client.deploy(stack.bus, EXAMPLE, "jaffle_shop")
         if isinstance(deployed, ev.DeployUnchanged):
-            print(f"unchanged: version {deployed.version[:19]} is already deployed (a no-op)")
+            print(f"unchanged: version {deployed.version[:19]} is deployed already")
         elif isinstance(deployed, ev.Deployed):
             print(
                 f"deployed version {deployed.version[:19]}: {counted(len(deployed.files), 'file')},"

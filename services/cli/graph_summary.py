@@ -21,8 +21,7 @@ _COLOUR = re.compile(r"\x1b\[[0-9;]*m")
 
 def _plural(kind: str, count: int) -> str:
     """A count of a dbt resource type, its words spaced: `2 unit tests`, `1 analysis`."""
-    noun = kind.replace("_", " ")
-    return counted(count, noun, "analyses" if kind == "analysis" else None)
+    return counted(count, kind.replace("_", " "))
 
 
 def _named(names: list[str]) -> str:

@@ -6,7 +6,10 @@ from __future__ import annotations
 __all__ = ["counted"]
 
 
-def counted(count: int, noun: str, many: str | None = None) -> str:
-    """`count` and `noun`, plural unless it is 1: `many` when given (`analyses`), else `noun`
-    with an s."""
-    return f"{count} {noun if count == 1 else many or noun + 's'}"
+# Nouns the CLI counts whose plural is not the noun and an s (dbt's resource types among them).
+_IRREGULAR = {"analysis": "analyses", "saved query": "saved queries"}
+
+
+def counted(count: int, noun: str) -> str:
+    """`count` and `noun`, plural unless it is 1."""
+    return f"{count} {noun if count == 1 else _IRREGULAR.get(noun, noun + 's')}"

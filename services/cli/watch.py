@@ -14,6 +14,7 @@ import re
 import sys
 import time
 
+from services.cli.plural import counted
 from shared import events as ev
 from shared import run_status
 from shared.outcomes import attention
@@ -208,9 +209,17 @@ def message_lines(message: str | None) -> list[str]:
     said = [line.rstrip()[:LINE_WIDTH] for line in (message or "").splitlines() if line.strip()]
     if len(said) <= ERROR_LINES:
         return said
-    last = _raised(said)[-(ERROR_LINES // 2) :]
-    first = said[: ERROR_LINES - 1 - len(last)]
-    return [*first, f"... {len(said) - len(first) - len(last)} more lines", *last]
+    raised = _raised(said)
+    start = len(said) - len(raised)
+    shown = raised[: ERROR_LINES // 2]  # its exception's own line first, what follows cut
+    tail = _more(len(raised) - len(shown))
+    first = said[: min(start, ERROR_LINES - 1 - len(shown) - len(tail))]
+    return [*first, *_more(start - len(first)), *shown, *tail]
+
+
+def _more(count: int) -> list[str]:
+    """The line saying `count` lines are left out, or none when none are."""
+    return [f"... {counted(count, 'more line')}"] if count else []
 
 
 def _raised(lines: list[str]) -> list[str]:

@@ -21,8 +21,8 @@ pytestmark = pytest.mark.asyncio
 
 PROJECT = "old_shop"
 _NOT_A_VERSION = "is not a version: give a version's digest"
-OLD = "sha256:abcdef01" + "0" * 56
-NEWER = "sha256:abcdef02" + "0" * 56
+OLD = "sha256:abcdef0123451" + "0" * 51
+NEWER = "sha256:abcdef0123452" + "0" * 51
 
 
 def _deployed(version: str, deploy_id: str, seq: int) -> ev.Deployed:
@@ -68,9 +68,10 @@ async def test_old_deploys_fold_as_prod_and_the_promote_verb_moves_and_refuses(s
     ]
     assert history[0]["deploy_id"] == "d2" and history[0]["promoted_by"] == "ann"
 
-    ambiguous = await _promote(stack, "sha256:abcdef0")
+    ambiguous = await _promote(stack, "sha256:abcdef012345")
     assert isinstance(ambiguous, ev.DeployRefused)
-    assert "names 2 deployed versions" in ambiguous.reason and OLD[:19] in ambiguous.reason
+    assert "names 2 deployed versions" in ambiguous.reason, ambiguous.reason
+    assert OLD[:23] in ambiguous.reason and NEWER[:23] in ambiguous.reason, ambiguous.reason
     unknown = await _promote(stack, "0123456789ab")
     assert isinstance(unknown, ev.DeployRefused)
     assert "no deployed version '0123456789ab'" in unknown.reason and NEWER[:19] in unknown.reason
@@ -85,7 +86,7 @@ async def test_old_deploys_fold_as_prod_and_the_promote_verb_moves_and_refuses(s
     assert (await versions.promotion_of(stack.bus, PROJECT, "prod")).version == NEWER
     assert (await versions.held_by(stack.bus, PROJECT, "prod")).version == NEWER
 
-    back = await _promote(stack, OLD[7:19])
+    back = await _promote(stack, OLD[7:20])
     assert isinstance(back, ev.Promoted) and (back.previous, back.version) == (NEWER, OLD)
     assert back.requested_by == "ops" and back.deploy_id == ""
     assert (await versions.held_by(stack.bus, PROJECT, "prod")).version == OLD

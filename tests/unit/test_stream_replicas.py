@@ -32,13 +32,20 @@ def test_the_streams_held_at_fewer_replicas_than_configured_are_named():
     assert fewer_replicas(held, 1) == {}
 
 
-def test_the_setting_and_the_flag_take_one_or_more():
+def test_the_setting_and_the_flag_take_one_to_five():
     assert load({}).stream_replicas == 1
     assert load({"JETDBT_STREAM_REPLICAS": "3"}).stream_replicas == 3
     with pytest.raises(ValueError, match="JETDBT_STREAM_REPLICAS=0 must be at least 1"):
         load({"JETDBT_STREAM_REPLICAS": "0"})
+    with pytest.raises(ValueError, match="=6 is more than the 5 replicas JetStream holds"):
+        load({"JETDBT_STREAM_REPLICAS": "6"})
+    for odd in ("1_0", "\u0663", "99999999999999999999", "3.0"):
+        with pytest.raises(ValueError, match="is not a whole number"):
+            load({"JETDBT_STREAM_REPLICAS": odd})
     parser = build_parser()
     assert parser.parse_args(["contract", "apply", "--replicas", "3"]).replicas == 3
     assert parser.parse_args(["contract", "apply"]).replicas is None  # the setting's, then
     with pytest.raises(SystemExit):
         parser.parse_args(["contract", "apply", "--replicas", "0"])
+    with pytest.raises(SystemExit):
+        parser.parse_args(["contract", "apply", "--replicas", "6"])

@@ -160,8 +160,8 @@ def test_a_count_says_its_noun_in_the_singular_only_for_one():
         "1 relation",
         "2 relations",
     ]
-    assert counted(1, "analysis", "analyses") == "1 analysis"
-    assert counted(3, "analysis", "analyses") == "3 analyses"
+    assert counted(1, "analysis") == "1 analysis"
+    assert counted(3, "analysis") == "3 analyses" and counted(2, "saved query") == "2 saved queries"
     one = ev.NodeResult(
         unique_id="model.p.m", status="success", outcome="passed", name="m", rows_affected=1
     )
@@ -225,3 +225,15 @@ def test_a_refused_run_lists_why_it_was_refused_not_why_it_waited():
            "refused_reason": "the selection (select=nope) matches no nodes"}  # fmt: skip
     listed = tables.runs_table({"project": "p", "runs": [run]})
     assert "matches no nodes" in listed and "waiting for run" not in listed, listed
+
+
+def test_a_traceback_s_exception_line_is_shown_whatever_follows_it():
+    """dbt's trailer, or an exception over several lines, after the exception's own line:
+    that line is kept, and what follows it is cut and counted."""
+    frames = [f'  File "m.py", line {i}, in f{i}\n    step{i}()' for i in range(10)]
+    for after in (["compiled code at target/run/m.py", *(f"line {c}" for c in "abcde")],
+                  [f"detail {i}" for i in range(8)]):  # fmt: skip
+        text = "\n".join(["Traceback (most recent call last):", *frames, "KeyError: 'col'", *after])
+        said = message_lines(text)
+        assert len(said) <= ERROR_LINES and "KeyError: 'col'" in said, said
+        assert said[-1] == f"... {counted(len(after) - ERROR_LINES // 2 + 1, 'more line')}"

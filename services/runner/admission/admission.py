@@ -166,6 +166,16 @@ def mirror_of(bus: Bus) -> Mirror:
     return mirror
 
 
+async def _first(*waits: Awaitable) -> None:
+    """Until the first of `waits` (each waits on this process alone, no request) ends."""
+    tasks = [asyncio.ensure_future(w) for w in waits]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+
+
 def _waiting_seq(key: str) -> int:
     return int(key.rsplit(".", 1)[1])
 
@@ -252,7 +262,7 @@ class Admission:
         await self.mirror.ready.wait()
         while not stop.is_set():
             await self._tell(self.blocked(), on_blocked)
-            await self.mirror.changed(RETRY_EVERY)
+            await _first(self.mirror.changed(RETRY_EVERY), stop.wait())
 
     async def enter(
         self,
@@ -261,11 +271,7 @@ class Admission:
     ) -> list[Lease] | None:
         """The leases this attempt holds from now on, or None when it was cancelled while
         it waited. `on_blocked` hears each new reason or place while it waits."""
-        ready = asyncio.create_task(self.mirror.ready.wait())
-        stop = asyncio.create_task(cancelled.wait())
-        await asyncio.wait({ready, stop}, return_when=asyncio.FIRST_COMPLETED)
-        ready.cancel()
-        stop.cancel()
+        await _first(self.mirror.ready.wait(), cancelled.wait())
         loop = asyncio.get_running_loop()
         renew_at = None  # when the wait entries are written again; None: not written yet
         try:
@@ -280,13 +286,7 @@ class Admission:
                 except TRANSIENT as exc:  # NATS away a moment: the run goes on waiting
                     self.log.warning("admission_retried", error=repr(exc))
                 await self._tell(blocked, on_blocked)
-                waking = asyncio.create_task(self.mirror.changed(RETRY_EVERY))
-                stop = asyncio.create_task(cancelled.wait())
-                try:
-                    await asyncio.wait({waking, stop}, return_when=asyncio.FIRST_COMPLETED)
-                finally:
-                    waking.cancel()
-                    stop.cancel()
+                await _first(self.mirror.changed(RETRY_EVERY), cancelled.wait())
             return None
         finally:
             await self._forget_waiting()  # its team's entry too, written when it was announced

@@ -39,6 +39,7 @@ class Place:
 
     async def release(self) -> None:
         """Give the place up (idempotent): the run started, or ends without starting."""
+        # Set here as well as by `release`: the keeper must have stopped before the key goes.
         self.lease.letting_go.set()
         self._keeper.cancel()
         # gather, not a suppressed await: a cancel of the caller itself must go on.

@@ -176,7 +176,7 @@ class Attempt:
         return (
             f"this runner's engine environment differs from the one the version was deployed"
             f" with: {said}; deploy a changed version to pin one again (an unchanged deploy"
-            " is a no-op)"
+            " parses nothing)"
         )
 
     async def before_finished(self, result: ev.RunResult) -> None:

@@ -105,7 +105,9 @@ async def find_version(bus, project: str, version: str) -> tuple[ev.Deployed, in
             f"project {project!r} has no deployed version {version[:80]!r}; its versions,"
             f" newest first: {listed}"
         )
-    named = ", ".join(short_digest(v) for v in matching[:LISTED])
+    # Four digits past the prefix given: enough to tell the versions it names apart.
+    width = len("sha256:") + len(version.removeprefix("sha256:")) + 4
+    named = ", ".join(v[:width] for v in matching[:LISTED])
     return (
         f"version {version!r} names {len(matching)} deployed versions of project"
         f" {project!r} ({named}); give more of its digest"
