@@ -3,8 +3,11 @@
 Fetch a batch, decode, apply, write the checkpoint in the same transaction as
 the rows, commit, then ack. The Postgres checkpoint is the position: each start
 opens a consumer at checkpoint + 1, so a crash between commit and ack costs a
-skip, never a double apply. An event that cannot be decoded or applied goes to
-the dead-letter table with its bytes and error, and the projection moves on.
+skip, never a double apply. Each batch locks its checkpoint row before reading it,
+so two processes folding one projection at once (a fenced projector's last batch
+committing after its successor's first: projections/active.py) apply each event
+once. An event that cannot be decoded or applied goes to the dead-letter table
+with its bytes and error, and the projection moves on.
 
 A fold's consumer filters on one subject covering its patterns (JetStream serves
 one filter far faster than several); messages outside the patterns only move the
@@ -73,8 +76,11 @@ async def apply_many(fold: Fold, conn, items: list[tuple[events.Event, int]]) ->
     await getattr(type(fold), "apply_many", Fold.apply_many)(fold, conn, items)
 
 
-async def checkpoint(conn, projector: str) -> int:
-    value = await conn.fetchval("SELECT last_seq FROM checkpoints WHERE projector = $1", projector)
+async def checkpoint(conn, projector: str, lock: bool = False) -> int:
+    """The projection's last applied sequence. With `lock`, its row stays locked until the
+    transaction ends: another process's batch waits, then reads what this one wrote."""
+    sql = "SELECT last_seq FROM checkpoints WHERE projector = $1"
+    value = await conn.fetchval(sql + (" FOR UPDATE" if lock else ""), projector)
     return value or 0
 
 
@@ -159,7 +165,7 @@ class Projector:
     async def _apply(self, conn, pairs, upto: int, guarded: bool) -> int:
         name = self.fold.name
         async with conn.transaction():
-            last = await checkpoint(conn, name)
+            last = await checkpoint(conn, name, lock=True)
             self._check(last)
             decoded = []
             for seq, msg in pairs:
@@ -216,6 +222,12 @@ class Projector:
 
     async def _run_once(self, stop: asyncio.Event) -> None:
         async with self.pool.acquire() as conn:
+            # A row to lock from the first batch on (a missing row locks nothing).
+            await conn.execute(
+                "INSERT INTO checkpoints (projector, last_seq) VALUES ($1, 0)"
+                " ON CONFLICT (projector) DO NOTHING",
+                self.fold.name,
+            )
             after = await checkpoint(conn, self.fold.name)
         self._position = after
         sub = await supervise.unless_stopped(self._subscribe(after), stop)

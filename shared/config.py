@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -99,7 +100,7 @@ def _bytes(name: str, raw: str) -> int:
     return value
 
 
-def _number(least: float, what: str) -> Callable[[str, str], float]:
+def _number(least: float, what: str, most: float = float("inf")) -> Callable[[str, str], float]:
     def read(name: str, raw: str) -> float:
         try:
             value = float(raw)
@@ -107,6 +108,8 @@ def _number(least: float, what: str) -> Callable[[str, str], float]:
             raise ValueError(f"{name}={raw!r} is not a number of {what}") from None
         if value < least:
             raise ValueError(f"{name}={raw!r} must be at least {least}")
+        if value > most:
+            raise ValueError(f"{name}={raw!r} must be at most {most:g}")
         return value
 
     return read
@@ -208,8 +211,12 @@ DECLARED: tuple[Setting, ...] = (
             " service whose server holds fewer says so at start", _STACK, _replicas),
     Setting("JETDBT_PUBLIC_URL", "public_url", str, "", "the base URL of the links a webhook's"
             " body carries (viewer, api)", _STACK, _base_url, shown="the API's own address"),
-    Setting("JETDBT_RUNNER_NAME", "runner_name", str | None, None, "the runner's name in events"
-            " and logs", _STACK, shown="host:pid"),
+    Setting("JETDBT_RUNNER_NAME", "runner_name", str | None, None, "this process's name: a"
+            " runner's in events and logs, a projector's in /healthz and /metrics", _STACK,
+            shown="host:pid"),
+    Setting("JETDBT_PROJECTOR_LEASE_SECONDS", "projector_lease_seconds", float, "5", "how long"
+            " a projector process that stopped renewing its lease stays active before a standby"
+            " takes over (at most 30)", _STACK, _number(0.5, "seconds", most=30.0)),
     Setting("JETDBT_STACKS_DIR", None, Path | None, None, "where this user's running `jetdbt up`s"
             " record themselves, so a CLI in any folder finds one", _STACK,
             shown="$XDG_STATE_HOME/jetdbt/stacks, else ~/.local/state/jetdbt/stacks"),
@@ -355,6 +362,11 @@ class _Derived(msgspec.Struct, frozen=True, kw_only=True):
         file, and a database called `main` beside the default schema `main` makes dbt-duckdb
         miss existing seeds on the second build ("table already exists")."""
         return self.warehouse_dir / "warehouse.duckdb"
+
+    @property
+    def process_name(self) -> str:
+        """JETDBT_RUNNER_NAME, else host:pid: who this process is in events, logs, /healthz."""
+        return self.runner_name or f"{socket.gethostname()}:{os.getpid()}"
 
     @property
     def runner_cache(self) -> Path:

@@ -11,6 +11,7 @@ __all__ = [
     "INTAKE",
     "BLOBS",
     "LEASES",
+    "PROJECTORS",
     "IDENTITY",
     "RETENTION",
     "HOOK_SECRETS",
@@ -26,6 +27,7 @@ INTAKE = "DBT_INTAKE"  # external systems' declared writes, before a runner chec
 BLOBS = "DBT_BLOBS"
 # Key-value buckets.
 LEASES = "DBT_LEASES"
+PROJECTORS = "DBT_PROJECTORS"  # which projector process folds; the projectors' alone to write
 IDENTITY = "DBT_IDENTITY"  # the operator's tokens and teams
 RETENTION = "DBT_RETENTION"
 HOOK_SECRETS = "DBT_HOOK_SECRETS"  # the notifier's alone

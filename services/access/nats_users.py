@@ -3,7 +3,8 @@
 One user per role, so a fact carries the authority of who could publish it:
 - `runner` alone publishes facts (run, node, state, retry, graph, deploy, relation) and
   log lines, and alone reads the contract's durable consumers (`runners`, `relation_watch`);
-- `projector` only reads events (never the identity bucket);
+- `projector` only reads events (never the identity bucket), and alone writes
+  DBT_PROJECTORS, where its processes take turns to fold;
 - `api` reads, and publishes commands on behalf of the token it checked, on subjects only
   it may publish (`dbt.cmd.<verb>.<project>.<principal>.api`), and hook requests; it
   writes the object store (never purges it) for a deploy a token uploaded;
@@ -46,7 +47,16 @@ from shared import contract as contract_mod
 from shared import identity, subjects
 from shared.bus import inbox_prefix
 from shared.pid_files import signal_server
-from shared.streams import BLOBS, COMMANDS, EVENTS, HOOK_SECRETS, IDENTITY, LOGS, SCHEDULES_STREAM
+from shared.streams import (
+    BLOBS,
+    COMMANDS,
+    EVENTS,
+    HOOK_SECRETS,
+    IDENTITY,
+    LOGS,
+    PROJECTORS,
+    SCHEDULES_STREAM,
+)
 
 __all__ = [
     "SERVICE_USERS",
@@ -138,7 +148,7 @@ _FACTS = [
     # No user publishes `dbt.fire.>`: only the server fires there.
     subjects.ALL_SCHEDULES,
     subjects.ALL_LOGS,
-    *[f"{prefix}.>" for prefix, _ in _buckets()],
+    *[f"{prefix}.>" for prefix, _ in _buckets() if prefix != f"$KV.{PROJECTORS}"],
     # Retention: a pruned run's log lines and objects (deleting an object purges its chunks).
     f"$JS.API.STREAM.PURGE.{LOGS}",
     *[
@@ -149,6 +159,8 @@ _FACTS = [
 ]
 # A deploy's bundle and upload record (shared/uploads.py), which the API stores for a token.
 _BLOB_WRITES = f"$O.{BLOBS}.>"
+# Which projector process folds and which stand by (projections/active.py): theirs alone.
+_PROJECTOR_TURNS = f"$KV.{PROJECTORS}.>"
 # The least role each command verb needs, on either door.
 VERB_ROLES = identity.VERB_ROLES
 
@@ -221,7 +233,7 @@ def permissions(name: str, user: dict) -> dict:
         }
     allow = {
         "runner": [*_READ, *_READ_EVENTS, *_FACTS, *_durable_reads("runner")],
-        "projector": [*_READ, *_READ_EVENTS],
+        "projector": [*_READ, *_READ_EVENTS, _PROJECTOR_TURNS],
         "api": [
             *_READ,
             *_READ_EVENTS,
@@ -244,6 +256,8 @@ def permissions(name: str, user: dict) -> dict:
         deny += _bucket_reads(f"KV_{IDENTITY}")
     if name != "notifier":  # the hooks' secrets are the notifier's alone
         deny += [*_bucket_reads(f"KV_{HOOK_SECRETS}"), f"$KV.{HOOK_SECRETS}.>"]
+    if name != "projector":  # nobody else may make a projector active or look like one
+        deny.append(_PROJECTOR_TURNS)
     subscribe = [inbox, subjects.ALL_HOOK_CONTROL] if name == "notifier" else [inbox]
     # Every user subscribes to its inbox only: no core interest on a fact or command subject
     # exists, so no push consumer can deliver there (runners follow cancels from the log).
@@ -294,6 +308,8 @@ def _imports(account: str) -> list[dict]:
         found.append({"service": _BLOB_WRITES})
     if name == "triggers":
         found.append({"service": subjects.TRIGGER_COMMANDS})
+    if name == "projector":
+        found.append({"service": _PROJECTOR_TURNS})
     found.append({"stream": f"{inbox_prefix(name)}.>"})
     return found
 
@@ -312,6 +328,7 @@ def _exports() -> list[dict]:
         {"service": subjects.ALL_INTAKE, "accounts": [SYSTEMS]},
         {"service": subjects.ALL_HOOK_CONTROL, "accounts": ["API"]},
         {"service": _BLOB_WRITES, "accounts": ["API"]},
+        {"service": _PROJECTOR_TURNS, "accounts": ["PROJECTOR"]},
     ]
     found += [{"stream": f"{inbox_prefix(u)}.>", "accounts": [account_of(u, {})]} for u in services]
     return found

@@ -22,7 +22,7 @@ from projections.folds.progress_tables import (
     RUN_COLUMNS,
     without_nodes,
 )
-from services.api import auth, schemas, warehouse_door
+from services.api import auth, projector_roles, schemas, warehouse_door
 from services.api.artifact_routes import add_artifact_routes
 from services.api.boundary import check_routes, error, guard, page, path, query, respond
 from services.api.cancel_routes import add_cancel_routes
@@ -88,7 +88,16 @@ async def healthz(request: web.Request) -> web.Response:
     sandbox, refusing = request.app[SANDBOX]()
     if refusing:
         problems.append(f"the runner refuses every project: its sandbox is {sandbox}")
-    body = {"ok": not problems, "nats": answered, "problems": problems, "sandbox": sandbox}
+    found = None
+    if answered:
+        found = await projector_roles.projector_roles(request.app, bus.js, NATS_DEADLINE_SECONDS)
+    body = {
+        "ok": not problems,
+        "nats": answered,
+        "problems": problems,
+        "sandbox": sandbox,
+        "projectors": found,
+    }
     return respond(schemas.shaped(schemas.Health, body), 503 if problems else 200)
 
 
@@ -221,6 +230,7 @@ def create_app(
     app[BUS] = bus
     app[DEAD_TASKS] = dead_tasks
     app[SANDBOX] = sandbox
+    projector_roles.install(app)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/v1/runs/{run_id}", get_run)
     app.router.add_get("/v1/projects/{project}/runs", list_runs)

@@ -1,7 +1,8 @@
 """Operations routes: how far each projection is behind, and what it could not apply.
 
 `/metrics` says the same as `/v1/projections` in Prometheus text format, so a
-scraper alerts on lag or dead letters without knowing jetdbt. Dead letters are
+scraper alerts on lag or dead letters without knowing jetdbt, and which projector
+process folds (`jetdbt_projector_process`, services/api/projector_roles.py). Dead letters are
 listed a page at a time, each with at most DATA_SHOWN bytes of what it stored.
 """
 
@@ -14,6 +15,7 @@ from projections import lag
 from services.api import schemas
 from services.api.boundary import page, query, respond
 from services.api.principal_metrics import principal_metrics
+from services.api.projector_roles import projector_roles, roles_metric
 from services.api.queue_metrics import queue_metrics
 from services.api.run_metrics import label, run_metrics
 from shared import contract
@@ -25,6 +27,8 @@ DEAD_LETTERS_PAGE = (100, 1000)  # rows per page: default, maximum
 # An event is far below 1 MiB, yet a page of a thousand near it would not be: a dead
 # letter shows its first 64 KiB (the reason is near the start) and says its size.
 DATA_SHOWN = 64 * 1024
+# How long /metrics waits for DBT_PROJECTORS before it leaves the processes out.
+ROLES_DEADLINE = 2.0
 _GAUGES = (
     ("checkpoint", "jetdbt_projection_checkpoint", "Last sequence the projection applied."),
     ("lag", "jetdbt_projection_lag_events", "Events for the projection after its checkpoint."),
@@ -64,11 +68,14 @@ def add_ops_routes(app: web.Application, pool: asyncpg.Pool, bus: Bus) -> None:
             return await lag.lags(conn, bus.js, projections)
 
     async def metrics(request: web.Request) -> web.Response:
+        # Lags first: a scraper that reads lag 0 then finds every folded row in the rest.
+        lags = prometheus(await current())
         async with pool.acquire() as conn:
             queue = await queue_metrics(conn) + await run_metrics(conn)
         principals = _by_principal(await principal_metrics(bus.js))
+        processes = roles_metric(await projector_roles(request.app, bus.js, ROLES_DEADLINE))
         return web.Response(
-            body=(prometheus(await current()) + queue + principals).encode(),
+            body=(lags + queue + principals + processes).encode(),
             headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"},
         )
 

@@ -52,6 +52,7 @@ __all__ = [
     "Overlap",
     "Overlaps",
     "ProjectSummary",
+    "ProjectorProcesses",
     "Projects",
     "PromotionAccepted",
     "Promotions",
@@ -93,6 +94,14 @@ class ApiError(_Body):
     error: str
 
 
+class ProjectorProcesses(_Body):
+    """Which projector process folds (null: none holds the lease) and which stand by, by
+    name (JETDBT_RUNNER_NAME, else host:pid)."""
+
+    active: str | None
+    standbys: list[str]
+
+
 class Health(_Body):
     ok: bool
     nats: bool
@@ -100,6 +109,8 @@ class Health(_Body):
     # The sandbox of the runner in this process (on: what it uses; off; missing: what),
     # null where the API runs without a runner.
     sandbox: str | None = None
+    # Null when NATS did not answer in time.
+    projectors: ProjectorProcesses | None = None
 
 
 class NextOffset(_Body):

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import socket
 from dataclasses import dataclass, field
 
 from services.runner.process.containment import Containment
@@ -33,9 +31,7 @@ class RunnerContext:
     own_database: own_database.Place | None = field(default=None, init=False)
 
     def __post_init__(self):
-        self.name = (
-            self.name or self.settings.runner_name or f"{socket.gethostname()}:{os.getpid()}"
-        )
+        self.name = self.name or self.settings.process_name
         if not self.warehouses:
             self.warehouses = load_warehouses(
                 self.settings.warehouses_file, self.settings.default_duckdb

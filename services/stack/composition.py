@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
+from projections.active import ActiveLease
 from projections.loop import Projector
 from projections.migrate import connect_pool
 from projections.registry import FOLDS
@@ -121,11 +122,7 @@ class Stack:
         if needs_db:  # runners never touch Postgres
             self.pool = await connect_pool(self.database_url, s.schema, min_size=1, max_size=8)
         if self.projectors:
-            subjects = contract.load().projections
-            for name, fold in FOLDS.items():
-                bus = self._buses["projector"]
-                projector = Projector(bus, self.pool, fold(bus), subjects[name])
-                self._serve(f"projector {name}", projector.run(self._stop))
+            self._serve("projectors", self._projectors())
         sandbox = lambda: (None, False)  # noqa: E731 - no runner in this process
         if self.runner:
             ctx = RunnerContext(
@@ -166,6 +163,24 @@ class Stack:
             schema=s.schema,
         )
         return self
+
+    async def _projectors(self) -> None:
+        """Every fold, while this process holds the projectors' lease (projections/active.py):
+        a lone projector takes it at once; a second one stands by."""
+        bus = self._buses["projector"]
+        subjects = contract.load().projections
+        projectors = [
+            Projector(bus, self.pool, fold(bus), subjects[name]) for name, fold in FOLDS.items()
+        ]
+
+        async def fold(halt: asyncio.Event) -> None:
+            async with asyncio.TaskGroup() as group:
+                for projector in projectors:
+                    group.create_task(projector.run(halt), name=f"projector {projector.fold.name}")
+
+        s = self.settings
+        lease = ActiveLease(bus, s.process_name, s.projector_lease_seconds)
+        await lease.run(self._stop, fold)
 
     async def _start_mcp(self) -> None:
         """The MCP server beside the API: a client of the API's routes (imported only here)."""

@@ -41,6 +41,8 @@ async def test_projector_killed_mid_batch_ten_times_loses_nothing(nats_url, pg_u
         "DATABASE_URL": with_app_name(pg_url, marker),
         "JETDBT_SCHEMA": schema,
         "JETDBT_HOME": str(tmp_path / "home"),
+        # A restart after a SIGKILL takes the dead one's lease within half a second.
+        "JETDBT_PROJECTOR_LEASE_SECONDS": "0.5",
     }
     log = open(tmp_path / "projectors.log", "ab")  # noqa: SIM115 - shared by every child
 

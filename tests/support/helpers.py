@@ -40,6 +40,12 @@ async def get_json(url: str, token: str | None = None) -> tuple[int, dict]:
         return resp.status, await resp.json()
 
 
+async def get_text(url: str, token: str | None = None) -> tuple[int, str]:
+    headers = auth_headers(url, token)
+    async with aiohttp.ClientSession() as session, session.get(url, headers=headers) as resp:
+        return resp.status, await resp.text()
+
+
 async def wait_for(predicate, timeout: float = 30.0, interval: float = 0.1):
     """Poll an async predicate until it returns something truthy."""
     async with asyncio.timeout(timeout):

@@ -1,12 +1,14 @@
 """Processes a test starts or looks for: a runner in a process of its own (and what it left
-mounted when killed), the processes working in a folder or mentioning a text, a projector's
-Postgres connections by name."""
+mounted when killed), any role as `jetdbt serve ROLE` (`Served`), the processes working in a
+folder or mentioning a text, a projector's Postgres connections by name."""
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
@@ -104,3 +106,46 @@ FOLDING = "^(INSERT INTO (runs|run_nodes|deploys) |UPDATE runs |SELECT finished_
 def with_app_name(dsn: str, name: str) -> str:
     """Mark the projector's connections so the test can see when one is inside a batch."""
     return f"{dsn}{'&' if '?' in dsn else '?'}application_name={name}"
+
+
+@dataclass
+class Served:
+    """One `jetdbt serve ROLE` process a test started; its output is in `log`."""
+
+    role: str
+    name: str
+    proc: subprocess.Popen
+    log: Path
+
+    def kill(self) -> None:
+        """SIGKILL, as a machine's death: nothing is let go or cleaned up."""
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+
+    def stop(self, timeout: float = 10) -> None:
+        """SIGTERM and wait; SIGKILL when it does not stop in time."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+def serve(role: str, name: str, folder: Path, env: dict[str, str]) -> Served:
+    """Start `jetdbt serve ROLE` named `name` (JETDBT_RUNNER_NAME), with JETDBT_HOME and its
+    log under `folder`/`name`; `env` (NATS_URL, DATABASE_URL, JETDBT_SCHEMA, ...) on top of
+    this process's environment. Stop it with `.stop()` or `.kill()`."""
+    home = folder / name
+    home.mkdir(parents=True, exist_ok=True)
+    log = home / "serve.log"
+    full = {**os.environ, "JETDBT_HOME": str(home / "home"), "JETDBT_RUNNER_NAME": name, **env}
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            [str(BIN / "jetdbt"), "serve", role],
+            env=full,
+            stdout=out,
+            stderr=out,
+            start_new_session=True,
+        )
+    return Served(role, name, proc, log)

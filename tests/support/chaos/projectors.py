@@ -33,6 +33,8 @@ async def projector_kills(tally: Tally, root, pg_url: str, count: int) -> None:
             "DATABASE_URL": with_app_name(pg_url, marker),
             "JETDBT_SCHEMA": w.settings.schema,
             "JETDBT_HOME": str(w.folder / "projectors"),
+            # A restart after a SIGKILL takes the dead one's lease within half a second.
+            "JETDBT_PROJECTOR_LEASE_SECONDS": "0.5",
         }
         log = open(w.folder / "projectors.log", "ab")  # noqa: SIM115 - shared by every child
 
