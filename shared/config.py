@@ -224,6 +224,9 @@ DECLARED: tuple[Setting, ...] = (
             " runner (run slots in DBT_LEASES)", _RUNS, _whole, stack=True),
     Setting("MAX_RUNS_PER_TEAM", "max_runs_per_team", int, "2", "runs at once of one team (so no"
             " team takes every run slot)", _RUNS, _whole, stack=True),
+    Setting("MAX_RUNS_PER_RUNNER", "max_runs_per_runner", int, "0", "runs one runner builds at"
+            " once; a run whose turn comes while its runner is full goes back for another"
+            " runner (0: no cap)", _RUNS, _whole, shown="0: no cap"),
     Setting("MAX_QUEUED_RUNS_PER_TEAM", "max_queued_runs_per_team", int, "20", "runs of one"
             " team waiting to start at once, over every runner; past it a run is refused",
             _RUNS, _positive, stack=True),

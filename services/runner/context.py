@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from services.runner.admission.runner_share import RunnerShare
 from services.runner.process.containment import Containment
 from services.runner.setup import own_database
 from services.runner.setup.masking import Masker
@@ -29,6 +30,7 @@ class RunnerContext:
     containment: Containment | None = None
     database_url: str = ""
     own_database: own_database.Place | None = field(default=None, init=False)
+    share: RunnerShare = field(init=False)  # its runs building at once (MAX_RUNS_PER_RUNNER)
 
     def __post_init__(self):
         self.name = self.name or self.settings.process_name
@@ -42,6 +44,7 @@ class RunnerContext:
         resolver = Resolver(load_variables(self.settings.variables_file))
         own_database.check(self.warehouses, self.own_database, resolver)
         self.containment = self.containment or Containment(self.settings)
+        self.share = RunnerShare(self.settings.max_runs_per_runner)
         # Everything this runner publishes or logs passes the one masking function.
         self.bus.mask, self.bus.mask_line = self.masker.mask_bytes, self.masker.mask_line
         jlog.add_mask(self.masker.mask)

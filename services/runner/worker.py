@@ -21,6 +21,7 @@ import msgspec
 from services.runner.admission import admission
 from services.runner.admission.lease import LeaseLost
 from services.runner.admission.principal_rate import PrincipalRate
+from services.runner.admission.runner_share import RunnerFull
 from services.runner.attempts.attempt import Cancel
 from services.runner.attempts.build import build
 from services.runner.attempts.dbt_retry import retry
@@ -46,6 +47,7 @@ __all__ = ["Runner", "CONSUMER"]
 CONSUMER = "runners"
 RETRY_DELAY = 5.0  # seconds before a command that met a NATS outage is tried again
 LEASE_WAIT = 2.0  # seconds before a fenced attempt's command comes back
+GIVE_BACK_WAIT = 1.0  # seconds before a command a full runner gave back comes back
 
 
 class Runner:
@@ -130,6 +132,10 @@ class Runner:
             # Fenced: dbt was stopped and nothing final was said; a later attempt runs it.
             self.log.warning("attempt_fenced", subject=msg.subject, reason=str(exc))
             settle = functools.partial(msg.nak, delay=LEASE_WAIT)
+        except RunnerFull as exc:
+            # Its turn came while this runner builds its share: another runner may take it.
+            self.log.info("command_given_back", subject=msg.subject, reason=str(exc))
+            settle = functools.partial(msg.nak, delay=GIVE_BACK_WAIT)
         except (*TRANSIENT, ForkServerLost) as exc:
             # NATS was away before the run settled: it comes back, so does the command.
             self.log.warning("command_retried", subject=msg.subject, error=repr(exc))

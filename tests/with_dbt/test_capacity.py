@@ -11,12 +11,10 @@ import asyncio
 import contextlib
 import os
 import signal
-from pathlib import Path
 
 import aiohttp
 import msgspec
 import pytest
-import yaml
 from nats.js.errors import KeyNotFoundError
 
 from services.cli import client
@@ -30,39 +28,9 @@ from shared import logging as jlog
 from shared.bus import connect
 from shared.commands import BuildCommand, RunCommand
 from shared.streams import LEASES
-from tests.support.gate import add_gate
 from tests.support.helpers import auth_headers, deploy_and_wait, get_json, jetdbt, wait_for
 from tests.support.processes import runner_process, runners_apart, sweep_after_kill
-
-SLOW_MODEL = """
-import time
-
-
-def model(dbt, session):
-    dbt.config(materialized="table")
-    time.sleep(float(dbt.config.get("seconds")))
-    return dbt.ref("orders")
-"""
-
-
-def tiny_project(
-    folder: Path, seconds: float, warehouse: str | None = None, release: Path | None = None
-) -> Path:
-    """`orders` (SQL) and `slow` (sleeps `seconds`); with `release`, the gate model too."""
-    (folder / "models" / "marts").mkdir(parents=True)
-    (folder / "dbt_project.yml").write_text(
-        'name: capa\nversion: "1.0.0"\nconfig-version: 2\nprofile: capa\n'
-    )
-    (folder / "models" / "orders.sql").write_text("select 1 as id\n")
-    (folder / "models" / "slow.py").write_text(SLOW_MODEL)
-    (folder / "models" / "slow.yml").write_text(
-        f"models:\n  - name: slow\n    config:\n      seconds: {seconds}\n"
-    )
-    if warehouse:
-        (folder / "jetdbt.yaml").write_text(f"profile:\n  warehouse: {warehouse}\n")
-    if release:
-        add_gate(folder, release)
-    return folder
+from tests.support.slow_project import duckdb_warehouses, tiny_project
 
 
 class Recorder:
@@ -403,14 +371,6 @@ async def test_runs_of_one_environment_queue_visibly_and_never_overlap(stack, tm
     assert metrics["jetdbt_runs_queued"] == "0"
     assert int(metrics["jetdbt_run_queue_wait_seconds_count"]) >= len(queued)
     assert float(metrics["jetdbt_run_queue_wait_seconds_sum"]) > 0
-
-
-def duckdb_warehouses(folder: Path, names: list[str]) -> Path:
-    """A warehouses file of one DuckDB file each: environments no two projects share."""
-    found = folder / "warehouses.yaml"
-    files = {n: {"type": "duckdb", "path": str(folder / f"{n}.duckdb")} for n in names}
-    found.write_text(yaml.safe_dump({"warehouses": files}))
-    return found
 
 
 @pytest.mark.dbt

@@ -5,7 +5,8 @@ the lease's beat and lost with its runner (the bucket's TTL):
 
     env-<hash>              the environment (lease.lease_key): one build at a time
     team-<hash>.<i>         one of MAX_RUNS_PER_TEAM slots of a team
-    slot.<i>                one of MAX_CONCURRENT_RUNS run slots, across every runner
+    slot.<i>                one of MAX_CONCURRENT_RUNS run slots, across every runner; a
+                            runner takes at most MAX_RUNS_PER_RUNNER (runner_share.py)
     queued.team-<hash>.<i>  one of MAX_QUEUED_RUNS_PER_TEAM places in a team's queue
                             (queue_cap.py): a run holds one from before it is prepared
                             until it starts
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import weakref
 from collections.abc import Awaitable, Callable
@@ -42,6 +44,7 @@ import nats.errors
 
 from services.runner.admission import fair_share
 from services.runner.admission.lease import Lease, LeaseBusy, lease_key
+from services.runner.admission.runner_share import RunnerShare
 from shared import logging as jlog
 from shared import supervise
 from shared.bus import TRANSIENT, Bus
@@ -210,6 +213,22 @@ class _EnvironmentLease(Lease):
         await super().release()
 
 
+class _RunSlot(Lease):
+    """A run slot that, given up, gives its runner's share back too (once)."""
+
+    def __init__(self, *args, share: RunnerShare):
+        super().__init__(*args)
+        self.share: RunnerShare | None = share
+
+    async def release(self) -> None:
+        try:
+            await super().release()
+        finally:
+            if self.share is not None:
+                self.share.free()
+                self.share = None
+
+
 class Admission:
     """One attempt's way in: wait in order, then take every key or none. Made before the
     run is prepared, it knows only the run's team queue; `place` names the environment
@@ -225,10 +244,12 @@ class Admission:
         runs: int,
         per_team: int,
         environment: str | None = None,
+        share: RunnerShare | None = None,
     ):
         self.bus, self.mirror = bus, mirror_of(bus)
         self.team, self.seq = team, seq
         self.runs, self.per_team = runs, per_team
+        self.share = share or RunnerShare(0)
         self.team_key = team_key(team)
         self.environment: str | None = None
         self.holder = {**holder, "team": team, "seq": seq}
@@ -270,7 +291,8 @@ class Admission:
         on_blocked: Callable[[Blocked], Awaitable[None]],
     ) -> list[Lease] | None:
         """The leases this attempt holds from now on, or None when it was cancelled while
-        it waited. `on_blocked` hears each new reason or place while it waits."""
+        it waited. `on_blocked` hears each new reason or place while it waits. Raises
+        RunnerFull when its turn comes while this runner builds its share."""
         await _first(self.mirror.ready.wait(), cancelled.wait())
         loop = asyncio.get_running_loop()
         renew_at = None  # when the wait entries are written again; None: not written yet
@@ -371,36 +393,45 @@ class Admission:
         )
 
     async def _take(self) -> list[Lease] | None:
-        """Every key or none: the environment, then a team slot, then a run slot."""
+        """Every key or none: a place in this runner's share, the environment, then a team
+        slot, then a run slot (which gives the place back when it is released)."""
+        self.share.reserve()
         taken: list[Lease] = []
+        slot = functools.partial(_RunSlot, share=self.share)
         try:
             env = _EnvironmentLease(
                 self.bus, self.env_key, f"environment {self.environment}", self.holder
             )
             await env.take()
             taken.append(env)
-            for keys, what in (
-                ([f"{self.team_key}.{i}" for i in range(self.per_team)], f"team {self.team}"),
-                ([f"slot.{i}" for i in range(self.runs)], "a run slot"),
+            for keys, what, kind in (
+                (
+                    [f"{self.team_key}.{i}" for i in range(self.per_team)],
+                    f"team {self.team}",
+                    Lease,
+                ),
+                ([f"slot.{i}" for i in range(self.runs)], "a run slot", slot),
             ):
-                taken.append(await self._one_of(keys, what))
+                taken.append(await self._one_of(keys, what, kind))
         except LeaseBusy as exc:
             self.log.info("admission_raced", reason=str(exc))
             for lease in taken:
                 await lease.release()
+            self.share.free()
             return None
         except BaseException:
             for lease in taken:
                 await lease.release()
+            self.share.free()
             raise
         return taken
 
-    async def _one_of(self, keys: list[str], what: str) -> Lease:
-        """The first of `keys` this attempt can create, trying those the mirror shows free
-        first; LeaseBusy when every one is held."""
+    async def _one_of(self, keys: list[str], what: str, kind) -> Lease:
+        """The first of `keys` this attempt can create (a `kind` of lease), trying those the
+        mirror shows free first; LeaseBusy when every one is held."""
         held = self.mirror.live(keys[0].rsplit(".", 1)[0] + ".")
         for key in sorted(keys, key=lambda k: k in held):
-            lease = Lease(self.bus, key, what, self.holder)
+            lease = kind(self.bus, key, what, self.holder)
             with contextlib.suppress(LeaseBusy):
                 await lease.take()
                 return lease
@@ -432,6 +463,7 @@ async def admitted(ctx, *, scope: str, team: str, seq: int, holder: dict):
         holder=holder,
         runs=settings.max_concurrent_runs,
         per_team=settings.max_runs_per_team,
+        share=ctx.share,
     )
 
     async def said(blocked: Blocked) -> None:

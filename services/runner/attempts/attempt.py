@@ -314,6 +314,7 @@ class Attempt:
             holder=self._holder(),
             runs=settings.max_concurrent_runs,
             per_team=settings.max_runs_per_team,
+            share=self.ctx.share,
         )
 
     async def _queued(self, blocked: Blocked) -> None:
