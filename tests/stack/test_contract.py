@@ -120,6 +120,7 @@ async def test_ensure_creates_the_contract_and_is_idempotent(js):
         "DBT_INTAKE",  # other systems' declared writes, before a runner checks them
         "OBJ_DBT_BLOBS",  # the object store
         "KV_DBT_LEASES",  # the key-value bucket
+        "KV_DBT_PROJECTORS",  # which projector process folds, and the standbys
         "KV_DBT_RETENTION",  # which finished runs keep their files
         "KV_DBT_IDENTITY",  # principals and token hashes, operator-written
         "KV_DBT_HOOK_SECRETS",  # webhooks and their secrets, the notifier's alone
