@@ -259,7 +259,7 @@ class Pass:
                 if not asked:
                     continue
                 run_id = pick.choice(asked)
-                token = self.w.tokens[self.project_of[run_id] % self.s.teams]
+                token = self.w.tokens[_team(self.project_of[run_id], self.s)]
                 began = time.perf_counter()
                 try:
                     async with session.get(
@@ -305,10 +305,10 @@ class Pass:
             await self.w.stack.bus.publish_command("run", project, cmd, run_id, principal=who)
 
     async def _cancel_the_rest(self) -> None:
-        for run_id, team in self.team_of.items():
+        for run_id, p in self.project_of.items():
             if run_id not in self.ended:
-                who = _principal(int(team.removeprefix("team")))
-                project = f"p{self.project_of[run_id]:03d}"
+                who = _principal(_team(p, self.s))
+                project = f"p{p:03d}"
                 cmd = CancelCommand(run_id=run_id, requested_by=who)
                 await self.w.stack.bus.publish_command(
                     "cancel", project, cmd, run_id, principal=who
@@ -326,7 +326,7 @@ class Pass:
 
     def _peaks(self) -> dict[str, float]:
         services = self.w.services
-        found = {
+        return {
             "runner (largest)": max(proc_tree.peak_rss_mb(services.pid(n)) for n in self.names),
             "fork server (largest)": max(
                 proc_tree.peak_rss_mb(services.fork_server(n) or 0) for n in self.names
@@ -339,7 +339,6 @@ class Pass:
                 map(proc_tree.peak_rss_mb, proc_tree.descendants(_postmaster(self.w.home)))
             ),
         }
-        return found
 
     def _reset_peaks(self) -> None:
         services = self.w.services
@@ -430,7 +429,7 @@ def _print(s: Sizes, seen: list[Seen], rows: list[Figures]) -> None:
          [f"{sec(r.best_team_p50)}..{sec(r.worst_team_p50)}" for r in rows]),
         ("projection lag p50/p99 ms", [f"{ms(r.lag_p50)}/{ms(r.lag_p99)}" for r in rows]),
         ("GET run p50/p99 ms", [f"{ms(r.api_p50)}/{ms(r.api_p99)}" for r in rows]),
-        ("  answers 200 (other)", [f"{len(x.answers)} ({x.other_answers})" for x in seen]),
+        ("  answers 200 (not 200)", [f"{len(x.answers)} ({x.other_answers})" for x in seen]),
         *(
             (f"peak RSS MB {kind}", [f"{x.peak_mb[kind]:.0f}" for x in seen])
             for kind in seen[0].peak_mb
@@ -481,7 +480,11 @@ def main() -> int:
             loop.add_signal_handler(sig, task.cancel)
         await bench(s)
 
-    asyncio.run(stoppable())
+    try:
+        asyncio.run(stoppable())
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        print("bench_fleet: stopped; every process it started is stopped", file=sys.stderr)
+        return 130
     return 0
 
 

@@ -36,7 +36,7 @@ class Sizes(NamedTuple):
 
 def _count(env, name: str, default: str) -> int:
     raw = (env.get(name) or default).strip()
-    if not raw.isdigit() or int(raw) < 1:
+    if not (raw.isascii() and raw.isdigit()) or int(raw) < 1:
         raise ValueError(f"{name}={raw!r}: give a whole number of at least 1")
     return int(raw)
 
