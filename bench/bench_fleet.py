@@ -193,22 +193,25 @@ class World:
             self.services.stop(["runner-deploys"])
 
     async def close(self) -> None:
-        if self.services is not None:
-            self.services.stop_all()
-        if self.stack is not None:
-            await self.stack.stop()
-        if self.pg is not None:
-            await asyncio.to_thread(self.pg.cleanup)
+        try:
+            if self.services is not None:
+                self.services.stop_all()
+            if self.stack is not None:
+                await self.stack.stop()
+        finally:
+            if self.pg is not None:
+                await asyncio.to_thread(self.pg.cleanup)
 
 
 class Pass:
-    """One runner count: its runs submitted over the window, watched until they end."""
+    """One runner count, the `k`-th: its runs submitted over the window, watched until they
+    end (its runs and runners named for `k`, so a count listed twice is a pass of its own)."""
 
-    def __init__(self, world: World, runners: int):
+    def __init__(self, world: World, runners: int, k: int):
         self.w, self.s, self.runners = world, world.s, runners
         self.slots = world.s.slots_per_runner * runners
-        self.names = [f"runner{runners}-{i}" for i in range(runners)]
-        self.prefix = f"f{runners}r"
+        self.names = [f"runner-pass{k}-{i}" for i in range(runners)]
+        self.prefix = f"f{k}r"
         self.team_of: dict[str, str] = {}
         self.project_of: dict[str, int] = {}
         self.requested: dict[str, float] = {}
@@ -456,8 +459,8 @@ async def bench(s: Sizes) -> None:
         await world.start()
         await world.deploy()
         seen = []
-        for runners in s.runners:
-            seen.append(await Pass(world, runners).run())
+        for k, runners in enumerate(s.runners):
+            seen.append(await Pass(world, runners, k).run())
             r = figures(seen[-1])
             print(f"  {runners} runner(s): {r.runs_per_min:.1f} runs/min", file=sys.stderr)
     finally:
