@@ -322,6 +322,7 @@ NOT_SETTINGS = {
     "PYTEST_XDIST_WORKER": "pytest-xdist's: which worker runs a test",
     "JETDBT_BENCH_*": "benchmarks: sizes and repetitions (docs/performance.md)",
     "JETDBT_SCALE_*": "bench/bench_scale.py: sizes and repetitions (docs/performance.md)",
+    "JETDBT_FLEET_*": "bench/bench_fleet.py: teams, projects, runs, runners (docs/performance.md)",
     "UV_*": "uv's own settings, handed to uv when it provisions an engine environment",
     "PIP_*": "pip's index settings, handed to uv under uv's names",
     "PATH": "the platform's: where programs are found (dbt gets it, as the locale and proxies)",
