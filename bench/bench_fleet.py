@@ -157,6 +157,8 @@ class World:
                     "JETDBT_HOME": str(self.work / name),
                     "JETDBT_RUNNER_NAME": name,
                     "MAX_CONCURRENT_RUNS": str(slots),
+                    # Each runner builds its own slots' worth, as a host with its own cores.
+                    "MAX_RUNS_PER_RUNNER": str(self.s.slots_per_runner),
                     # Every run of a pass may wait at once: none is refused for the queue's size.
                     "MAX_QUEUED_RUNS_PER_TEAM": str(self.s.runs),
                 },
