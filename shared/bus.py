@@ -40,6 +40,8 @@ __all__ = [
 
 REQUIRED = (2, 10)
 CLOSED_CHECK_SECONDS = 1.0  # how soon a service notices a connection closed without a word
+# How long a starting service waits for a cluster electing leaders before it gives up.
+START_PATIENCE_SECONDS = 60
 # How long an event publish is retried: the event stream's duplicate window (from the
 # contract), so a retry of a publish that did land is still dropped as the duplicate it is.
 PUBLISH_RETRY_SECONDS = contract_mod.load().streams[EVENTS].duplicate_window_seconds
@@ -402,6 +404,22 @@ class Bus:
         await self.nc.close()
 
 
+async def _patiently(step, patient: bool, log, retried: tuple = TRANSIENT) -> None:
+    """`step()`, tried again while it raises one of `retried` (the server does not answer
+    in time) for up to START_PATIENCE_SECONDS when `patient` (a service): a cluster that
+    just lost a node elects its leaders meanwhile, and a service starting then waits
+    instead of exiting. The CLI (not patient) fails fast."""
+    deadline = asyncio.get_running_loop().time() + START_PATIENCE_SECONDS
+    while True:
+        try:
+            return await step()
+        except retried as exc:
+            if not patient or asyncio.get_running_loop().time() > deadline:
+                raise
+            log.warning("server_not_answered", error=repr(exc), retrying_in="1s")
+            await asyncio.sleep(1)
+
+
 async def connect(
     url: str,
     name: str,
@@ -462,7 +480,8 @@ async def connect(
         check_server(nc.connected_server_version._server_version, shown(url))
         js = nc.jetstream()
         try:
-            await js.account_info()
+            # Only a timeout is waited out: a server without JetStream says so at once.
+            await _patiently(js.account_info, forever, log, (nats.errors.TimeoutError,))
         except Exception as exc:
             raise ServerRefused(
                 f"NATS server at {shown(url)} (version"
@@ -470,9 +489,15 @@ async def connect(
                 f" has no JetStream: start it with -js ({exc.__class__.__name__})"
             ) from None
         if ensure and apply:
-            await contract_mod.ensure(js, contract_mod.load(), consumer_overrides, replicas)
+            await _patiently(
+                lambda: contract_mod.ensure(js, contract_mod.load(), consumer_overrides, replicas),
+                forever,
+                log,
+            )
         elif ensure:
-            await contract_mod.check(js, contract_mod.load(), replicas)
+            await _patiently(
+                lambda: contract_mod.check(js, contract_mod.load(), replicas), forever, log
+            )
     except BaseException:
         await nc.close()
         raise

@@ -92,9 +92,14 @@ def nats_without_jetstream(tmp_path):
         proc.wait(10)
 
 
-async def test_connect_refuses_a_server_without_jetstream(nats_without_jetstream):
+@pytest.mark.parametrize("forever", [False, True])
+async def test_connect_refuses_a_server_without_jetstream(nats_without_jetstream, forever):
+    """A service (`forever`) waits out a cluster that does not answer yet, never a server
+    that answers it has no JetStream: it is refused at once too."""
+    began = time.monotonic()
     with pytest.raises(ServerRefused, match="has no JetStream: start it with -js"):
-        await connect(nats_without_jetstream, "t")
+        await connect(nats_without_jetstream, "t", forever=forever)
+    assert time.monotonic() - began < 5
 
 
 @pytest.fixture

@@ -33,7 +33,7 @@ __all__ = ["NatsCluster", "replicate"]
 
 _CONFIG = """\
 server_name: {name}
-listen: 127.0.0.1:{port}
+listen: {host}:{port}
 http: 127.0.0.1:{http_port}
 jetstream {{
   store_dir: "{store}"
@@ -70,12 +70,13 @@ class _Node:
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def write_config(self, cluster: str, routes: list[int]) -> Path:
+    def write_config(self, cluster: str, routes: list[int], host: str) -> Path:
         self.folder.mkdir(parents=True, exist_ok=True)
         config = self.folder / "nats-server.conf"
         config.write_text(
             _CONFIG.format(
                 name=self.name,
+                host=host,
                 port=self.port,
                 http_port=self.http_port,
                 store=self.folder / "jetstream",
@@ -123,20 +124,23 @@ class NatsCluster:
     gone; async callers run them in a thread (`asyncio.to_thread`).
     """
 
-    def __init__(self, data_dir: Path, size: int = 3, name: str = "jetdbt"):
+    def __init__(
+        self, data_dir: Path, size: int = 3, name: str = "jetdbt", host: str = "127.0.0.1"
+    ):
         self.name = name
+        self.host = host  # where clients connect: a private address other namespaces reach
         self.nodes = [_Node(f"n{i}", Path(data_dir) / f"n{i}") for i in range(size)]
         self._write_configs()
 
     def _write_configs(self) -> None:
         routes = [n.route_port for n in self.nodes]
         for node in self.nodes:
-            node.write_config(self.name, routes)
+            node.write_config(self.name, routes, self.host)
 
     @property
     def url(self) -> str:
         """Every node's client URL, comma-separated (what NATS_URL takes)."""
-        return ",".join(f"nats://127.0.0.1:{n.port}" for n in self.nodes)
+        return ",".join(f"nats://{self.host}:{n.port}" for n in self.nodes)
 
     def index(self, server_name: str) -> int:
         """The node a server name (as JetStream reports it) belongs to."""
@@ -216,11 +220,12 @@ class NatsCluster:
 NO_PEERS = 10005
 
 
-async def replicate(js, replicas: int = 3) -> None:
-    """Apply the contract at `replicas` (`jetdbt contract apply --replicas`), as a cluster's
-    first service needs before it starts, and wait until every replica has caught up."""
+async def replicate(js, replicas: int = 3, overrides: dict | None = None) -> None:
+    """Apply the contract at `replicas` (`jetdbt contract apply --replicas`), with the
+    consumer settings `overrides`, as a cluster's first service needs before it starts,
+    and wait until every replica has caught up."""
     spec = contract.load()
-    await _placed(lambda: contract.ensure(js, spec, replicas=replicas))
+    await _placed(lambda: contract.ensure(js, spec, overrides, replicas=replicas))
     backing = [f"KV_{name}" for name in spec.key_value]
     backing += [f"OBJ_{name}" for name in spec.object_stores]
     await _all_current(js, [*spec.streams, *backing], replicas)

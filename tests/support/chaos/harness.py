@@ -125,13 +125,18 @@ def gate_project(dest: Path, release: Path) -> Path:
     return dest
 
 
-async def start_cluster(folder: Path) -> NatsCluster:
-    """A three-node cluster with the contract's streams and buckets at three replicas."""
-    cluster = await asyncio.to_thread(NatsCluster(folder).start)
+async def start_cluster(
+    folder: Path, host: str = "127.0.0.1", overrides: dict | None = None
+) -> NatsCluster:
+    """A three-node cluster with the contract's streams and buckets at three replicas, its
+    clients' port on `host`; `overrides` the consumer settings a deployment tunes
+    (`shared.contract.consumer_overrides`: the runners' ack wait), which whoever creates
+    the consumers chooses."""
+    cluster = await asyncio.to_thread(NatsCluster(folder, host=host).start)
     try:
         bus = await connect(cluster.url, "chaos-replicate", ensure=False)
         try:
-            await replicate(bus.js)
+            await replicate(bus.js, overrides=overrides)
         finally:
             await bus.close()
     except BaseException:
