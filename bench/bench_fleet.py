@@ -405,7 +405,8 @@ def _postmaster(home: Path) -> int:
 
 
 def _cells(values: list[str]) -> str:
-    return "".join(f"{v:>14}" for v in values)
+    """One column per runner count, a space before each so wide figures never run together."""
+    return "".join(f" {v:>15}" for v in values)
 
 
 def _print(s: Sizes, seen: list[Seen], rows: list[Figures]) -> None:
