@@ -153,7 +153,7 @@ class ActiveLease:
         """Stand by until the lease is ours; False once `stop` is set first."""
         while not await self._seized(kv):
             await kv.put(standby_key(self.name), self.value)
-            await _pause(stop, self.seconds / BEATS)
+            await supervise.pause(stop, self.seconds / BEATS)
             if stop.is_set():
                 return False
         with contextlib.suppress(KeyNotFoundError):
@@ -188,7 +188,7 @@ class ActiveLease:
         loop = asyncio.get_running_loop()
         fence_at = loop.time() + self.seconds * FENCE
         while not stop.is_set() and not halt.is_set():
-            await _pause(stop, max(0.0, min(self.seconds / BEATS, fence_at - loop.time())))
+            await supervise.pause(stop, max(0.0, min(self.seconds / BEATS, fence_at - loop.time())))
             sent, left = loop.time(), fence_at - loop.time()
             if stop.is_set():
                 break
@@ -214,8 +214,3 @@ class ActiveLease:
             await kv.delete(standby_key(self.name))
             if revision is not None:
                 await kv.delete(ACTIVE, last=revision)
-
-
-async def _pause(stop: asyncio.Event, seconds: float) -> None:
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(stop.wait(), seconds)

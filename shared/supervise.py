@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 
 from shared.outages import outage
 
-__all__ = ["alongside", "cancel_lost", "forever", "each_message", "unless_stopped"]
+__all__ = ["alongside", "cancel_lost", "forever", "each_message", "pause", "unless_stopped"]
 
 BATCH = 64  # messages fetched at once by each_message
 RETRY_SECONDS = 1.0  # before a failed loop starts again
@@ -32,8 +32,7 @@ async def forever(
                 log.exception(failure)
             else:
                 log.warning(failure, cause=cause, retrying_in=f"{RETRY_SECONDS:g}s")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), RETRY_SECONDS)
+            await pause(stop, RETRY_SECONDS)
 
 
 async def each_message(js, consumer: str, stream: str, stop: asyncio.Event, handle) -> None:
@@ -99,3 +98,11 @@ def cancel_lost() -> None:
     task = asyncio.current_task()
     if task is not None and task.cancelling():
         raise asyncio.CancelledError
+
+
+async def pause(event: asyncio.Event, seconds: float) -> None:
+    """Until `event` is set or `seconds` have passed, whichever is first. `asyncio.timeout`,
+    not `wait_for`, which on Python 3.11 may drop a cancel that lands as the event is set."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(seconds):
+            await event.wait()

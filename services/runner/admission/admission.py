@@ -127,12 +127,8 @@ class Mirror:
         return self.live("")
 
     async def changed(self, timeout: float) -> None:
-        """Return when a key changes, or after `timeout`. Not `wait_for`: on Python 3.11 it
-        may swallow a cancel that arrives as the event is set, and a loop waiting here
-        would then never stop."""
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(timeout):
-                await self._changed.wait()
+        """Return when a key changes, or after `timeout`."""
+        await supervise.pause(self._changed, timeout)
 
     def live(self, prefix: str) -> dict[str, dict]:
         """Keys starting with `prefix` that have not expired, with their values."""

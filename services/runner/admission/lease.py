@@ -20,6 +20,7 @@ import msgspec
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 
 from shared import logging as jlog
+from shared import supervise
 from shared.bus import Bus
 from shared.streams import LEASES
 
@@ -96,9 +97,9 @@ class Lease:
         loop = asyncio.get_running_loop()
         fence_at = loop.time() + self.ttl * FENCE
         while not self.letting_go.is_set():
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(max(0.0, min(self.ttl / 4, fence_at - loop.time()))):
-                    await self.letting_go.wait()
+            await supervise.pause(
+                self.letting_go, max(0.0, min(self.ttl / 4, fence_at - loop.time()))
+            )
             if self.letting_go.is_set():
                 return
             sent, left = loop.time(), fence_at - loop.time()

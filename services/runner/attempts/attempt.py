@@ -356,9 +356,7 @@ class Attempt:
 
     async def _watch_cancel_record(self, stop: asyncio.Event) -> None:
         while not stop.is_set() and not await self._cancel_recorded():
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(CANCEL_RECORD_EVERY):
-                    await stop.wait()
+            await supervise.pause(stop, CANCEL_RECORD_EVERY)
 
     async def _renumber(self) -> None:
         """One past the last attempt that started: another may have started meanwhile."""
