@@ -416,7 +416,8 @@ async def test_two_teams_share_the_run_slots(settings, tmp_path):
     assert min(s for s, _ in beta) < max(e for _, e in alpha)
     assert min(s for s, _ in alpha) < max(e for _, e in beta)
     reasons = {e.reason for e in rec.of(ev.RunQueued)}
-    assert "team alpha has 2 of 2 runs" in reasons, reasons
+    # Which team is told its cap depends on which run reaches a shared environment first.
+    assert reasons & {"team alpha has 2 of 2 runs", "team beta has 2 of 2 runs"}, reasons
     assert {e.team for e in rec.of(ev.RunQueued)} <= {"alpha", "beta"}
 
 
