@@ -11,11 +11,14 @@ the history, the deliveries and a job's runs. Screenshots go to tests/artifacts/
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import shutil
 
 import aiohttp
 import pytest
 import pytest_asyncio
+from playwright.async_api import Error as PlaywrightError
 
 from services.cli import client
 from shared import events as ev
@@ -264,4 +267,34 @@ async def test_the_jobs_page_runs_pauses_and_resumes_a_job_for_the_roles_allowed
     await page.wait_for_selector("body[data-run-ended='1']", state="attached", timeout=180_000)
     _, run = await get_json(f"{stack.api_url}/v1/runs/{run_id}")
     assert (run["status"], run["job"], run["trigger"]) == ("passed", "nightly", "api"), run
+    assert errors == []
+
+
+async def test_a_slow_answer_to_the_page_left_never_replaces_the_page_the_tab_is_on(
+    scene, chromium
+):
+    """Signing in draws the projects list; a person who goes on to a project's jobs before
+    that list answers stays on the jobs page when the list's answer comes."""
+    stack, _, admin, *_ = scene
+    page = await chromium.new_page(viewport=SCREEN, bypass_csp=True)
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    answered = asyncio.Event()
+
+    async def slowly(route):
+        await asyncio.sleep(2)
+        with contextlib.suppress(PlaywrightError):  # the tab gave the request up
+            await route.continue_()
+        answered.set()
+
+    await page.route("**/v1/projects?limit=*", slowly)
+    await sign_in(page, stack.api_url, admin)
+    await page.evaluate(f"location.hash = '#/projects/{PROJECT}/jobs'")
+    await page.wait_for_selector("#jobs", timeout=30_000)
+    await asyncio.wait_for(answered.wait(), 10)
+    await page.wait_for_timeout(500)  # the late answer, had it been drawn, would be by now
+    assert await page.locator("#jobs").count() == 1
+    assert await page.locator("#projects").count() == 0
+    assert await page.locator("#problem").count() == 0
+    assert await page.title() == f"{PROJECT} jobs · jetdbt", await page.title()
     assert errors == []

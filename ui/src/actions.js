@@ -10,7 +10,7 @@ const NEEDS = "runner";
 
 let whoami = null;
 // The token's principal and role, read once per tab (null when the API would not say).
-export const me = () => (whoami ??= api("/v1/whoami").catch(() => null));
+export const me = () => (whoami ??= api("/v1/whoami", { lasting: true }).catch(() => null));
 export const forgetMe = () => { whoami = null; };
 
 const allowed = (role) => ROLES.indexOf(role) >= ROLES.indexOf(NEEDS);

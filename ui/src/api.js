@@ -4,6 +4,14 @@ import { token } from "./token.js";
 
 export class Unauthorized extends Error {}
 
+// A page the tab has left: its answers come too late to be drawn (the router ignores it).
+export class Left extends Error {}
+
+// The page being drawn. The router gives each its own signal and aborts it on the next
+// route, so a slow answer to the page before never replaces the page the tab is on.
+let drawing = new AbortController().signal;
+export function drawingPage(signal) { drawing = signal; }
+
 function headers(extra = {}) {
   return { Authorization: `Bearer ${token()}`, ...extra };
 }
@@ -12,10 +20,18 @@ function headers(extra = {}) {
 // from the location must not reach another route with the viewer's token.
 export const seg = encodeURIComponent;
 
-export async function api(path, options = {}) {
-  const resp = await fetch(path, { ...options, headers: headers(options.headers) });
-  if (resp.status === 401) throw new Unauthorized((await resp.json()).error);
-  const body = resp.headers.get("content-type")?.includes("json") ? await resp.json() : null;
+// A read belongs to the page that asked; a command (`lasting`) is sent whatever the tab does.
+export async function api(path, { lasting = false, ...options } = {}) {
+  const signal = lasting ? undefined : drawing;
+  let resp, body;
+  try {
+    resp = await fetch(path, { ...options, signal, headers: headers(options.headers) });
+    if (resp.status === 401) throw new Unauthorized((await resp.json()).error);
+    body = resp.headers.get("content-type")?.includes("json") ? await resp.json() : null;
+  } catch (err) {
+    throw signal?.aborted ? new Left(path) : err;
+  }
+  if (signal?.aborted) throw new Left(path);
   if (!resp.ok) {
     const err = new Error(body?.error || `${resp.status} ${resp.statusText}`);
     err.status = resp.status;
@@ -26,7 +42,7 @@ export async function api(path, options = {}) {
 
 // A JSON POST: a command the API publishes as the token's principal.
 export function post(path, body = {}) {
-  return api(path, { method: "POST", body: JSON.stringify(body),
+  return api(path, { lasting: true, method: "POST", body: JSON.stringify(body),
     headers: { "Content-Type": "application/json" } });
 }
 

@@ -2,7 +2,7 @@
 // across runs, a relation. Plain DOM, hash routes, every data call with the bearer token
 // kept in sessionStorage for this tab.
 // This module routes; each page is a module of its own.
-import { Unauthorized } from "./api.js";
+import { Left, Unauthorized, drawingPage } from "./api.js";
 import { h, view } from "./dom.js";
 import { hooksPage } from "./page_hooks.js";
 import { jobsPage } from "./page_jobs.js";
@@ -18,6 +18,7 @@ let leaving = new AbortController();  // aborted when the page changes (its even
 async function route() {
   leaving.abort();
   leaving = new AbortController();
+  drawingPage(leaving.signal);
   delete document.body.dataset.ready;
   delete document.body.dataset.runEnded;
   if (!token()) { askToken(); return; }
@@ -34,6 +35,7 @@ async function route() {
     else if (parts[0] === "relations" && parts[1]) await relationPage(parts.slice(1).join("/"));
     else await projectsPage();
   } catch (err) {
+    if (err instanceof Left) return;
     if (err instanceof Unauthorized) { askToken(err.message); return; }
     view.replaceChildren(h("p", { class: "problem", id: "problem" }, err.message));
   }
