@@ -22,6 +22,9 @@ class ProjectionLag(msgspec.Struct, frozen=True, kw_only=True):
     stream_last_seq: int
     lag: int
     dead_letters: int
+    # Why the projection cannot go past its next batch (a bug in its fold), or None.
+    stopped: str | None = None
+    stopped_since: datetime | None = None
 
 
 class Lags(msgspec.Struct, frozen=True, kw_only=True):
@@ -81,6 +84,8 @@ async def lags(conn, js, projections: dict[str, list[str]]) -> Lags:
                 stream_last_seq=stream_last,
                 lag=behind,
                 dead_letters=dead.get(name, 0),
+                stopped=mark["stopped"] if mark else None,
+                stopped_since=mark["stopped_since"] if mark else None,
             )
         )
     return Lags(stream=EVENTS, stream_last_seq=stream_last, projections=out)
@@ -95,4 +100,5 @@ def render(lags: Lags) -> str:
         f"{p.projection:<16}{p.checkpoint:>12}{p.lag:>10}{p.dead_letters:>14}"
         for p in lags.projections
     ]
+    lines += [f"{p.projection} stopped: {p.stopped}" for p in lags.projections if p.stopped]
     return "\n".join(lines)

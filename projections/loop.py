@@ -6,8 +6,11 @@ opens a consumer at checkpoint + 1, so a crash between commit and ack costs a
 skip, never a double apply. Each batch locks its checkpoint row before reading it,
 so two processes folding one projection at once (a fenced projector's last batch
 committing after its successor's first: projections/active.py) apply each event
-once. An event that cannot be decoded or applied goes to the dead-letter table
-with its bytes and error, and the projection moves on.
+once. An event that cannot be decoded, or that the fold or Postgres refuses as data,
+goes to the dead-letter table with its bytes and error, and the projection moves on. Any
+other error is a bug in the fold, not in the event: the projection stops at that batch
+(its checkpoint row says why, /healthz and /v1/projections show it) and tries again
+until the fold is fixed, while the other projections go on.
 
 A fold's consumer filters on one subject covering its patterns (JetStream serves
 one filter far faster than several); messages outside the patterns only move the
@@ -26,7 +29,8 @@ from nats.js import api
 
 from shared import events, supervise
 from shared import logging as jlog
-from shared.bus import Bus
+from shared.bus import BlobUnreadable, Bus
+from shared.outages import outage
 from shared.quote import storable
 from shared.reader import pending, stream_seq
 from shared.streams import EVENTS
@@ -34,15 +38,15 @@ from shared.subjects import SubjectFilter, covering
 
 __all__ = ["Fold", "Projector", "POISON", "apply_many", "checkpoint", "dead_letter"]
 
-# Errors that say "this event cannot be applied", as opposed to "Postgres is away".
+# Errors that say "this event cannot be applied", as opposed to "Postgres is away" or "the
+# fold has a bug": a ValueError, TypeError or KeyError raised by a fold's code is the fold's.
 POISON = (
     msgspec.DecodeError,
     msgspec.ValidationError,
+    UnicodeDecodeError,
+    BlobUnreadable,
     asyncpg.DataError,
     asyncpg.IntegrityConstraintViolationError,
-    ValueError,
-    TypeError,
-    KeyError,
 )
 
 
@@ -100,12 +104,31 @@ async def dead_letter(
 
 
 async def _save_checkpoint(conn, projector: str, seq: int) -> None:
+    """The new position; a projection that moves is no longer stopped."""
     await conn.execute(
         "INSERT INTO checkpoints (projector, last_seq) VALUES ($1, $2) ON CONFLICT (projector)"
-        " DO UPDATE SET last_seq = EXCLUDED.last_seq, updated_at = now()",
+        " DO UPDATE SET last_seq = EXCLUDED.last_seq, updated_at = now(),"
+        " stopped = NULL, stopped_since = NULL",
         projector,
         seq,
     )
+
+
+async def _stopped(pool, projector: str, pairs, exc: Exception) -> str:
+    """Say on the checkpoint row why the projection cannot go past its batch, and since when
+    (kept from the first failure): read by /healthz and /v1/projections in any process."""
+    why = storable(
+        f"{exc.__class__.__name__}: {exc} (in the batch of events {pairs[0][0]}-{pairs[-1][0]})"
+    )
+    with contextlib.suppress(Exception):  # Postgres may be what failed
+        async with pool.acquire() as conn:
+            await conn.execute(
+                "UPDATE checkpoints SET stopped = $2, stopped_since = coalesce(stopped_since,"
+                " now()) WHERE projector = $1",
+                projector,
+                why,
+            )
+    return why
 
 
 # How often an idle projector checks that its last commit survived.
@@ -156,11 +179,17 @@ class Projector:
         back, and the batch is applied again with a savepoint around each event, so only
         the poison one is dead-lettered.
         """
-        async with self.pool.acquire() as conn:
-            try:
-                return await self._apply(conn, pairs, upto, guarded=False)
-            except POISON:
-                return await self._apply(conn, pairs, upto, guarded=True)
+        try:
+            async with self.pool.acquire() as conn:
+                try:
+                    return await self._apply(conn, pairs, upto, guarded=False)
+                except POISON:
+                    return await self._apply(conn, pairs, upto, guarded=True)
+        except Exception as exc:
+            if pairs and outage(exc) is None and not isinstance(exc, CheckpointLost):
+                why = await _stopped(self.pool, self.fold.name, pairs, exc)
+                self.log.error("projection_stopped", error=why)
+            raise
 
     async def _apply(self, conn, pairs, upto: int, guarded: bool) -> int:
         name = self.fold.name
@@ -174,7 +203,7 @@ class Projector:
                 last = seq
                 try:
                     decoded.append((msg, events.decode(msg.data), seq))
-                except msgspec.DecodeError as exc:  # ValidationError too: a subclass
+                except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # ValidationError too
                     await self._dead_letter(conn, msg, seq, exc)
             if not guarded:
                 await apply_many(self.fold, conn, [(event, seq) for _, event, seq in decoded])

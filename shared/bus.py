@@ -99,6 +99,11 @@ class Raced(RuntimeError):
 WRONG_LAST_SEQUENCE = 10071
 
 
+class BlobUnreadable(ValueError):
+    """A blob an event names is gone, too large or not what its digest says: the event is
+    bad input (a projection dead-letters it), never a bug."""
+
+
 class ServerRefused(RuntimeError):
     """The NATS server cannot serve jetdbt (too old, or JetStream off)."""
 
@@ -334,15 +339,15 @@ class Bus:
         return digest
 
     async def get_blob(self, digest: str, limit: int | None = None) -> bytes:
-        """Fetch a blob and prove it is what its name says; ValueError, before reading it,
-        when it is larger than `limit` bytes."""
+        """Fetch a blob and prove it is what its name says; BlobUnreadable, before reading
+        it, when it is larger than `limit` bytes."""
         store = await self._store()
         if limit is not None and (size := (await store.get_info(digest)).size) > limit:
-            raise ValueError(f"blob {digest} is {size} bytes, over the {limit}-byte limit")
+            raise BlobUnreadable(f"blob {digest} is {size} bytes, over the {limit}-byte limit")
         result = await store.get(digest)
         data = result.data
         if digest_of(data) != digest:
-            raise ValueError(f"blob {digest} failed its digest check")
+            raise BlobUnreadable(f"blob {digest} failed its digest check")
         return data
 
     async def last_event(self, subject: str) -> events.Event | None:

@@ -17,7 +17,7 @@ import msgspec
 from nats.js.errors import ObjectNotFoundError
 
 from shared import events as ev
-from shared.bus import Bus
+from shared.bus import BlobUnreadable, Bus
 
 __all__ = ["INLINE_BYTES", "CATALOG_BYTES", "split", "result_split", "resolved"]
 
@@ -53,18 +53,18 @@ async def _read(
     bus: Bus | None, event: ev.Event, blob: ev.Blob, decoder, limit: int | None = None
 ) -> list[Any]:
     if bus is None:
-        raise ValueError(f"event {event.event_id()} keeps a list in blob {blob.digest}")
+        raise BlobUnreadable(f"event {event.event_id()} keeps a list in blob {blob.digest}")
     try:
         return decoder.decode(await bus.get_blob(blob.digest, limit))
     except ObjectNotFoundError:
-        raise ValueError(
+        raise BlobUnreadable(
             f"blob {blob.digest}, named by event {event.event_id()}, is not in the object store"
         ) from None
 
 
 async def resolved(bus: Bus | None, event: ev.Event) -> ev.Event:
     """`event` with what it keeps in a blob read back inline (its digest checked); any other
-    event as it is. Raises ValueError when the blob cannot be read."""
+    event as it is. Raises BlobUnreadable when the blob cannot be read."""
     if isinstance(event, ev.RunFinished) and event.nodes_blob is not None:
         nodes = await _read(bus, event, event.nodes_blob, _nodes)
         return msgspec.structs.replace(

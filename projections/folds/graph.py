@@ -16,7 +16,7 @@ from nats.js.errors import ObjectNotFoundError
 from projections.folds.graph_layers import PRODUCING, layers
 from shared import events as ev
 from shared import graph as gm
-from shared.bus import Bus
+from shared.bus import BlobUnreadable, Bus
 from shared.relations import InvalidRelation, normalise
 
 __all__ = ["GraphFold", "DEPLOYED", "VERSIONS_KEPT", "RUN_SNAPSHOT_DAYS", "PARSE_GRAPHS_KEPT"]
@@ -59,7 +59,7 @@ class GraphFold:
         try:
             return gm.decode(await self.bus.get_blob(digest))
         except ObjectNotFoundError:
-            raise ValueError(f"graph blob {digest} is not in the object store") from None
+            raise BlobUnreadable(f"graph blob {digest} is not in the object store") from None
 
     async def _graph(self, conn, e: ev.GraphIngested, seq: int) -> None:
         graph = await self._blob(e.graph_digest)

@@ -73,11 +73,16 @@ ENVIRONMENTS_PAGE = (100, 1000)
 
 async def healthz(request: web.Request) -> web.Response:
     """503 when NATS has not answered a round trip past a grace period or a service task
-    died, so an orchestrator restarts what cannot recover by itself. `nats` is this
+    died, so an orchestrator restarts what cannot recover by itself. A projection a fold's
+    bug stops is listed and makes `ok` false, but answers 200: the API still serves, and no
+    restart fixes a fold. `nats` is this
     request's round trip (JetStream answered within NATS_DEADLINE_SECONDS), never the
     connection's state: a stopped server keeps its socket open."""
     async with request.app[POOL].acquire() as conn:
-        await conn.fetchval("SELECT 1")
+        stopped = await conn.fetch(
+            "SELECT projector, stopped FROM checkpoints WHERE stopped IS NOT NULL"
+            " ORDER BY projector"
+        )
     bus = request.app[BUS]
     answered = await bus.round_trip(NATS_DEADLINE_SECONDS)
     away = max(bus.unanswered_for(), bus.away_for())
@@ -92,9 +97,10 @@ async def healthz(request: web.Request) -> web.Response:
     if answered:
         found = await projector_roles.projector_roles(request.app, bus.js, NATS_DEADLINE_SECONDS)
     body = {
-        "ok": not problems,
+        "ok": not problems and not stopped,
         "nats": answered,
         "problems": problems,
+        "stopped": {r["projector"]: r["stopped"] for r in stopped},
         "sandbox": sandbox,
         "projectors": found,
     }

@@ -33,7 +33,13 @@ _GAUGES = (
     ("checkpoint", "jetdbt_projection_checkpoint", "Last sequence the projection applied."),
     ("lag", "jetdbt_projection_lag_events", "Events for the projection after its checkpoint."),
     ("dead_letters", "jetdbt_projection_dead_letters", "Events the projection could not apply."),
+    ("stopped", "jetdbt_projection_stopped", "1 while a bug in the fold stops the projection."),
 )
+
+
+def _gauge(value) -> int:
+    """A count as it is; a reason (a projection's `stopped`) as 1, its absence as 0."""
+    return value if isinstance(value, int) else int(value is not None)
 
 
 def prometheus(lags: lag.Lags) -> str:
@@ -46,7 +52,7 @@ def prometheus(lags: lag.Lags) -> str:
     for field, metric, help_text in _GAUGES:
         lines += [f"# HELP {metric} {help_text}", f"# TYPE {metric} gauge"]
         lines += [
-            f'{metric}{{projection="{label(p.projection)}"}} {getattr(p, field)}'
+            f'{metric}{{projection="{label(p.projection)}"}} {_gauge(getattr(p, field))}'
             for p in lags.projections
         ]
     return "\n".join(lines) + "\n"

@@ -106,6 +106,8 @@ class Health(_Body):
     ok: bool
     nats: bool
     problems: list[str]
+    # Each projection a bug in its fold stops, with why (projections/loop.py).
+    stopped: dict[str, str] = {}
     # The sandbox of the runner in this process (on: what it uses; off; missing: what),
     # null where the API runs without a runner.
     sandbox: str | None = None

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 import aiohttp
 import pyarrow.parquet as pq
 
+from projections.folds.deploys import DeploysFold
 from projections.migrate import quote_ident
 from shared import events as ev
 from tests.support import synthetic
@@ -90,6 +91,61 @@ async def test_lag_and_dead_letters_are_served_and_retried_after_a_fix(stack):
         assert await conn.fetchval("SELECT count(*) FROM dead_letters") == 1
     _, values = await metrics(stack)
     assert values['jetdbt_projection_dead_letters{projection="deploys"}'] == 0
+
+
+async def test_a_bug_in_a_fold_stops_its_projection_loudly_until_fixed(stack, monkeypatch):
+    """A fold that raises TypeError on an event is a bug, not a bad event: its projection
+    stops before that event (no dead letter, no row after it), says why on /healthz,
+    /v1/projections, /metrics and `jetdbt status`, while the other projections go on; once
+    the fold is fixed it folds from where it stopped."""
+    real = DeploysFold.apply
+
+    async def planted(self, conn, event, seq):
+        if isinstance(event, ev.DeployRequested) and event.project == "bug":
+            raise TypeError("a planted bug")
+        await real(self, conn, event, seq)
+
+    monkeypatch.setattr(DeploysFold, "apply", planted)
+    for project in ("bug", "after"):
+        await stack.bus.publish(
+            ev.DeployRequested(project=project, deploy_id=project, bundle_digest="sha256:0",
+                               bundle_size=1)
+        )  # fmt: skip
+    await synthetic.publish(stack.bus, synthetic.log(1))
+
+    async def stopped():
+        _, body = await get_json(f"{stack.api_url}/v1/projections")
+        by_name = {p["projection"]: p for p in body["projections"]}
+        deploys, progress = by_name["deploys"], by_name["progress"]
+        return deploys if deploys["stopped"] and progress["lag"] == 0 else None
+
+    deploys = await wait_for(stopped)
+    assert deploys["stopped"].startswith("TypeError: a planted bug"), deploys
+    assert deploys["lag"] >= 2 and deploys["dead_letters"] == 0, deploys
+    status, health = await get_json(f"{stack.api_url}/healthz")
+    assert status == 200 and health["ok"] is False and health["problems"] == [], health
+    assert health["stopped"]["deploys"].startswith("TypeError: a planted bug"), health
+    _, values = await metrics(stack)
+    assert values['jetdbt_projection_stopped{projection="deploys"}'] == 1
+    assert values['jetdbt_projection_stopped{projection="progress"}'] == 0
+    said = await jetdbt(stack, "status")
+    assert "deploys stopped: TypeError: a planted bug" in said.stdout, said.stdout
+    async with stack.pool.acquire() as conn:
+        assert await conn.fetchval("SELECT count(*) FROM deploys") == 0
+        assert await conn.fetchval("SELECT count(*) FROM dead_letters") == 0
+        assert await conn.fetchval("SELECT count(*) FROM runs WHERE project = 'synth'") == 1
+
+    monkeypatch.undo()  # the fix, deployed
+
+    async def fixed():
+        async with stack.pool.acquire() as conn:
+            done = await conn.fetchval(
+                "SELECT count(*) FROM deploys WHERE project IN ('bug', 'after')"
+            )
+        _, health = await get_json(f"{stack.api_url}/healthz")
+        return health if done == 2 and health["ok"] else None
+
+    assert (await wait_for(fixed))["stopped"] == {}
 
 
 async def test_replay_and_export_from_the_command_line(stack, tmp_path):
