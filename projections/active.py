@@ -27,10 +27,10 @@ import hashlib
 from collections.abc import Awaitable, Callable
 
 import msgspec
-from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError, NoKeysError
+from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 
+from shared import kv_keys, supervise
 from shared import logging as jlog
-from shared import supervise
 from shared.bus import Bus
 from shared.streams import PROJECTORS
 
@@ -93,12 +93,8 @@ async def roles(js, sightings: Sightings) -> Roles:
     """The active projector and the standbys, leaving out keys that went unrenewed for
     their holder's term since `sightings` first saw them (a process SIGKILLed)."""
     kv = await js.key_value(PROJECTORS)
-    try:
-        keys = await kv.keys()
-    except NoKeysError:
-        return Roles(None, [])
     active, standbys = None, []
-    for key in sorted(keys):
+    for key in await kv_keys.keys(js, PROJECTORS):
         try:
             entry = await kv.get(key)
         except KeyNotFoundError:  # gone meanwhile

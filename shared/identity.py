@@ -15,9 +15,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Literal
 
 import msgspec
-from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NoKeysError, NotFoundError
+from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NotFoundError
 
-from shared import subjects
+from shared import kv_keys, subjects
 from shared.quote import quote
 from shared.streams import IDENTITY
 
@@ -251,11 +251,7 @@ async def list_tokens(bus) -> list[Token]:
     kv = await _bucket(bus)
     if kv is None:
         return []
-    try:
-        keys = await kv.keys()
-    except NoKeysError:
-        return []
-    found = [await _get(kv, key, Token) for key in keys if key.startswith("token.")]
+    found = [await _get(kv, key, Token) for key in await kv_keys.keys(bus.js, IDENTITY, "token.")]
     return sorted((t for t in found if t is not None), key=lambda t: t.created_at)
 
 

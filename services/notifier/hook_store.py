@@ -5,9 +5,9 @@ has each hook's facts without its secret; this bucket has what delivering needs.
 from __future__ import annotations
 
 import msgspec
-from nats.js.errors import KeyNotFoundError, NoKeysError
+from nats.js.errors import KeyNotFoundError
 
-from shared import subjects
+from shared import kv_keys, subjects
 from shared.streams import HOOK_SECRETS
 
 __all__ = ["StoredHook", "put", "remove", "of_project", "key_of"]
@@ -45,13 +45,8 @@ async def remove(bus, project: str, name: str) -> bool:
 
 async def of_project(bus, project: str) -> list[StoredHook]:
     kv = await bus.bucket(HOOK_SECRETS)
-    prefix = f"{subjects.token(project)}."
-    try:
-        keys = [k for k in await kv.keys() if k.startswith(prefix)]
-    except NoKeysError:
-        return []
     found = []
-    for key in keys:
+    for key in await kv_keys.keys(bus.js, HOOK_SECRETS, f"{subjects.token(project)}."):
         try:
             entry = await kv.get(key)
         except KeyNotFoundError:

@@ -21,14 +21,13 @@ import msgspec
 from nats.js.errors import (
     KeyNotFoundError,
     KeyWrongLastSequenceError,
-    NoKeysError,
     NotFoundError,
 )
 
 from services.runner.after.kept_log import EndedRun
 from shared import events as ev
+from shared import kv_keys, subjects
 from shared import logging as jlog
-from shared import subjects
 from shared.bus import Bus
 from shared.environments import Environment
 from shared.reader import Slice
@@ -102,13 +101,12 @@ async def _in_use(bus: Bus, kv, leaving: set[str]) -> set[str]:
     """Every file a run still in any index names (other than the runs `leaving`), and every
     blob a deployed version names: none of those may be deleted."""
     used: set[str] = set()
-    with contextlib.suppress(NoKeysError):
-        for key in await kv.keys():
-            with contextlib.suppress(KeyNotFoundError):
-                index = msgspec.json.decode((await kv.get(key)).value, type=Index)
-                for kept in index.runs:
-                    if kept.run_id not in leaving:
-                        used.update(kept.objects)
+    for key in await kv_keys.keys(bus.js, RETENTION):
+        with contextlib.suppress(KeyNotFoundError):
+            index = msgspec.json.decode((await kv.get(key)).value, type=Index)
+            for kept in index.runs:
+                if kept.run_id not in leaving:
+                    used.update(kept.objects)
     async with Slice(bus.js, EVENTS, subjects.deployed_of_any_project()) as deploys:
         async for batch in deploys:
             for _, msg in batch:
