@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+from collections.abc import Awaitable, Callable
 
 import msgspec
 
@@ -58,6 +59,15 @@ class Runner:
         self.ack_wait = float(ctx.settings.run_ack_wait_seconds)
         # An external system's share of the never-purged log, per runner.
         self.rate = PrincipalRate(ctx.settings.external_publishes_per_minute)
+        # Each command verb's handler, called with (msg, project, problem, seq, caller):
+        # one per subjects.COMMAND_VERBS.
+        self.handlers: dict[str, Callable[..., Awaitable[None]]] = {
+            "run": self._run,
+            "deploy": self._deploy,
+            "cancel": self._check_cancel,
+            "job": functools.partial(jobs.handle, ctx),
+            "promote": functools.partial(promote, ctx.bus),
+        }
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
         """Serve commands until `stop`; a failed loop (NATS away) starts again a second
@@ -178,16 +188,9 @@ class Runner:
                     else ev.RunRefused(project=project, run_id=f"c{seq}", reason=reason)
                 )
                 return
-        if verb == "run":
-            await self._run(msg, project, problem, seq, caller)
-        elif verb == "deploy":
-            await self._deploy(msg, project, problem, seq, caller)
-        elif verb == "cancel":
-            await self._check_cancel(msg, project, problem, seq, caller)
-        elif verb == "job":
-            await jobs.handle(self.ctx, msg, project, problem, seq, caller)
-        elif verb == "promote":
-            await promote(self.ctx.bus, msg, project, problem, seq, caller)
+        handler = self.handlers.get(verb)
+        if handler is not None:
+            await handler(msg, project, problem, seq, caller)
         else:
             await self.ctx.bus.publish(
                 ev.RunRefused(
