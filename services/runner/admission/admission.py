@@ -217,12 +217,13 @@ class _RunSlot(Lease):
         self.share: RunnerShare | None = share
 
     async def release(self) -> None:
-        try:
-            await super().release()
-        finally:
-            if self.share is not None:
-                self.share.free()
-                self.share = None
+        """The share first: it is this process's own count, and its run has ended. Deleting
+        the key from a runner cut off from NATS waits out request timeouts (about 25 s),
+        and the runner need not hold its share that long; the shared slot is the key's."""
+        if self.share is not None:
+            self.share.free()
+            self.share = None
+        await super().release()
 
 
 class Admission:
