@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import zoneinfo
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 import msgspec
 
@@ -310,8 +310,8 @@ class JobRun(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag="job",
 # What started a run: a person (`manual`), a job's schedule, a relation it reads written,
 # another job's run ending (`after`), the API, or another system on NATS. A runner records
 # it from what the server vouches for; only the operator's own processes may claim one.
-TRIGGERS = ("manual", "schedule", "relation", "after", "api", "nats")
 Trigger = Literal["", "manual", "schedule", "relation", "after", "api", "nats"]
+TRIGGERS: tuple[str, ...] = get_args(Trigger)[1:]  # "": a run from before triggers
 # How many triggered runs deep a chain of causes may go (a run of a `relation` or `after`
 # trigger is one deeper than the run that caused it): a cycle that a deploy closes after its
 # jobs were saved stops at this depth, refused and recorded, instead of running forever.

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import hashlib
 from datetime import UTC, datetime
-from typing import Any, Union
+from typing import Any, Literal, Union
 
 import msgspec
 
 from shared import subjects
 from shared.bundle import Skipped
+from shared.commands import Trigger
 from shared.environments import Environment
+from shared.outcomes import Outcome
+from shared.webhooks import DeliveryState
 
 __all__ = [
     "fits",
@@ -127,7 +130,7 @@ class NodeResult(msgspec.Struct, frozen=True, kw_only=True):
 
     unique_id: str
     status: str
-    outcome: str
+    outcome: Outcome
     resource_type: str = ""
     name: str = ""
     relation: str | None = None
@@ -347,7 +350,7 @@ class RunRequested(_RunEvent, frozen=True, kw_only=True, tag="run.requested.v1")
     team: str = ""  # the principal's team, and the door its command came in by
     door: str = ""
     job: str = ""  # the saved job the run is of ("": none)
-    trigger: str = ""  # what started it (shared.commands.TRIGGERS; "": before triggers)
+    trigger: Trigger = ""  # what started it ("": a run from before triggers)
     depth: int = 0  # a triggered run's place in its chain of causes (RunCommand.depth)
     # The project environment it runs in, by name ("": before environments, read as the
     # default one), and the pull request it checks (0: none).
@@ -673,12 +676,15 @@ class JobRefused(Event, frozen=True, kw_only=True, tag="job.refused.v1"):
         return f"job-refused:{self.project}:{self.command_seq}"
 
 
+ScheduleState = Literal["active", "paused", "removed"]
+
+
 class ScheduleSaved(Event, frozen=True, kw_only=True, tag="schedule.saved.v1"):
     """A job's schedule as it is now: `active` (its definition is on the commands stream and
     the server fires it), `paused` or `removed` (the definition parked: it never fires)."""
 
     job: str
-    state: str
+    state: ScheduleState
     cron: str = ""
     tz: str = ""
     principal: str = ""  # whose runs its fires are (the runs' principal)
@@ -768,7 +774,7 @@ class HookDelivered(Event, frozen=True, kw_only=True, tag="hook.delivery.v1"):
     event: str  # start, success, failure
     attempt: int
     status: int = 0
-    state: str
+    state: DeliveryState
     error: str = ""
 
     def subject(self) -> str:

@@ -7,7 +7,10 @@ such as no-op); `outcome` is the half downstream code branches on.
 
 from __future__ import annotations
 
+from typing import Literal, get_args
+
 __all__ = [
+    "Outcome",
     "OUTCOMES",
     "NODE_RUNNING",
     "NODE_CANCELLED",
@@ -18,7 +21,8 @@ __all__ = [
     "attention",
 ]
 
-OUTCOMES = ("passed", "failed", "warned", "skipped", "no_op", "unknown")
+Outcome = Literal["passed", "failed", "warned", "skipped", "no_op", "unknown"]
+OUTCOMES: tuple[str, ...] = get_args(Outcome)
 # A node's status while dbt runs it (it has no outcome yet), the status of one dbt started
 # and never reported on when a cancel stopped it (whether its SQL took effect is not known,
 # so its outcome is `unknown`), and of one its run would have run but a cancel ended the run
@@ -45,7 +49,7 @@ _BY_STATUS = {
 }
 
 
-def outcome(status: str | None) -> str:
+def outcome(status: str | None) -> Outcome:
     """The stable outcome for a dbt status; a word dbt adds later is `unknown`, not a crash."""
     return _BY_STATUS.get((status or "").strip().lower(), "unknown")
 

@@ -14,7 +14,7 @@ import ipaddress
 import re
 import secrets
 import urllib.parse
-from typing import Literal
+from typing import Literal, get_args
 
 import msgspec
 
@@ -22,6 +22,8 @@ from shared.quote import quote
 
 __all__ = [
     "EVENTS",
+    "DeliveryState",
+    "DELIVERY_STATES",
     "SIGNATURE",
     "TIMESTAMP",
     "DELIVERY",
@@ -43,6 +45,9 @@ __all__ = [
 
 # What a hook may be told of a run: its start, its success, its failure, or any end.
 EVENTS = ("start", "success", "failure", "end")
+# How a delivery attempt ended: delivered, to be tried again, or given up (the dead letter).
+DeliveryState = Literal["delivered", "retrying", "dead"]
+DELIVERY_STATES: tuple[str, ...] = get_args(DeliveryState)
 SIGNATURE = "X-Jetdbt-Signature"
 TIMESTAMP = "X-Jetdbt-Timestamp"
 DELIVERY = "X-Jetdbt-Delivery"

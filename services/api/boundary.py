@@ -37,6 +37,7 @@ from shared.subjects import (
     check_project,
     check_run_id,
 )
+from shared.webhooks import DELIVERY_STATES
 
 __all__ = [
     "BadParameter",
@@ -159,7 +160,7 @@ QUERY_RULES: dict[str, Callable[[str], object]] = {
     "after": str,  # a graph page's last node id
     "version": check_digest,  # a version is its bundle's digest
     "projection": _projection,
-    "state": _one_of("delivered", "retrying", "dead"),  # a webhook delivery's attempts
+    "state": _one_of(*DELIVERY_STATES),  # a webhook delivery's attempts
     "environment": check_environment_name,  # a project environment (prod, staging, dev)
     "job": check_job_name,  # a saved job's runs
     "pr": _whole(minimum=0, maximum=MAX_PR),  # a pull request's number (0: none)

@@ -28,7 +28,7 @@ from shared import events as ev
 from shared.artifacts import NAMES as ARTIFACTS
 from shared.bundle import MAX_BUNDLE_BYTES
 from shared.commands import MAX_PR, JobCommand, PromoteCommand, RunCommand
-from shared.webhooks import HookRequest
+from shared.webhooks import DELIVERY_STATES, HookRequest
 
 __all__ = [
     "OPERATIONS",
@@ -63,7 +63,7 @@ _PARAMS = {
     "job": ("path", {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]{0,63}$"}),
     "job:query": ("query", {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]{0,63}$"}),
     "hook": ("path", {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]{0,63}$"}),
-    "state": ("query", {"type": "string", "enum": ["delivered", "retrying", "dead"]}),
+    "state": ("query", {"type": "string", "enum": list(DELIVERY_STATES)}),
     "key": ("path", {"type": "string", "description": "a relation key, dbt://<wh>/<schema>/<n>"}),
     "unique_id": (
         "path",
