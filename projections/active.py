@@ -89,12 +89,12 @@ class Sightings:
         return now - seen[1] < seconds
 
 
-async def roles(js, sightings: Sightings) -> Roles:
+async def roles(bus: Bus, sightings: Sightings) -> Roles:
     """The active projector and the standbys, leaving out keys that went unrenewed for
     their holder's term since `sightings` first saw them (a process SIGKILLed)."""
-    kv = await js.key_value(PROJECTORS)
+    kv = await bus.js.key_value(PROJECTORS)
     active, standbys = None, []
-    for key in await kv_keys.keys(js, PROJECTORS):
+    for key in await kv_keys.keys(bus, PROJECTORS):
         try:
             entry = await kv.get(key)
         except KeyNotFoundError:  # gone meanwhile

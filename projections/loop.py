@@ -40,13 +40,17 @@ __all__ = ["Fold", "Projector", "POISON", "apply_many", "checkpoint", "dead_lett
 
 # Errors that say "this event cannot be applied", as opposed to "Postgres is away" or "the
 # fold has a bug": a ValueError, TypeError or KeyError raised by a fold's code is the fold's.
+# Postgres refuses data as a data exception (class 22), a constraint (23) or a limit (54: a
+# key too long for its index); a date the event carries can overflow the fold's arithmetic.
 POISON = (
     msgspec.DecodeError,
     msgspec.ValidationError,
     UnicodeDecodeError,
     BlobUnreadable,
+    OverflowError,
     asyncpg.DataError,
     asyncpg.IntegrityConstraintViolationError,
+    asyncpg.ProgramLimitExceededError,
 )
 
 
@@ -114,19 +118,28 @@ async def _save_checkpoint(conn, projector: str, seq: int) -> None:
     )
 
 
-async def _stopped(pool, projector: str, pairs, exc: Exception) -> str:
-    """Say on the checkpoint row why the projection cannot go past its batch, and since when
-    (kept from the first failure): read by /healthz and /v1/projections in any process."""
-    why = storable(
-        f"{exc.__class__.__name__}: {exc} (in the batch of events {pairs[0][0]}-{pairs[-1][0]})"
-    )
-    with contextlib.suppress(Exception):  # Postgres may be what failed
+class FoldBug(RuntimeError):
+    """The fold raised what no event can cause (its bug) on the event at `seq`."""
+
+    def __init__(self, seq: int, exc: Exception):
+        super().__init__(f"{exc.__class__.__name__}: {exc} (at event {seq})")
+        self.seq = seq
+
+
+async def _stopped(pool, projector: str, bug: FoldBug) -> str:
+    """Say on the checkpoint row why the projection cannot go past event `bug.seq`, and since
+    when (kept from the first failure): read by /healthz and /v1/projections in any process.
+    Only while the checkpoint is still before it: a late word from a fenced process never
+    marks a projection a fixed one has moved past."""
+    why = storable(str(bug))
+    with contextlib.suppress(Exception):  # Postgres may be away by now
         async with pool.acquire() as conn:
             await conn.execute(
                 "UPDATE checkpoints SET stopped = $2, stopped_since = coalesce(stopped_since,"
-                " now()) WHERE projector = $1",
+                " now()) WHERE projector = $1 AND last_seq < $3",
                 projector,
                 why,
+                bug.seq,
             )
     return why
 
@@ -177,7 +190,9 @@ class Projector:
         The batch goes in first without a savepoint per event: those are two round trips
         an event, most of a replay's time. An event the fold refuses rolls that attempt
         back, and the batch is applied again with a savepoint around each event, so only
-        the poison one is dead-lettered.
+        the poison one is dead-lettered. Any other error (not an outage) is applied again
+        the same way to find the event the fold's bug stops at: the events before it are
+        committed, the projection is marked stopped there, and FoldBug is raised.
         """
         try:
             async with self.pool.acquire() as conn:
@@ -185,10 +200,18 @@ class Projector:
                     return await self._apply(conn, pairs, upto, guarded=False)
                 except POISON:
                     return await self._apply(conn, pairs, upto, guarded=True)
-        except Exception as exc:
-            if pairs and outage(exc) is None and not isinstance(exc, CheckpointLost):
-                why = await _stopped(self.pool, self.fold.name, pairs, exc)
-                self.log.error("projection_stopped", error=why)
+                except Exception as exc:
+                    if outage(exc) is not None or isinstance(exc, CheckpointLost):
+                        raise
+                    # Found again event by event; if the fold's `apply` takes every event
+                    # its batch path refused, that path is what has the bug.
+                    done = await self._apply(conn, pairs, upto, guarded=True)
+                    self.log.error("fold_batch_path_failed", error=repr(exc))
+                    return done
+        except FoldBug as bug:
+            self.log.error(
+                "projection_stopped", error=await _stopped(self.pool, self.fold.name, bug)
+            )
             raise
 
     async def _apply(self, conn, pairs, upto: int, guarded: bool) -> int:
@@ -207,14 +230,22 @@ class Projector:
                     await self._dead_letter(conn, msg, seq, exc)
             if not guarded:
                 await apply_many(self.fold, conn, [(event, seq) for _, event, seq in decoded])
+            bug = None
             for msg, event, seq in decoded if guarded else ():
                 try:
                     async with conn.transaction():
                         await self.fold.apply(conn, event, seq)
                 except POISON as exc:
                     await self._dead_letter(conn, msg, seq, exc)
-            last = max(last, upto)
+                except Exception as exc:
+                    if outage(exc) is not None:
+                        raise
+                    bug, last = FoldBug(seq, exc), seq - 1  # what came before it stands
+                    break
+            last = last if bug else max(last, upto)
             await _save_checkpoint(conn, name, last)
+        if bug:
+            raise bug
         return last
 
     async def _move_past(self, passed: int) -> int:

@@ -14,7 +14,13 @@ import msgspec
 import nats
 from nats.js.errors import (
     APIError,
+    BadObjectMetaError,
+    BadRequestError,
+    DigestMismatchError,
+    InvalidObjectNameError,
+    LinkIsABucketError,
     NotFoundError,
+    ObjectDeletedError,
     ObjectNotFoundError,
 )
 
@@ -102,6 +108,17 @@ WRONG_LAST_SEQUENCE = 10071
 class BlobUnreadable(ValueError):
     """A blob an event names is gone, too large or not what its digest says: the event is
     bad input (a projection dead-letters it), never a bug."""
+
+
+# What the object store says of a name that is no object it can give whole.
+_BROKEN = (
+    BadObjectMetaError,
+    BadRequestError,
+    DigestMismatchError,
+    InvalidObjectNameError,
+    LinkIsABucketError,
+    ObjectDeletedError,
+)
 
 
 class ServerRefused(RuntimeError):
@@ -340,12 +357,15 @@ class Bus:
 
     async def get_blob(self, digest: str, limit: int | None = None) -> bytes:
         """Fetch a blob and prove it is what its name says; BlobUnreadable, before reading
-        it, when it is larger than `limit` bytes."""
+        it, when it is larger than `limit` bytes, and when the store cannot give it whole (a
+        name an event made up, a broken object). ObjectNotFoundError when there is none."""
         store = await self._store()
-        if limit is not None and (size := (await store.get_info(digest)).size) > limit:
-            raise BlobUnreadable(f"blob {digest} is {size} bytes, over the {limit}-byte limit")
-        result = await store.get(digest)
-        data = result.data
+        try:
+            if limit is not None and (size := (await store.get_info(digest)).size) > limit:
+                raise BlobUnreadable(f"blob {digest} is {size} bytes, over the {limit}-byte limit")
+            data = (await store.get(digest)).data
+        except _BROKEN as exc:
+            raise BlobUnreadable(f"blob {digest!r} cannot be read: {exc!r}") from None
         if digest_of(data) != digest:
             raise BlobUnreadable(f"blob {digest} failed its digest check")
         return data

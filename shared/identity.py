@@ -251,7 +251,7 @@ async def list_tokens(bus) -> list[Token]:
     kv = await _bucket(bus)
     if kv is None:
         return []
-    found = [await _get(kv, key, Token) for key in await kv_keys.keys(bus.js, IDENTITY, "token.")]
+    found = [await _get(kv, key, Token) for key in await kv_keys.keys(bus, IDENTITY, "token.")]
     return sorted((t for t in found if t is not None), key=lambda t: t.created_at)
 
 

@@ -27,6 +27,8 @@ OUTAGES = (
     nats_errors.NoServersError,
     asyncpg.PostgresConnectionError,  # the connection is gone, or could not be made
     asyncpg.exceptions.OperatorInterventionError,  # a restart: shutting down, starting up
+    asyncpg.exceptions.TransactionRollbackError,  # a deadlock or serialization failure
+    asyncpg.exceptions.InsufficientResourcesError,  # too many connections, a full disk
     ConnectionError,
     TimeoutError,
 )

@@ -74,14 +74,14 @@ ENVIRONMENTS_PAGE = (100, 1000)
 async def healthz(request: web.Request) -> web.Response:
     """503 when NATS has not answered a round trip past a grace period or a service task
     died, so an orchestrator restarts what cannot recover by itself. A projection a fold's
-    bug stops is listed and makes `ok` false, but answers 200: the API still serves, and no
-    restart fixes a fold. `nats` is this
+    bug stops is named and makes `ok` false, but answers 200: the API still serves, and no
+    restart fixes a fold. Why it stopped is on /v1/projections, behind a token: the reason
+    may quote an event's data, and this route is public. `nats` is this
     request's round trip (JetStream answered within NATS_DEADLINE_SECONDS), never the
     connection's state: a stopped server keeps its socket open."""
     async with request.app[POOL].acquire() as conn:
         stopped = await conn.fetch(
-            "SELECT projector, stopped FROM checkpoints WHERE stopped IS NOT NULL"
-            " ORDER BY projector"
+            "SELECT projector FROM checkpoints WHERE stopped IS NOT NULL ORDER BY projector"
         )
     bus = request.app[BUS]
     answered = await bus.round_trip(NATS_DEADLINE_SECONDS)
@@ -95,12 +95,12 @@ async def healthz(request: web.Request) -> web.Response:
         problems.append(f"the runner refuses every project: its sandbox is {sandbox}")
     found = None
     if answered:
-        found = await projector_roles.projector_roles(request.app, bus.js, NATS_DEADLINE_SECONDS)
+        found = await projector_roles.projector_roles(request.app, bus, NATS_DEADLINE_SECONDS)
     body = {
         "ok": not problems and not stopped,
         "nats": answered,
         "problems": problems,
-        "stopped": {r["projector"]: r["stopped"] for r in stopped},
+        "stopped": [r["projector"] for r in stopped],
         "sandbox": sandbox,
         "projectors": found,
     }

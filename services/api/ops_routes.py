@@ -79,7 +79,7 @@ def add_ops_routes(app: web.Application, pool: asyncpg.Pool, bus: Bus) -> None:
         async with pool.acquire() as conn:
             queue = await queue_metrics(conn) + await run_metrics(conn)
         principals = _by_principal(await principal_metrics(bus.js))
-        processes = roles_metric(await projector_roles(request.app, bus.js, ROLES_DEADLINE))
+        processes = roles_metric(await projector_roles(request.app, bus, ROLES_DEADLINE))
         return web.Response(
             body=(lags + queue + principals + processes).encode(),
             headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"},

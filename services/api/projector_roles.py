@@ -25,11 +25,11 @@ def install(app: web.Application) -> None:
     app[SIGHTINGS] = Sightings()
 
 
-async def projector_roles(app: web.Application, js, deadline: float) -> Roles | None:
+async def projector_roles(app: web.Application, bus, deadline: float) -> Roles | None:
     """The roles, or None when NATS did not answer within `deadline` seconds."""
     with contextlib.suppress(Exception):
         async with asyncio.timeout(deadline):
-            return await roles(js, app[SIGHTINGS])
+            return await roles(bus, app[SIGHTINGS])
     return None
 
 

@@ -106,8 +106,8 @@ class Health(_Body):
     ok: bool
     nats: bool
     problems: list[str]
-    # Each projection a bug in its fold stops, with why (projections/loop.py).
-    stopped: dict[str, str] = {}
+    # The projections a bug in their fold stops (projections/loop.py; why: /v1/projections).
+    stopped: list[str] = []
     # The sandbox of the runner in this process (on: what it uses; off; missing: what),
     # null where the API runs without a runner.
     sandbox: str | None = None

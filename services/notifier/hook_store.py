@@ -46,7 +46,7 @@ async def remove(bus, project: str, name: str) -> bool:
 async def of_project(bus, project: str) -> list[StoredHook]:
     kv = await bus.bucket(HOOK_SECRETS)
     found = []
-    for key in await kv_keys.keys(bus.js, HOOK_SECRETS, f"{subjects.token(project)}."):
+    for key in await kv_keys.keys(bus, HOOK_SECRETS, f"{subjects.token(project)}."):
         try:
             entry = await kv.get(key)
         except KeyNotFoundError:

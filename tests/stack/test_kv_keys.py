@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from services.notifier import hook_store
 from shared import kv_keys
 from shared.bus import connect
@@ -28,11 +30,13 @@ async def test_every_key_of_a_prefix_is_read_by_many_readers_at_once(nats_url):
         await hook_store.put(bus, _hook("shops", "other"))  # a longer prefix, not shop's
         assert await hook_store.remove(bus, "shop", "h3")
 
-        listed = await kv_keys.keys(bus.js, HOOK_SECRETS, "shop.")
+        listed = await kv_keys.keys(bus, HOOK_SECRETS, "shop.")
         assert listed == sorted(f"shop.h{n}" for n in range(25))  # the removed one's marker too
         expected = sorted(f"h{n}" for n in range(25) if n != 3)
         seen = await asyncio.gather(*(hook_store.of_project(bus, "shop") for _ in range(40)))
         assert all(sorted(h.name for h in hooks) == expected for hooks in seen)
-        assert await kv_keys.keys(bus.js, HOOK_SECRETS, "nobody.") == []
+        assert await kv_keys.keys(bus, HOOK_SECRETS, "nobody.") == []
+        with pytest.raises(ValueError, match="ends with a dot"):
+            await kv_keys.keys(bus, HOOK_SECRETS, "shop")  # would read as no key at all
     finally:
         await bus.close()

@@ -95,9 +95,9 @@ async def test_lag_and_dead_letters_are_served_and_retried_after_a_fix(stack):
 
 async def test_a_bug_in_a_fold_stops_its_projection_loudly_until_fixed(stack, monkeypatch):
     """A fold that raises TypeError on an event is a bug, not a bad event: its projection
-    stops before that event (no dead letter, no row after it), says why on /healthz,
-    /v1/projections, /metrics and `jetdbt status`, while the other projections go on; once
-    the fold is fixed it folds from where it stopped."""
+    stops at that event (the one before it folded; no dead letter, no row after it), says
+    so on /healthz, /v1/projections, /metrics and `jetdbt status`, while the other
+    projections go on; once the fold is fixed it folds from where it stopped."""
     real = DeploysFold.apply
 
     async def planted(self, conn, event, seq):
@@ -106,8 +106,9 @@ async def test_a_bug_in_a_fold_stops_its_projection_loudly_until_fixed(stack, mo
         await real(self, conn, event, seq)
 
     monkeypatch.setattr(DeploysFold, "apply", planted)
-    for project in ("bug", "after"):
-        await stack.bus.publish(
+    published = {}
+    for project in ("before", "bug", "after"):
+        published[project] = await stack.bus.publish(
             ev.DeployRequested(project=project, deploy_id=project, bundle_digest="sha256:0",
                                bundle_size=1)
         )  # fmt: skip
@@ -120,18 +121,19 @@ async def test_a_bug_in_a_fold_stops_its_projection_loudly_until_fixed(stack, mo
         return deploys if deploys["stopped"] and progress["lag"] == 0 else None
 
     deploys = await wait_for(stopped)
-    assert deploys["stopped"].startswith("TypeError: a planted bug"), deploys
+    assert deploys["stopped"] == f"TypeError: a planted bug (at event {published['bug'].seq})"
+    assert deploys["checkpoint"] == published["bug"].seq - 1, deploys
     assert deploys["lag"] >= 2 and deploys["dead_letters"] == 0, deploys
     status, health = await get_json(f"{stack.api_url}/healthz")
     assert status == 200 and health["ok"] is False and health["problems"] == [], health
-    assert health["stopped"]["deploys"].startswith("TypeError: a planted bug"), health
+    assert health["stopped"] == ["deploys"], health
     _, values = await metrics(stack)
     assert values['jetdbt_projection_stopped{projection="deploys"}'] == 1
     assert values['jetdbt_projection_stopped{projection="progress"}'] == 0
     said = await jetdbt(stack, "status")
     assert "deploys stopped: TypeError: a planted bug" in said.stdout, said.stdout
     async with stack.pool.acquire() as conn:
-        assert await conn.fetchval("SELECT count(*) FROM deploys") == 0
+        assert await conn.fetchval("SELECT array_agg(project) FROM deploys") == ["before"]
         assert await conn.fetchval("SELECT count(*) FROM dead_letters") == 0
         assert await conn.fetchval("SELECT count(*) FROM runs WHERE project = 'synth'") == 1
 
@@ -140,12 +142,12 @@ async def test_a_bug_in_a_fold_stops_its_projection_loudly_until_fixed(stack, mo
     async def fixed():
         async with stack.pool.acquire() as conn:
             done = await conn.fetchval(
-                "SELECT count(*) FROM deploys WHERE project IN ('bug', 'after')"
+                "SELECT count(*) FROM deploys WHERE project IN ('before', 'bug', 'after')"
             )
         _, health = await get_json(f"{stack.api_url}/healthz")
-        return health if done == 2 and health["ok"] else None
+        return health if done == 3 and health["ok"] else None
 
-    assert (await wait_for(fixed))["stopped"] == {}
+    assert (await wait_for(fixed))["stopped"] == []
 
 
 async def test_replay_and_export_from_the_command_line(stack, tmp_path):

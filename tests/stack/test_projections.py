@@ -5,11 +5,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
 
 import pytest
 
 from projections.folds.progress import ProgressFold
-from projections.loop import Projector, checkpoint
+from projections.loop import FoldBug, Projector, checkpoint
 from shared import events as ev
 from shared.bus import connect
 from shared.streams import EVENTS
@@ -295,3 +296,39 @@ async def test_a_fold_reads_one_covering_filter_and_skips_other_subjects(bus, po
     assert await saved_checkpoint(pool) == target
     run, rows = await fetch_run(pool, "r8")
     assert run["nodes_started"] == 1 and [r["unique_id"] for r in rows] == ["model.p.m0"]
+
+
+class _Planted:
+    """The progress fold with a bug planted: it cannot apply run r2's request."""
+
+    name = "progress"
+
+    def __init__(self):
+        self.fold = ProgressFold()
+
+    async def apply(self, conn, event, seq):
+        if getattr(event, "run_id", "") == "r2":
+            raise KeyError("planted")
+        await self.fold.apply(conn, event, seq)
+
+
+async def test_a_bug_in_a_fold_stops_its_batch_at_that_event_and_keeps_what_came_before(bus, pool):
+    """One batch of three; the fold's bug is on the second. The first is folded and the
+    checkpoint stays before the second, which is no dead letter: the row says why."""
+    requested = [run_requested(f"r{i}") for i in (1, 2, 3)]
+    pairs = [
+        (seq, SimpleNamespace(subject=e.subject(), data=ev.encode(e)))
+        for seq, e in enumerate(requested, start=1)
+    ]
+    with pytest.raises(FoldBug, match=r"KeyError: 'planted' \(at event 2\)"):
+        await Projector(bus, pool, _Planted(), SUBJECTS).apply_batch(pairs)
+    assert await saved_checkpoint(pool) == 1
+    assert [(await fetch_run(pool, r))[0] is not None for r in ("r1", "r2", "r3")] == [
+        True, False, False
+    ]  # fmt: skip
+    async with pool.acquire() as conn:
+        stopped = await conn.fetchval(
+            "SELECT stopped FROM checkpoints WHERE projector = 'progress'"
+        )
+        assert await conn.fetchval("SELECT count(*) FROM dead_letters") == 0
+    assert stopped == "KeyError: 'planted' (at event 2)"

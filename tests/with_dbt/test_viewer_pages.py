@@ -270,31 +270,46 @@ async def test_the_jobs_page_runs_pauses_and_resumes_a_job_for_the_roles_allowed
     assert errors == []
 
 
-async def test_a_slow_answer_to_the_page_left_never_replaces_the_page_the_tab_is_on(
-    scene, chromium
-):
-    """Signing in draws the projects list; a person who goes on to a project's jobs before
-    that list answers stays on the jobs page when the list's answer comes."""
-    stack, _, admin, *_ = scene
-    page = await chromium.new_page(viewport=SCREEN, bypass_csp=True)
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    answered = asyncio.Event()
+def _slowly(answered: asyncio.Event):
+    """A route handler that lets the request through 2 s late, then says it answered."""
 
-    async def slowly(route):
+    async def handle(route):
         await asyncio.sleep(2)
         with contextlib.suppress(PlaywrightError):  # the tab gave the request up
             await route.continue_()
         answered.set()
 
-    await page.route("**/v1/projects?limit=*", slowly)
-    await sign_in(page, stack.api_url, admin)
-    await page.evaluate(f"location.hash = '#/projects/{PROJECT}/jobs'")
-    await page.wait_for_selector("#jobs", timeout=30_000)
-    await asyncio.wait_for(answered.wait(), 10)
-    await page.wait_for_timeout(500)  # the late answer, had it been drawn, would be by now
-    assert await page.locator("#jobs").count() == 1
-    assert await page.locator("#projects").count() == 0
-    assert await page.locator("#problem").count() == 0
-    assert await page.title() == f"{PROJECT} jobs · jetdbt", await page.title()
-    assert errors == []
+    return handle
+
+
+async def test_a_slow_answer_to_the_page_left_never_replaces_the_page_the_tab_is_on(
+    scene, chromium
+):
+    """A person who goes on before a page's answer came stays where they went: signing in
+    draws the projects list, and a project's jobs asked for before it answers stay drawn;
+    the jobs page, waiting on who the token is, never comes back over the list either."""
+    stack, _, admin, *_ = scene
+    jobs = f"#/projects/{PROJECT}/jobs"
+    for slow, went, then, stays, title in (
+        ("**/v1/projects?limit=*", None, jobs, "#jobs", f"{PROJECT} jobs · jetdbt"),
+        ("**/v1/whoami", jobs, "#/", "#projects", "projects · jetdbt"),
+    ):
+        page = await chromium.new_page(viewport=SCREEN, bypass_csp=True)
+        errors: list[str] = []
+        page.on("pageerror", lambda exc, errors=errors: errors.append(str(exc)))
+        answered = asyncio.Event()
+        await page.route(slow, _slowly(answered))
+        await sign_in(page, stack.api_url, admin)
+        if went:
+            await page.wait_for_selector("#projects", timeout=30_000)  # sign-in's page
+            await page.evaluate(f"location.hash = {went!r}")
+            await page.wait_for_timeout(300)  # the jobs page is waiting for its answer
+        await page.evaluate(f"location.hash = {then!r}")
+        await page.wait_for_selector(stays, timeout=30_000)
+        await asyncio.wait_for(answered.wait(), 10)
+        await page.wait_for_timeout(500)  # the late answer, had it been drawn, would be by now
+        assert await page.title() == title, (slow, await page.title())
+        assert await page.locator(stays).count() == 1
+        assert await page.locator("#problem").count() == 0
+        assert errors == []
+        await page.close()

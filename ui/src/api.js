@@ -1,11 +1,9 @@
 // Talking to the API: every call with the tab's bearer token, a 401 as Unauthorized (the
 // page then asks for a token), any other refusal as an Error carrying the status.
+import { Left } from "./dom.js";
 import { token } from "./token.js";
 
 export class Unauthorized extends Error {}
-
-// A page the tab has left: its answers come too late to be drawn (the router ignores it).
-export class Left extends Error {}
 
 // The page being drawn. The router gives each its own signal and aborts it on the next
 // route, so a slow answer to the page before never replaces the page the tab is on.
@@ -50,6 +48,7 @@ export function post(path, body = {}) {
 // Each gets a user-timing mark at the time it reached the browser, its detail saying when
 // this page handled it: bench/bench_viewer.py reads both.
 export function follow(runId, onEvent, signal) {
+  if (signal.aborted) return Promise.reject(new Left());
   const worker = new Worker("follow.js");
   signal.addEventListener("abort", () => worker.terminate());
   const since = (epochMs) => epochMs - performance.timeOrigin;

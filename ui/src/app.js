@@ -2,7 +2,7 @@
 // across runs, a relation. Plain DOM, hash routes, every data call with the bearer token
 // kept in sessionStorage for this tab.
 // This module routes; each page is a module of its own.
-import { Left, Unauthorized, drawingPage } from "./api.js";
+import { Unauthorized, drawingPage } from "./api.js";
 import { h, view } from "./dom.js";
 import { hooksPage } from "./page_hooks.js";
 import { jobsPage } from "./page_jobs.js";
@@ -18,7 +18,8 @@ let leaving = new AbortController();  // aborted when the page changes (its even
 async function route() {
   leaving.abort();
   leaving = new AbortController();
-  drawingPage(leaving.signal);
+  const { signal } = leaving;
+  drawingPage(signal);
   delete document.body.dataset.ready;
   delete document.body.dataset.runEnded;
   if (!token()) { askToken(); return; }
@@ -26,16 +27,16 @@ async function route() {
   const params = new URLSearchParams(query || "");
   const parts = path.split("/").filter(Boolean).map(decodeURIComponent);
   try {
-    if (parts[0] === "projects" && parts[2] === "jobs") await jobsPage(parts[1]);
-    else if (parts[0] === "projects" && parts[2] === "hooks") await hooksPage(parts[1]);
+    if (parts[0] === "projects" && parts[2] === "jobs") await jobsPage(parts[1], signal);
+    else if (parts[0] === "projects" && parts[2] === "hooks") await hooksPage(parts[1], signal);
     else if (parts[0] === "projects" && parts[2] === "nodes" && parts[3]) {
-      await nodePage(parts[1], parts.slice(3).join("/"));
-    } else if (parts[0] === "projects" && parts[1]) await projectPage(parts[1], params);
-    else if (parts[0] === "runs" && parts[1]) await runPage(parts[1], params, leaving.signal);
-    else if (parts[0] === "relations" && parts[1]) await relationPage(parts.slice(1).join("/"));
-    else await projectsPage();
+      await nodePage(parts[1], parts.slice(3).join("/"), signal);
+    } else if (parts[0] === "projects" && parts[1]) await projectPage(parts[1], params, signal);
+    else if (parts[0] === "runs" && parts[1]) await runPage(parts[1], params, signal);
+    else if (parts[0] === "relations" && parts[1]) await relationPage(parts.slice(1).join("/"), signal);
+    else await projectsPage(signal);
   } catch (err) {
-    if (err instanceof Left) return;
+    if (signal.aborted) return;  // the page the tab has left (`Left`, or how it failed)
     if (err instanceof Unauthorized) { askToken(err.message); return; }
     view.replaceChildren(h("p", { class: "problem", id: "problem" }, err.message));
   }

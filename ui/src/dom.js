@@ -41,8 +41,24 @@ export function table(head, rows, attrs = {}, rowAttrs = () => ({})) {
     rows.map((r, i) => h("tr", rowAttrs(i), r.map((c) => h("td", {}, c)))));
 }
 
-export function show(title, path, ...content) {
+// A page the tab has left: what it would draw now comes too late (the router ignores it).
+export class Left extends Error {}
+
+// Each route's page is drawn under the signal the router gives it and aborts on the next
+// route: a page the tab has left draws nothing more over the one it is on.
+export function stillOn(signal) {
+  if (signal.aborted) throw new Left();
+}
+
+export function show(signal, title, path, ...content) {
+  stillOn(signal);
   document.title = `${title} · jetdbt`;
   crumbs.replaceChildren(...path.flatMap((p, i) => (i ? [" / ", p] : [p])));
   view.replaceChildren(...content);
+}
+
+// The page is drawn: what a test (and a person's wait) waits for.
+export function ready(signal) {
+  stillOn(signal);
+  document.body.dataset.ready = "1";
 }

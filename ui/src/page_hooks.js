@@ -2,7 +2,7 @@
 // notifier's own words: `answered 500`, `no HTTP answer`, ...; never what a receiver sent).
 // No secret reaches this page: the API never serves one after the add.
 import { api, seg } from "./api.js";
-import { h, link, pill, runLink, show, table, totals, when } from "./dom.js";
+import { h, link, pill, runLink, ready, show, table, totals, when } from "./dom.js";
 
 const ATTEMPTS = 25;
 
@@ -43,14 +43,14 @@ function hookSection(hook, { deliveries, next }) {
       { class: "deliveries" }, (i) => ({ "data-state": deliveries[i].state })) : "");
 }
 
-export async function hooksPage(project) {
+export async function hooksPage(project, signal) {
   const { hooks } = await api(`/v1/projects/${seg(project)}/hooks?limit=500`);
   const attempts = await Promise.all(hooks.map((k) => deliveriesOf(project, k.name)));
-  show(`${project} webhooks`, [link("#/", "projects"),
+  show(signal, `${project} webhooks`, [link("#/", "projects"),
     link(`#/projects/${seg(project)}`, project), h("span", {}, "webhooks")],
     h("h1", {}, `${project}: webhooks`),
     ...(hooks.length ? hooks.map((k, i) => hookSection(k, attempts[i]))
       : [h("p", { class: "muted" }, "no webhook: `jetdbt hook add NAME --project ", project,
         " --url URL --on failure`")]));
-  document.body.dataset.ready = "1";
+  ready(signal);
 }

@@ -3,7 +3,7 @@
 // whose role may (the API decides; actions.js draws the others disabled).
 import { jobActions, me } from "./actions.js";
 import { api, seg } from "./api.js";
-import { h, link, pill, show, sleep, table, when } from "./dom.js";
+import { h, link, pill, ready, show, sleep, table, when } from "./dom.js";
 import { commandLine } from "./run_header.js";
 
 const LAST_RUNS = 5;
@@ -45,7 +45,7 @@ const lastRuns = (runs) => (runs.length
   pill(r.status)))
   : h("span", { class: "muted" }, "never run"));
 
-export async function jobsPage(project) {
+export async function jobsPage(project, signal) {
   const [{ jobs }, who] = await Promise.all([jobsOf(project), me()]);
   const runs = await Promise.all(jobs.map((j) => runsOf(project, j.name)));
 
@@ -53,13 +53,13 @@ export async function jobsPage(project) {
   const changed = (name) => async (state) => {
     for (let tries = 0; tries < SETTLE_TRIES; tries++) {
       const now = (await jobsOf(project)).jobs.find((j) => j.name === name);
-      if (now?.schedule?.state === state) return jobsPage(project);
+      if (now?.schedule?.state === state) return jobsPage(project, signal);
       await sleep(SETTLE_MS);
     }
     throw new Error(`sent; the jobs list does not show it ${state} yet: reload to see`);
   };
 
-  show(`${project} jobs`, [link("#/", "projects"), link(`#/projects/${seg(project)}`, project),
+  show(signal, `${project} jobs`, [link("#/", "projects"), link(`#/projects/${seg(project)}`, project),
     h("span", {}, "jobs")],
     h("h1", {}, `${project}: jobs`),
     jobs.length ? table(["job", "command", "schedule", "next fire", "last runs", ""],
@@ -71,5 +71,5 @@ export async function jobsPage(project) {
       ]), { id: "jobs" }, (i) => ({ "data-job": jobs[i].name }))
       : h("p", { class: "muted" }, "no saved job: `jetdbt job save NAME --project ",
         project, " --command build`"));
-  document.body.dataset.ready = "1";
+  ready(signal);
 }

@@ -2,7 +2,7 @@
 // over time, with each run listed; reached from a node's panel and a relation's page.
 import { api, seg } from "./api.js";
 import { HISTORY_PAGE_RUNS } from "./constants.js";
-import { h, link, pill, runLink, show, table, totals, when } from "./dom.js";
+import { h, link, pill, runLink, ready, show, table, totals, when } from "./dom.js";
 import { durationChart } from "./history.js";
 
 const median = (xs) => {
@@ -27,12 +27,12 @@ function summary(history) {
 // A show or compile run reads a model without building it: listed, never drawn or counted.
 const READS_ONLY = new Set(["show", "compile"]);
 
-export async function nodePage(project, uniqueId) {
+export async function nodePage(project, uniqueId, signal) {
   const { history } = await api(`/v1/projects/${seg(project)}/nodes/${seg(uniqueId)}/history`
     + `?limit=${HISTORY_PAGE_RUNS}`);
   const built = history.filter((r) => !READS_ONLY.has(r.command));
   const name = uniqueId.split(".").slice(2).join(".") || uniqueId;
-  show(`${name} history`, [link("#/", "projects"), link(`#/projects/${seg(project)}`, project),
+  show(signal, `${name} history`, [link("#/", "projects"), link(`#/projects/${seg(project)}`, project),
     h("span", {}, name)],
     h("h1", {}, name),
     h("p", {}, h("code", {}, uniqueId), " · ",
@@ -45,5 +45,5 @@ export async function nodePage(project, uniqueId) {
       runLink(r.run_id), r.command || "", pill(r.outcome || r.status),
       r.execution_time != null ? `${r.execution_time.toFixed(2)} s` : "",
       when(r.started_at || r.requested_at), pill(r.run_status)]), { id: "node-runs" }));
-  document.body.dataset.ready = "1";
+  ready(signal);
 }

@@ -1,7 +1,7 @@
 // A project: its deployed version and its lineage, what each environment runs and its
 // published state, its runs.
 import { api, seg } from "./api.js";
-import { h, link, pill, runLink, seconds, show, table, totals, when } from "./dom.js";
+import { h, link, pill, runLink, seconds, ready, show, stillOn, table, totals, when } from "./dom.js";
 import { lineageSection } from "./lineage.js";
 
 // The runs of one environment (`?env=NAME`), or of all; each run's environment links to its.
@@ -10,7 +10,7 @@ const runsOf = (project, env, offset = 0) =>
 const envOf = (project, r) =>
   [link(runsOf(project, r.environment), r.environment), r.pr ? ` pr ${r.pr}` : ""];
 
-export async function projectPage(project, params) {
+export async function projectPage(project, params, signal) {
   const offset = Number(params.get("offset") || 0);
   const env = params.get("env") || "";
   const only = env ? `&environment=${encodeURIComponent(env)}` : "";
@@ -27,7 +27,7 @@ export async function projectPage(project, params) {
     offset ? link(runsOf(project, env, Math.max(0, offset - 25)), "← newer") : "",
     " ", runs.next ? link(runsOf(project, env, runs.next.offset), "older →") : "");
   const lineage = lineageSection(project, params);
-  show(project, [link("#/", "projects"), h("span", {}, project)],
+  show(signal, project, [link("#/", "projects"), h("span", {}, project)],
     h("h1", {}, project),
     h("p", { class: "toolbar", id: "project-nav" },
       link(`#/projects/${seg(project)}/jobs`, "jobs"),
@@ -60,6 +60,8 @@ export async function projectPage(project, params) {
         seconds(r.started_at, r.finished_at), r.requested_by || "", when(r.requested_at)]),
       { id: "runs" }),
     pager);
-  window.viewer = await lineage.draw();
-  document.body.dataset.ready = "1";
+  const drawn = await lineage.draw();
+  stillOn(signal);
+  window.viewer = drawn;
+  ready(signal);
 }

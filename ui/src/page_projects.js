@@ -10,9 +10,9 @@ const lastDeploy = (p) => p.last_deploy_status
        : ""]
   : "";
 
-export async function projectsPage() {
+export async function projectsPage(signal) {
   const { projects } = await api("/v1/projects?limit=500");
-  show("projects", [h("span", {}, "projects")], h("h1", {}, "Projects"),
+  show(signal, "projects", [h("span", {}, "projects")], h("h1", {}, "Projects"),
     projects.length ? table(
       ["project", "deployed version", "deployed", "last deploy", "last run", "outcome", "finished"],
       projects.map((p) => [

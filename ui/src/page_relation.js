@@ -2,7 +2,7 @@
 import { api, seg } from "./api.js";
 import { h, historyLink, link, pill, relationLink, runLink, show, table, when } from "./dom.js";
 
-export async function relationPage(key) {
+export async function relationPage(key, signal) {
   const rel = await api(`/v1/relations/${seg(key)}`);
   // Where each owning project's runs built it, as far as its latest runs tell.
   const builtIn = (project) => [...new Set(rel.runs.filter((r) => r.project === project)
@@ -16,7 +16,7 @@ export async function relationPage(key) {
   const shared = writers > 1 ? h("p", { id: "relation-shared", class: "warn" },
     `${writers} writers: each one's build or write replaces the others'`) : "";
   const other = (r) => (r.relation ? relationLink(r.relation) : h("code", {}, r.unique_id));
-  show(key, [link("#/", "projects"), h("span", {}, key)],
+  show(signal, key, [link("#/", "projects"), h("span", {}, key)],
     h("h1", {}, key),
     h("h2", {}, "Owned by"), owners.length ? h("ul", {}, owners.map((o) => h("li", {}, o)))
       : h("p", { class: "muted" }, "no project owns it"), shared,

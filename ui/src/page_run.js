@@ -5,7 +5,7 @@ import { Unauthorized, api, follow, seg } from "./api.js";
 import { me, nodeActions, runActions } from "./actions.js";
 import { COLOURS, DAGRE_UP_TO, FOCUS_ABOVE, LARGE_REDRAW_MS } from "./constants.js";
 import { drawnName, fold, graphOf, graphWhenKnown } from "./dag.js";
-import { h, link, pill, show, sleep, view } from "./dom.js";
+import { h, link, pill, show, sleep, stillOn, view } from "./dom.js";
 import { drawGraph as drawDag, library, pagePosition } from "./draw_graph.js";
 import { failurePanel } from "./failures.js";
 import { focusForm, focusedIds, noSuchNode } from "./focus.js";
@@ -57,7 +57,7 @@ export async function runPage(runId, params, signal) {
   const legend = h("p", { class: "legend" }, Object.entries(COLOURS).map(([k, c]) =>
     h("span", {}, h("i", { style: `background:${c}` }), " ", k.replace("_", " "))),
     h("span", { class: "muted" }, "tests: ✓ passed ⚠ warned ✗ failed ⊘ skipped"));
-  show(runId, [link("#/", "projects"), link(`#/projects/${run.project}`, run.project),
+  show(signal, runId, [link("#/", "projects"), link(`#/projects/${run.project}`, run.project),
     h("span", {}, runId)], header, failures, h("div", { class: "graph-bar" }, focusing, legend),
     source,
     h("div", { class: "run-layout" }, graphBox, panel),
@@ -201,6 +201,7 @@ export async function runPage(runId, params, signal) {
   }
 
   function ended() {
+    if (signal.aborted) return;
     cy?.nodes().forEach((n) => stale.add(n.id()));
     failuresStale = true;
     restyle();  // the final state is drawn before the page says the run ended
@@ -239,6 +240,7 @@ export async function runPage(runId, params, signal) {
   drawFailures();
   if (graph) await drawGraph(graph);
   else if (run.finished_at) graphBox.replaceChildren(h("p", { class: "muted" }, "no graph is recorded for this run"));
+  stillOn(signal);
   drawHeader();
   window.viewer = {
     get cy() { return cy; },
@@ -251,6 +253,7 @@ export async function runPage(runId, params, signal) {
   };
   // Drawn once the browser has painted the laid-out graph (what a person waits for).
   requestAnimationFrame(() => setTimeout(() => {
+    if (signal.aborted) return;
     performance.mark("jetdbt:run-page-drawn");
     document.body.dataset.ready = "1";
     drawTimes();  // below the graph: drawn once the graph is on screen

@@ -101,7 +101,7 @@ async def _in_use(bus: Bus, kv, leaving: set[str]) -> set[str]:
     """Every file a run still in any index names (other than the runs `leaving`), and every
     blob a deployed version names: none of those may be deleted."""
     used: set[str] = set()
-    for key in await kv_keys.keys(bus.js, RETENTION):
+    for key in await kv_keys.keys(bus, RETENTION):
         with contextlib.suppress(KeyNotFoundError):
             index = msgspec.json.decode((await kv.get(key)).value, type=Index)
             for kept in index.runs:
