@@ -12,6 +12,7 @@ import msgspec
 from projections.registry import FOLDS
 from shared import events
 from shared import logging as jlog
+from shared.outages import outage
 from shared.quote import storable
 
 __all__ = ["Retried", "retry"]
@@ -61,6 +62,8 @@ async def _apply(pool, fold, row) -> str | None:
                 await fold.apply(conn, events.decode(row["data"]), row["stream_seq"])
                 await conn.execute("DELETE FROM dead_letters WHERE id = $1", row["id"])
         except Exception as exc:  # noqa: BLE001 - poison, or today's fold's bug: said, kept
+            if outage(exc) is not None:
+                raise  # NATS or Postgres away: no row's fault, and the rest would wait too
             error = storable(f"{exc.__class__.__name__}: {exc}")
             await conn.execute(
                 "UPDATE dead_letters SET error = $2, failed_at = now() WHERE id = $1",

@@ -107,15 +107,23 @@ async def dead_letter(
     )
 
 
-async def _save_checkpoint(conn, projector: str, seq: int) -> None:
-    """The new position; a projection that moves is no longer stopped."""
-    await conn.execute(
-        "INSERT INTO checkpoints (projector, last_seq) VALUES ($1, $2) ON CONFLICT (projector)"
-        " DO UPDATE SET last_seq = EXCLUDED.last_seq, updated_at = now(),"
-        " stopped = NULL, stopped_since = NULL",
-        projector,
-        seq,
-    )
+# The position, and why the projection is stopped there (a fold's bug) or None. A mark is
+# kept, with its first time, while the projection stays where it is; moving on clears it.
+_SAVE_CHECKPOINT = (
+    "INSERT INTO checkpoints (projector, last_seq, stopped, stopped_since)"
+    " VALUES ($1, $2, $3, CASE WHEN $3::text IS NULL THEN NULL ELSE now() END)"
+    " ON CONFLICT (projector) DO UPDATE SET last_seq = EXCLUDED.last_seq, updated_at = now(),"
+    " stopped = CASE WHEN EXCLUDED.stopped IS NOT NULL THEN EXCLUDED.stopped"
+    "   WHEN EXCLUDED.last_seq > checkpoints.last_seq THEN NULL ELSE checkpoints.stopped END,"
+    " stopped_since = CASE WHEN EXCLUDED.stopped IS NOT NULL"
+    "   THEN coalesce(checkpoints.stopped_since, now())"
+    "   WHEN EXCLUDED.last_seq > checkpoints.last_seq THEN NULL"
+    "   ELSE checkpoints.stopped_since END"
+)
+
+
+async def _save_checkpoint(conn, projector: str, seq: int, stopped: str | None = None) -> None:
+    await conn.execute(_SAVE_CHECKPOINT, projector, seq, stopped)
 
 
 class FoldBug(RuntimeError):
@@ -124,24 +132,6 @@ class FoldBug(RuntimeError):
     def __init__(self, seq: int, exc: Exception):
         super().__init__(f"{exc.__class__.__name__}: {exc} (at event {seq})")
         self.seq = seq
-
-
-async def _stopped(pool, projector: str, bug: FoldBug) -> str:
-    """Say on the checkpoint row why the projection cannot go past event `bug.seq`, and since
-    when (kept from the first failure): read by /healthz and /v1/projections in any process.
-    Only while the checkpoint is still before it: a late word from a fenced process never
-    marks a projection a fixed one has moved past."""
-    why = storable(str(bug))
-    with contextlib.suppress(Exception):  # Postgres may be away by now
-        async with pool.acquire() as conn:
-            await conn.execute(
-                "UPDATE checkpoints SET stopped = $2, stopped_since = coalesce(stopped_since,"
-                " now()) WHERE projector = $1 AND last_seq < $3",
-                projector,
-                why,
-                bug.seq,
-            )
-    return why
 
 
 # How often an idle projector checks that its last commit survived.
@@ -192,7 +182,8 @@ class Projector:
         back, and the batch is applied again with a savepoint around each event, so only
         the poison one is dead-lettered. Any other error (not an outage) is applied again
         the same way to find the event the fold's bug stops at: the events before it are
-        committed, the projection is marked stopped there, and FoldBug is raised.
+        committed with the checkpoint row saying why it stops there (read by /healthz and
+        /v1/projections in any process), and FoldBug is raised.
         """
         try:
             async with self.pool.acquire() as conn:
@@ -209,9 +200,7 @@ class Projector:
                     self.log.error("fold_batch_path_failed", error=repr(exc))
                     return done
         except FoldBug as bug:
-            self.log.error(
-                "projection_stopped", error=await _stopped(self.pool, self.fold.name, bug)
-            )
+            self.log.error("projection_stopped", error=str(bug))
             raise
 
     async def _apply(self, conn, pairs, upto: int, guarded: bool) -> int:
@@ -219,34 +208,41 @@ class Projector:
         async with conn.transaction():
             last = await checkpoint(conn, name, lock=True)
             self._check(last)
-            decoded = []
-            for seq, msg in pairs:
-                if seq <= last:
-                    continue
-                last = seq
-                try:
-                    decoded.append((msg, events.decode(msg.data), seq))
-                except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # ValidationError too
-                    await self._dead_letter(conn, msg, seq, exc)
+            fresh = [(seq, msg) for seq, msg in pairs if seq > last]
             if not guarded:
-                await apply_many(self.fold, conn, [(event, seq) for _, event, seq in decoded])
+                decoded = [(await self._decoded(conn, msg, seq), seq) for seq, msg in fresh]
+                await apply_many(self.fold, conn, [(e, seq) for e, seq in decoded if e])
             bug = None
-            for msg, event, seq in decoded if guarded else ():
+            # In stream order, so nothing past the event a fold's bug stops at is written.
+            for seq, msg in fresh if guarded else ():
+                event = await self._decoded(conn, msg, seq)
                 try:
-                    async with conn.transaction():
-                        await self.fold.apply(conn, event, seq)
+                    if event is not None:
+                        async with conn.transaction():
+                            await self.fold.apply(conn, event, seq)
                 except POISON as exc:
                     await self._dead_letter(conn, msg, seq, exc)
                 except Exception as exc:
                     if outage(exc) is not None:
                         raise
-                    bug, last = FoldBug(seq, exc), seq - 1  # what came before it stands
+                    bug = FoldBug(seq, exc)
                     break
-            last = last if bug else max(last, upto)
-            await _save_checkpoint(conn, name, last)
+            if bug:  # what came before it stands
+                await _save_checkpoint(conn, name, bug.seq - 1, storable(str(bug)))
+            else:
+                last = max([last, *(seq for seq, _ in fresh), upto])
+                await _save_checkpoint(conn, name, last)
         if bug:
             raise bug
         return last
+
+    async def _decoded(self, conn, msg, seq: int) -> events.Event | None:
+        """The event, or None once its bytes are dead-lettered."""
+        try:
+            return events.decode(msg.data)
+        except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # ValidationError too
+            await self._dead_letter(conn, msg, seq, exc)
+            return None
 
     async def _move_past(self, passed: int) -> int:
         """Write the checkpoint past other folds' events once idle (or stopping), not in a

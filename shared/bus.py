@@ -15,7 +15,6 @@ import nats
 from nats.js.errors import (
     APIError,
     BadObjectMetaError,
-    BadRequestError,
     DigestMismatchError,
     InvalidObjectNameError,
     LinkIsABucketError,
@@ -113,7 +112,6 @@ class BlobUnreadable(ValueError):
 # What the object store says of a name that is no object it can give whole.
 _BROKEN = (
     BadObjectMetaError,
-    BadRequestError,
     DigestMismatchError,
     InvalidObjectNameError,
     LinkIsABucketError,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal, Union
+from typing import Any, Literal, Union
 
 import msgspec
 
@@ -102,11 +102,6 @@ def heads_its_subject(type_tag: str | None, project: str | None, subject: str) -
     return family == "relation" or subjects.keyed_by(subject, project or "")
 
 
-# A moment, with its offset: one without (a naive time) is refused on decode, since a fold
-# comparing it with an aware one would fail as a bug rather than as the bad event it is.
-Instant = Annotated[datetime, msgspec.Meta(tz=True)]
-
-
 def _now() -> datetime:
     return datetime.now(UTC)
 
@@ -123,8 +118,8 @@ class Freshness(msgspec.Struct, frozen=True, kw_only=True):
     the newest loaded_at, when dbt looked, the age in seconds between them, and the
     source's own thresholds (None: not set)."""
 
-    max_loaded_at: Instant | None = None
-    snapshotted_at: Instant | None = None
+    max_loaded_at: datetime | None = None
+    snapshotted_at: datetime | None = None
     age_seconds: float | None = None
     warn_after: Threshold | None = None
     error_after: Threshold | None = None
@@ -143,8 +138,8 @@ class NodeResult(msgspec.Struct, frozen=True, kw_only=True):
     execution_time: float | None = None
     rows_affected: int | None = None
     failures: int | None = None
-    started_at: Instant | None = None
-    finished_at: Instant | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
     round: int = 0
     # The SQL dbt compiled for the node in this run (its run_results.json, cut to a limit),
     # and the dbt thread that ran it: the viewer's node panel and timeline.
@@ -204,7 +199,7 @@ class Blob(msgspec.Struct, frozen=True, kw_only=True):
 
 class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
     project: str
-    at: Instant = msgspec.field(default_factory=_now)
+    at: datetime = msgspec.field(default_factory=_now)
 
     def event_id(self) -> str:  # pragma: no cover - every subclass defines it
         raise NotImplementedError
@@ -349,7 +344,7 @@ class RunRequested(_RunEvent, frozen=True, kw_only=True, tag="run.requested.v1")
 
     command: dict[str, Any]
     requested_by: str = ""
-    requested_at: Instant | None = None
+    requested_at: datetime | None = None
     hidden: bool = False
     command_seq: int = 0
     team: str = ""  # the principal's team, and the door its command came in by
@@ -471,7 +466,7 @@ class CatalogGenerated(_RunEvent, frozen=True, kw_only=True, tag="run.catalog.v1
     nodes and columns are kept and `cut` counts the nodes left out."""
 
     attempt: int
-    generated_at: Instant | None = None
+    generated_at: datetime | None = None
     nodes: list[CatalogNode] = []
     nodes_blob: Blob | None = None
     cut: int = 0
@@ -495,7 +490,7 @@ class NodeStarted(_NodeEvent, frozen=True, kw_only=True, tag="node.started.v1"):
     resource_type: str = ""
     name: str = ""
     relation: str | None = None
-    started_at: Instant | None = None
+    started_at: datetime | None = None
     round: int = 0
     _kind = "started"
 
@@ -554,7 +549,7 @@ class RelationMaterialized(Event, frozen=True, kw_only=True, tag="relation.mater
     """
 
     project: str = ""
-    at: Instant
+    at: datetime
     relation: str
     producer: str
     status: str = "success"
@@ -709,8 +704,8 @@ class _ScheduleFire(Event, frozen=True, kw_only=True):
 
     job: str
     run_id: str
-    fired_at: Instant
-    next_at: Instant | None = None
+    fired_at: datetime
+    next_at: datetime | None = None
     command_seq: int
     _kind = ""
 

@@ -27,9 +27,10 @@ async def keys(bus, bucket: str, prefix: str = "") -> list[str]:
     if prefix and not prefix.endswith("."):
         raise ValueError(f"a key prefix ends with a dot, not {prefix[-1:]!r}: {prefix!r}")
     head = f"$KV.{bucket}."
-    found: list[str] = []
+    found: set[str] = set()  # a key added between pages may shift another into both
+    offset = 0
     while True:
-        asked = {"subjects_filter": f"{head}{prefix}>", "offset": len(found)}
+        asked = {"subjects_filter": f"{head}{prefix}>", "offset": offset}
         reply = await bus.nc.request(
             f"{_API}.STREAM.INFO.KV_{bucket}", json.dumps(asked).encode(), timeout=5
         )
@@ -37,6 +38,7 @@ async def keys(bus, bucket: str, prefix: str = "") -> list[str]:
         if "error" in answer:
             APIError.from_error(answer["error"])
         page = list((answer.get("state") or {}).get("subjects") or {})
-        found += (s[len(head) :] for s in page)
-        if not page or len(found) >= answer.get("total", 0):
+        found.update(s[len(head) :] for s in page)
+        offset += len(page)
+        if not page or offset >= answer.get("total", 0):
             return sorted(found)

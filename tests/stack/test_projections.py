@@ -313,15 +313,27 @@ class _Planted:
 
 
 async def test_a_bug_in_a_fold_stops_its_batch_at_that_event_and_keeps_what_came_before(bus, pool):
-    """One batch of three; the fold's bug is on the second. The first is folded and the
-    checkpoint stays before the second, which is no dead letter: the row says why."""
-    requested = [run_requested(f"r{i}") for i in (1, 2, 3)]
+    """One batch of four; the fold's bug is on the second. The first is folded and the
+    checkpoint stays before the second, which is no dead letter, nor are the bytes after it
+    that do not decode: the row says why, since the first time it was tried."""
+    data = [ev.encode(run_requested("r1")), ev.encode(run_requested("r2")), b"not json"]
+    data.append(ev.encode(run_requested("r3")))
     pairs = [
-        (seq, SimpleNamespace(subject=e.subject(), data=ev.encode(e)))
-        for seq, e in enumerate(requested, start=1)
+        (seq, SimpleNamespace(subject="dbt.evt.run.p.r.requested", data=d))
+        for seq, d in enumerate(data, start=1)
     ]
-    with pytest.raises(FoldBug, match=r"KeyError: 'planted' \(at event 2\)"):
-        await Projector(bus, pool, _Planted(), SUBJECTS).apply_batch(pairs)
+    projector = Projector(bus, pool, _Planted(), SUBJECTS)
+    since = []
+    for _ in range(2):
+        with pytest.raises(FoldBug, match=r"KeyError: 'planted' \(at event 2\)"):
+            await projector.apply_batch(pairs)
+        async with pool.acquire() as conn:
+            since.append(
+                await conn.fetchval(
+                    "SELECT stopped_since FROM checkpoints WHERE projector = 'progress'"
+                )
+            )
+    assert since[0] is not None and since == [since[0]] * 2
     assert await saved_checkpoint(pool) == 1
     assert [(await fetch_run(pool, r))[0] is not None for r in ("r1", "r2", "r3")] == [
         True, False, False

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import aiohttp
@@ -366,7 +366,10 @@ async def test_a_declared_write_is_bound_to_its_publisher_and_agrees_with_its_su
     for relation, data, _ in sent:
         await js.publish(subjects.intake_write("sys_b", relation), data)
     good = f"dbt://main/raw/b_{uuid.uuid4().hex[:6]}"
-    await js.publish(subjects.intake_write("sys_b", good), relation_written(good, "sys_b"))
+    naive = "2025-06-02T09:12:00"  # a time without its offset: recorded as UTC
+    await js.publish(
+        subjects.intake_write("sys_b", good), relation_written(good, "sys_b", at=naive)
+    )
     for relation, _, reason in sent:
         refused = await _relation_event(
             site, ev.RelationRefused, lambda e, r=reason: e.publisher == "sys_b" and r in e.reason
@@ -374,6 +377,7 @@ async def test_a_declared_write_is_bound_to_its_publisher_and_agrees_with_its_su
         assert refused.relation == relation, refused
     recorded = await _relation_event(site, ev.RelationMaterialized, lambda e: e.relation == good)
     assert (recorded.publisher, recorded.producer) == ("sys_b", "sys_b")
+    assert recorded.at == datetime.fromisoformat(naive).replace(tzinfo=UTC), recorded.at
     for forged in (
         subjects.intake_write("sys_a", good),
         subjects.relation_event(good, "materialized"),

@@ -14,6 +14,7 @@ runners write the log, so nothing an external system sends is stored there as it
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC
 
 import msgspec
 
@@ -95,6 +96,8 @@ class RelationWatch:
             )
         pick(self.ctx.warehouses, parse(event.relation).warehouse)
         await self._producer_check(event.producer, publisher)
+        if event.at.tzinfo is None:  # a time without its offset is read as UTC, and kept so
+            event = msgspec.structs.replace(event, at=event.at.replace(tzinfo=UTC))
         return event
 
     async def _producer_check(self, producer: str, publisher: str) -> None:
