@@ -132,6 +132,7 @@ class FoldBug(RuntimeError):
     def __init__(self, seq: int, exc: Exception):
         super().__init__(f"{exc.__class__.__name__}: {exc} (at event {seq})")
         self.seq = seq
+        self.__cause__ = exc
 
 
 # How often an idle projector checks that its last commit survived.
@@ -156,6 +157,7 @@ class Projector:
         self.batch = batch
         self.log = jlog.get("projector", projector=fold.name)
         self._position: int | None = None  # the checkpoint this projector last committed
+        self._stopped_by: str | None = None  # the fold's bug this projector last logged
 
     async def _subscribe(self, after: int):
         # Unnamed: the server names it, and refuses to make it durable (readers may create
@@ -188,9 +190,9 @@ class Projector:
         try:
             async with self.pool.acquire() as conn:
                 try:
-                    return await self._apply(conn, pairs, upto, guarded=False)
+                    done = await self._apply(conn, pairs, upto, guarded=False)
                 except POISON:
-                    return await self._apply(conn, pairs, upto, guarded=True)
+                    done = await self._apply(conn, pairs, upto, guarded=True)
                 except Exception as exc:
                     if outage(exc) is not None or isinstance(exc, CheckpointLost):
                         raise
@@ -198,10 +200,15 @@ class Projector:
                     # its batch path refused, that path is what has the bug.
                     done = await self._apply(conn, pairs, upto, guarded=True)
                     self.log.error("fold_batch_path_failed", error=repr(exc))
-                    return done
         except FoldBug as bug:
-            self.log.error("projection_stopped", error=str(bug))
+            if str(bug) != self._stopped_by:  # once, with its traceback: it is tried each second
+                self.log.error("projection_stopped", error=str(bug), exc_info=bug.__cause__)
+                self._stopped_by = str(bug)
             raise
+        if self._stopped_by is not None and pairs:
+            self.log.warning("projection_resumed", after=self._stopped_by)
+            self._stopped_by = None
+        return done
 
     async def _apply(self, conn, pairs, upto: int, guarded: bool) -> int:
         name = self.fold.name
@@ -313,7 +320,11 @@ class Projector:
                 mine = [(stream_seq(m), m) for m in msgs if self.wants(m.subject)]
                 passed = stream_seq(msgs[-1])
                 if mine:
-                    self._position = await self.apply_batch(mine, upto=passed)
+                    try:
+                        self._position = await self.apply_batch(mine, upto=passed)
+                    except FoldBug:  # said once; tried again from the checkpoint, quietly
+                        await supervise.pause(stop, supervise.RETRY_SECONDS)
+                        return
                 await msgs[-1].ack()
             await self._move_past(passed)
         finally:

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 
 import pytest
+import structlog.testing
 
 from projections.folds.progress import ProgressFold
 from projections.loop import FoldBug, Projector, checkpoint
@@ -305,9 +306,10 @@ class _Planted:
 
     def __init__(self):
         self.fold = ProgressFold()
+        self.fixed = False
 
     async def apply(self, conn, event, seq):
-        if getattr(event, "run_id", "") == "r2":
+        if getattr(event, "run_id", "") == "r2" and not self.fixed:
             raise KeyError("planted")
         await self.fold.apply(conn, event, seq)
 
@@ -315,32 +317,44 @@ class _Planted:
 async def test_a_bug_in_a_fold_stops_its_batch_at_that_event_and_keeps_what_came_before(bus, pool):
     """One batch of four; the fold's bug is on the second. The first is folded and the
     checkpoint stays before the second, which is no dead letter, nor are the bytes after it
-    that do not decode: the row says why, since the first time it was tried."""
+    that do not decode: the row says why, since the first time it was tried. The log says
+    so once, with the traceback, however often it is tried, and once that it resumed."""
     data = [ev.encode(run_requested("r1")), ev.encode(run_requested("r2")), b"not json"]
     data.append(ev.encode(run_requested("r3")))
     pairs = [
         (seq, SimpleNamespace(subject="dbt.evt.run.p.r.requested", data=d))
         for seq, d in enumerate(data, start=1)
     ]
-    projector = Projector(bus, pool, _Planted(), SUBJECTS)
-    since = []
-    for _ in range(2):
-        with pytest.raises(FoldBug, match=r"KeyError: 'planted' \(at event 2\)"):
-            await projector.apply_batch(pairs)
-        async with pool.acquire() as conn:
-            since.append(
-                await conn.fetchval(
-                    "SELECT stopped_since FROM checkpoints WHERE projector = 'progress'"
+    with structlog.testing.capture_logs() as logs:
+        projector = Projector(bus, pool, _Planted(), SUBJECTS)
+        since = []
+        for _ in range(2):
+            with pytest.raises(FoldBug, match=r"KeyError: 'planted' \(at event 2\)"):
+                await projector.apply_batch(pairs)
+            async with pool.acquire() as conn:
+                since.append(
+                    await conn.fetchval(
+                        "SELECT stopped_since FROM checkpoints WHERE projector = 'progress'"
+                    )
                 )
+        assert since[0] is not None and since == [since[0]] * 2
+        assert await saved_checkpoint(pool) == 1
+        assert [(await fetch_run(pool, r))[0] is not None for r in ("r1", "r2", "r3")] == [
+            True, False, False
+        ]  # fmt: skip
+        async with pool.acquire() as conn:
+            stopped = await conn.fetchval(
+                "SELECT stopped FROM checkpoints WHERE projector = 'progress'"
             )
-    assert since[0] is not None and since == [since[0]] * 2
-    assert await saved_checkpoint(pool) == 1
-    assert [(await fetch_run(pool, r))[0] is not None for r in ("r1", "r2", "r3")] == [
-        True, False, False
-    ]  # fmt: skip
-    async with pool.acquire() as conn:
-        stopped = await conn.fetchval(
-            "SELECT stopped FROM checkpoints WHERE projector = 'progress'"
-        )
-        assert await conn.fetchval("SELECT count(*) FROM dead_letters") == 0
-    assert stopped == "KeyError: 'planted' (at event 2)"
+            assert await conn.fetchval("SELECT count(*) FROM dead_letters") == 0
+        assert stopped == "KeyError: 'planted' (at event 2)"
+        said = [e for e in logs if e["event"] == "projection_stopped"]
+        assert len(said) == 1 and isinstance(said[0]["exc_info"], KeyError), logs
+
+        projector.fold.fixed = True
+        assert await projector.apply_batch(pairs) == 4
+        said = [e["event"] for e in logs if e["event"] != "dead_letter"]
+        assert said == ["projection_stopped", "projection_resumed"], logs
+        assert await saved_checkpoint(pool) == 4
+        async with pool.acquire() as conn:  # the bytes past the bug, once the fold went on
+            assert await conn.fetchval("SELECT count(*) FROM dead_letters") == 1
