@@ -8,7 +8,7 @@ so two processes folding one projection at once (a fenced projector's last batch
 committing after its successor's first: projections/active.py) apply each event
 once. An event that cannot be decoded, or that the fold or Postgres refuses as data,
 goes to the dead-letter table with its bytes and error, and the projection moves on. Any
-other error is a bug in the fold, not in the event: the projection stops at that batch
+other error is a bug in the fold, not in the event: the projection stops at that event
 (its checkpoint row says why, /healthz and /v1/projections show it) and tries again
 until the fold is fixed, while the other projections go on.
 
@@ -191,15 +191,12 @@ class Projector:
             async with self.pool.acquire() as conn:
                 try:
                     done = await self._apply(conn, pairs, upto, guarded=False)
-                except POISON:
-                    done = await self._apply(conn, pairs, upto, guarded=True)
                 except Exception as exc:
                     if outage(exc) is not None or isinstance(exc, CheckpointLost):
                         raise
-                    # Found again event by event; if the fold's `apply` takes every event
-                    # its batch path refused, that path is what has the bug.
                     done = await self._apply(conn, pairs, upto, guarded=True)
-                    self.log.error("fold_batch_path_failed", error=repr(exc))
+                    if not isinstance(exc, POISON):  # `apply` took what the batch path did not
+                        self.log.error("fold_batch_path_failed", error=repr(exc))
         except FoldBug as bug:
             if str(bug) != self._stopped_by:  # once, with its traceback: it is tried each second
                 self.log.error("projection_stopped", error=str(bug), exc_info=bug.__cause__)
