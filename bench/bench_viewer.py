@@ -1,5 +1,5 @@
-"""Viewer benchmark: the run page of a 500-model run in headless Chromium, and how soon a
-node event reaches the browser after dbt logged it.
+"""Viewer benchmark: the run page of a 500-model (or 5,000-model) run in headless Chromium,
+and how soon a node event reaches the browser after dbt logged it.
 
 Starts the embedded stack in a temporary home, deploys a generated project and builds
 it with the run page open. Each node event the page receives is a user-timing mark at
@@ -10,7 +10,9 @@ after the page's stream opened. Printed beside it: from the node's own time (its
 milliseconds later), and to the page's main thread handling the event. Then the
 page of the finished run is opened afresh a few times: the time from navigation to the
 graph painted, and the time the page took to draw the run's timeline (one bar per node
-that started, drawn after the graph is on screen).
+that started, drawn after the graph is on screen). Whether the live page kept up without
+freezing is its longest main-thread task while the build ran (Chromium's long tasks).
+The page's goal is 1 s up to 500 models and 2 s above.
 
     python bench/bench_viewer.py [--models N] [--loads L] [--screenshot PNG]
 """
@@ -41,7 +43,7 @@ from shared.links import viewer_url
 from shared.streams import EVENTS
 from tests.support.helpers import deploy_and_wait
 
-RENDER_GOAL_S = 1.0
+RENDER_GOALS_S = {500: 1.0, 5000: 2.0}  # by the most models the goal is for
 EVENT_GOAL_MS = 50.0
 TIMELINE_GOAL_MS = 100.0
 RUN_ID = "viewerbench"
@@ -89,7 +91,15 @@ async def _delays(js, arrivals: list[dict], nodes: dict, opened: float) -> list[
 async def _page(browser, bearer: str):
     page = await browser.new_page(viewport={"width": 1600, "height": 1000}, bypass_csp=True)
     await page.add_init_script(f"sessionStorage.setItem('jetdbt.token', {bearer!r})")
+    await page.add_init_script(_LONG_TASKS)
     return page
+
+
+# The page's main-thread tasks over 50 ms, as Chromium reports them: a frozen page is one long task.
+_LONG_TASKS = """window.longTasks = [];
+new PerformanceObserver((list) => {
+  for (const t of list.getEntries()) window.longTasks.push(t.duration);
+}).observe({ type: 'longtask', buffered: true });"""
 
 
 async def _marks(page, name: str) -> list[dict]:
@@ -129,6 +139,7 @@ async def bench(models: int, loads: int, screenshot: str | None) -> None:
                 arrivals = await _marks(live, "jetdbt:event")
                 # Its events are timed on a page that draws the graph they restyle, or not at all.
                 drawn_live = await live.evaluate("viewer.cy ? viewer.cy.nodes().length : 0")
+                stalls = await live.evaluate("window.longTasks")
                 await live.close()
                 headers = {"Authorization": f"Bearer {bearer}"}
                 async with (
@@ -169,7 +180,8 @@ async def bench(models: int, loads: int, screenshot: str | None) -> None:
     total = [browser - logged for logged, _, browser, _, _ in delays]
     timed = [browser - own for _, _, browser, own, _ in delays]
     handled = [page - logged for logged, _, _, _, page in delays]
-    render_met = "met" if max(renders) < RENDER_GOAL_S else "MISSED"
+    render_goal = RENDER_GOALS_S[min((m for m in RENDER_GOALS_S if m >= models), default=5000)]
+    render_met = "met" if max(renders) < render_goal else "MISSED"
     event_met = "met" if _pct(total, 0.99) < EVENT_GOAL_MS else "MISSED"
     timeline_met = "met" if max(timelines) < TIMELINE_GOAL_MS else "MISSED"
     stored = [s - logged for logged, s, _, _, _ in delays]
@@ -179,7 +191,7 @@ async def bench(models: int, loads: int, screenshot: str | None) -> None:
                 f" ({drawn_live} on the live page)"),
         (f"run page drawn, navigation to paint (n={loads})",
          f"p50 {statistics.median(renders):.2f} s, max {max(renders):.2f} s"
-         f"  (goal < {RENDER_GOAL_S:.0f} s: {render_met})"),
+         f"  (goal < {render_goal:.0f} s: {render_met})"),
         ("  of which reading the run and its graph", f"p50 {statistics.median(fetched):.2f} s"),
         (f"timeline drawn, every node that started (n={loads})",
          f"p50 {statistics.median(timelines):.1f} ms, max {max(timelines):.1f} ms"
@@ -190,6 +202,9 @@ async def bench(models: int, loads: int, screenshot: str | None) -> None:
         ("  stored to the browser (the event stream)", _spread(served)),
         ("  from the node's own time (a finish: its timing's end)", _spread(timed)),
         ("  dbt's time to handled by the page (graph restyled)", _spread(handled)),
+        ("live page's main-thread tasks over 50 ms during the build",
+         f"{len(stalls)}, longest {max(stalls, default=0):.0f} ms,"
+         f" {sum(stalls) / 1000:.1f} s in all"),
         ("load average during the run (2 cores)", f"{load_seen:.1f}"),
     ]  # fmt: skip
     width = max(len(k) for k, _ in rows)
