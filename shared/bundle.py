@@ -264,7 +264,8 @@ def unpack(data: bytes, dest: pathlib.Path) -> list[str]:
     """Write a bundle's files under dest and return their paths.
 
     The bundle may come from another system, so every path is checked again and
-    nothing is written until all of them have passed.
+    nothing is written until all of them have passed. Each folder is resolved once,
+    not each file: a 5,000-model bundle resolved file by file took a second.
     """
     try:
         bundle = msgspec.msgpack.decode(data, type=Bundle)
@@ -279,16 +280,28 @@ def unpack(data: bytes, dest: pathlib.Path) -> list[str]:
         if rel in planned:
             raise BundleRefused(rel, "duplicate path in bundle")
         planned[rel] = f
+    folders: dict[str, str] = {}  # a folder, and the first file under it
     for rel in planned:
         parts = rel.split("/")
         for i in range(1, len(parts)):
-            if "/".join(parts[:i]) in planned:
+            folder = "/".join(parts[:i])
+            if folder in planned:
                 raise BundleRefused(rel, "a parent of this path is also a file in the bundle")
-        # Guards against symlinks already present in dest.
-        if not (real_dest / rel).resolve().is_relative_to(real_dest):
-            raise BundleRefused(rel, "would be written outside the destination")
-    for rel, f in planned.items():
+            folders.setdefault(folder, rel)
+    # Guards against symlinks already present in dest: a folder, or a file written through.
+    for folder, first in folders.items():
+        if not _inside(real_dest, real_dest / folder):
+            raise BundleRefused(first, "would be written outside the destination")
+    for rel in planned:
         target = real_dest / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(f.data)
+        if target.is_symlink() and not _inside(real_dest, target):
+            raise BundleRefused(rel, "would be written outside the destination")
+    for folder in folders:
+        (real_dest / folder).mkdir(exist_ok=True)
+    for rel, f in planned.items():
+        (real_dest / rel).write_bytes(f.data)
     return list(planned)
+
+
+def _inside(root: pathlib.Path, path: pathlib.Path) -> bool:
+    return path.resolve().is_relative_to(root)

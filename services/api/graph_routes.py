@@ -188,32 +188,33 @@ def _rows_json(select: str, order: str) -> str:
     return f"SELECT coalesce(json_agg(x ORDER BY {order}), '[]')::text FROM ({select}) x"
 
 
-# A node's last freshness check (sources only) and catalog types, by project and node.
-_FRESHNESS = (
-    "(SELECT json_build_object('status', f.status, 'outcome', f.outcome, 'message', f.message,"
-    " 'max_loaded_at', f.max_loaded_at, 'snapshotted_at', f.snapshotted_at, 'age_seconds',"
-    " f.age_seconds, 'warn_after', f.warn_after, 'error_after', f.error_after, 'run_id',"
-    " f.run_id) FROM source_freshness f WHERE f.project = $1 AND f.unique_id = n.unique_id"
-    " AND n.resource_type = 'source')"
-)
-_CATALOG = (
-    "(SELECT json_build_object('columns', k.columns, 'generated_at', k.generated_at,"
-    " 'run_id', k.run_id) FROM node_catalog k WHERE k.project = $1"
-    " AND k.unique_id = n.unique_id)"
-)
-# `declared_writes` is filled in for the nodes whose relation has any.
-_NODES = _rows_json(
-    "SELECT unique_id, resource_type, name, package, relation, owned, materialized, tags,"
-    " description, columns, column_schema, test_severity, test_kind, attached_node,"
-    f" raw_code, '[]'::json AS declared_writes, {_FRESHNESS} AS freshness,"
-    f" {_CATALOG} AS catalog, layer, layer_row AS row FROM graph_nodes n {_WHERE}"
-    " AND ($4::text IS NULL OR unique_id > $4) ORDER BY unique_id LIMIT $5",
+# What the warehouse said of the nodes in a page's range of ids, in their project: a
+# source's last freshness check and the last catalog's types. Few rows, or none, beside
+# the page: read apart and set on its nodes, rather than looked up for each of them.
+_SAID = _rows_json(
+    "SELECT unique_id, json_build_object('status', status, 'outcome', outcome, 'message',"
+    " message, 'max_loaded_at', max_loaded_at, 'snapshotted_at', snapshotted_at,"
+    " 'age_seconds', age_seconds, 'warn_after', warn_after, 'error_after', error_after,"
+    " 'run_id', run_id) AS freshness, NULL::json AS catalog FROM source_freshness"
+    " WHERE project = $1 AND ($2::text IS NULL OR unique_id > $2)"
+    " AND ($3::text IS NULL OR unique_id <= $3)"
+    " UNION ALL SELECT unique_id, NULL, json_build_object('columns', columns, 'generated_at',"
+    " generated_at, 'run_id', run_id) FROM node_catalog"
+    " WHERE project = $1 AND ($2::text IS NULL OR unique_id > $2)"
+    " AND ($3::text IS NULL OR unique_id <= $3)",
     "x.unique_id",
 )
+# Each node's and edge's JSON was made when it was stored (migration 024, `doc`), with the
+# fields a read fills in (_SAID, declared writes) empty.
+_NODES = (
+    "SELECT '[' || coalesce(string_agg(doc, ',' ORDER BY unique_id), '') || ']'"
+    f" FROM (SELECT unique_id, doc FROM graph_nodes {_WHERE}"
+    " AND ($4::text IS NULL OR unique_id > $4) ORDER BY unique_id LIMIT $5) n"
+)
 _IN_PAGE = "($4::text IS NULL OR {0} > $4) AND ($5::text IS NULL OR {0} <= $5)"
-_EDGES = _rows_json(
-    f"SELECT parent, child, kind FROM graph_edges {_WHERE} AND {_IN_PAGE.format('child')}",
-    "x.parent, x.child",
+_EDGES = (
+    "SELECT '[' || coalesce(string_agg(doc, ',' ORDER BY parent, child), '') || ']'"
+    f" FROM graph_edges {_WHERE} AND {_IN_PAGE.format('child')}"
 )
 _COLUMN_EDGES = _rows_json(
     "SELECT from_node, from_column, to_node, to_column, lineage_kind FROM graph_column_edges"
@@ -221,8 +222,30 @@ _COLUMN_EDGES = _rows_json(
     "x.from_node, x.from_column, x.to_node, x.to_column",
 )
 _node_rows = msgspec.json.Decoder(list[schemas.GraphNode])
+
+
+class _Said(msgspec.Struct, forbid_unknown_fields=True):
+    unique_id: str
+    freshness: schemas.SourceFreshness | None
+    catalog: schemas.NodeCatalog | None
+
+
+_said_rows = msgspec.json.Decoder(list[_Said])
 _edge_rows = msgspec.json.Decoder(list[schemas.Edge])
 _column_edge_rows = msgspec.json.Decoder(list[schemas.ColumnEdge])
+
+
+async def _add_said(conn, project: str, nodes: list, after: str | None, last: str | None):
+    """Set on the page's nodes what the warehouse said of them (_SAID)."""
+    by_id = {node.unique_id: node for node in nodes}
+    for said in _said_rows.decode(await conn.fetchval(_SAID, project, after, last)):
+        node = by_id.get(said.unique_id)
+        if node is None:
+            continue
+        if said.freshness is not None and node.resource_type == "source":
+            node.freshness = said.freshness
+        if said.catalog is not None:
+            node.catalog = said.catalog
 
 
 async def _graph(conn, head, key: tuple[str, str, str], want: _Nodes, extra: dict):
@@ -232,6 +255,7 @@ async def _graph(conn, head, key: tuple[str, str, str], want: _Nodes, extra: dic
     # The page's range of ids: after `after`, up to its last node unless it is the last page.
     last = nodes[want.limit - 1].unique_id if len(nodes) > want.limit else None
     nodes = nodes[: want.limit]
+    await _add_said(conn, key[0], nodes, want.after, last)
     edges = _edge_rows.decode(await conn.fetchval(_EDGES, *key, want.after, last))
     column_edges = _column_edge_rows.decode(
         await conn.fetchval(_COLUMN_EDGES, *key, want.after, last)

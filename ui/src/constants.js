@@ -3,13 +3,20 @@
 export const TOKEN_KEY = "jetdbt.token";
 export const SHOWN = new Set(["model", "seed", "snapshot"]);
 export const TESTS = new Set(["test", "unit_test"]);
-// Past this many nodes a run page asks for a focus (a node and its +n neighbours).
-export const FOCUS_ABOVE = 1500;
+// Past this many drawn nodes a run page asks for a focus (a node and its +n neighbours):
+// a graph page's most (the API's NODES_PER_PAGE); a 5,000-model run is drawn whole.
+export const FOCUS_ABOVE = 10000;
 // dagre orders each rank to cut crossings, which costs seconds past a few hundred nodes.
 // The whole of a larger graph is drawn in columns, one per topological generation (the
 // API places each node), this far apart in cytoscape's units (a node is 150 by 30); a
 // part of one (a focus) gets cytoscape's breadth-first layering, turned left to right.
 export const DAGRE_UP_TO = 200;
+// Past this many drawn nodes the whole graph is drawn without its edges until a zoom makes
+// its labels readable (then they are added): at 5,000 models its 10,000 edges cost the
+// browser 0.7 s to make and over 100 ms a frame, a blur of lines at that scale. Such a
+// graph is restyled at most every HUGE_REDRAW_MS while a run goes.
+export const EDGES_ON_ZOOM_ABOVE = 2000;
+export const HUGE_REDRAW_MS = 1000;
 export const COLUMN_GAP = 400;
 export const ROW_GAP = 40;
 // While a run goes, a graph larger than that is redrawn at most this often.

@@ -1,7 +1,7 @@
 // Drawing a folded graph with cytoscape: dagre for a small one, the API's columns for the
 // whole of a large one, breadth-first layering for a part of one.
 import {
-  COLUMN_GAP, DAGRE_UP_TO, DARK_TEXT, FONT_PX, MIN_READABLE_PX, ROW_GAP,
+  COLUMN_GAP, DAGRE_UP_TO, DARK_TEXT, EDGES_ON_ZOOM_ABOVE, FONT_PX, MIN_READABLE_PX, ROW_GAP,
 } from "./constants.js";
 
 // A node's fill says its outcome (its data's `fill`, one rule for every outcome: each rule
@@ -60,13 +60,12 @@ export async function drawGraph(container, folded, ids, data, onTap) {
   const cytoscape = (await library()).default;
   if (small) await useDagre(cytoscape);
   const kept = new Set(ids);
+  const edges = folded.edges.filter((e) => kept.has(e.parent) && kept.has(e.child))
+    .map((e) => ({ data: { id: `${e.parent}>${e.child}`, source: e.parent, target: e.child } }));
+  const edgesLater = ids.length > EDGES_ON_ZOOM_ABOVE;
   const cy = cytoscape({
     container,
-    elements: [
-      ...ids.map((id) => ({ data: { id, ...data(id) } })),
-      ...folded.edges.filter((e) => kept.has(e.parent) && kept.has(e.child))
-        .map((e) => ({ data: { id: `${e.parent}>${e.child}`, source: e.parent, target: e.child } })),
-    ],
+    elements: [...ids.map((id) => ({ data: { id, ...data(id) } })), ...(edgesLater ? [] : edges)],
     style: [...graphStyle(small), ...(small ? LABEL_STYLE : [])],
     layout: small
       ? { name: "dagre", rankDir: "LR", nodeSep: 8, rankSep: 60, animate: false }
@@ -85,10 +84,12 @@ export async function drawGraph(container, folded, ids, data, onTap) {
   cy.ready(() => toTop(cy));
   if (!small) {
     // Laid out whole, a large graph is too small to read: its labels would cost a fifth
-    // of the first paint and show nothing, so they are styled once a zoom shows them.
+    // of the first paint and show nothing, so they are styled once a zoom shows them (and
+    // a very large graph's edges added then).
     const labelWhenReadable = () => {
       if (cy.zoom() * FONT_PX < MIN_READABLE_PX) return;
       cy.off("zoom", labelWhenReadable);
+      if (edgesLater) cy.add(edges);
       LABEL_STYLE.reduce((sheet, rule) => sheet.selector(rule.selector).style(rule.style),
         cy.style()).update();
     };

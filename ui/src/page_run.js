@@ -3,7 +3,9 @@
 // timeline of its nodes, its log and its invocation.
 import { Unauthorized, api, follow, seg } from "./api.js";
 import { me, nodeActions, runActions } from "./actions.js";
-import { COLOURS, DAGRE_UP_TO, FOCUS_ABOVE, LARGE_REDRAW_MS } from "./constants.js";
+import {
+  COLOURS, DAGRE_UP_TO, EDGES_ON_ZOOM_ABOVE, FOCUS_ABOVE, HUGE_REDRAW_MS, LARGE_REDRAW_MS,
+} from "./constants.js";
 import { drawnName, fold, graphOf, graphWhenKnown } from "./dag.js";
 import { h, link, pill, show, sleep, stillOn, view } from "./dom.js";
 import { drawGraph as drawDag, library, pagePosition } from "./draw_graph.js";
@@ -158,9 +160,10 @@ export async function runPage(runId, params, signal) {
   // Events only change `state` as they arrive; the nodes they touch are restyled together
   // in one batch, and cytoscape draws the batch in its next frame. A small graph's batch is
   // the events of one read from the stream. A large graph is restyled at most every
-  // LARGE_REDRAW_MS: each of its frames costs the browser tens of milliseconds of the
-  // machine dbt builds on. (Restyling in an animation frame instead lands after
-  // cytoscape's own frame callback: the change is drawn a frame later.)
+  // LARGE_REDRAW_MS (HUGE_REDRAW_MS past EDGES_ON_ZOOM_ABOVE nodes): each of its frames
+  // costs the browser tens of milliseconds of the machine dbt builds on. (Restyling in an
+  // animation frame instead lands after cytoscape's own frame callback: the change is
+  // drawn a frame later.)
   const stale = new Set();
   let queued = false;
   let restyled = -Infinity;
@@ -170,7 +173,9 @@ export async function runPage(runId, params, signal) {
     if (["failed", "warned"].includes(outcome(id))) failuresStale = true;
     if (queued) return;
     queued = true;
-    const pace = cy && cy.nodes().length > DAGRE_UP_TO ? LARGE_REDRAW_MS : 0;
+    const drawn = cy ? cy.nodes().length : 0;
+    const pace = drawn > EDGES_ON_ZOOM_ABOVE ? HUGE_REDRAW_MS
+      : drawn > DAGRE_UP_TO ? LARGE_REDRAW_MS : 0;
     const wait = restyled + pace - performance.now();
     if (wait > 0) setTimeout(restyle, wait);
     else queueMicrotask(restyle);

@@ -230,7 +230,7 @@ async def _parse(
     """The version parsed (not yet published), or why it failed."""
     job, plan = prepared.job, prepared.plan
     version = cmd.bundle_digest
-    files = job.files()
+    files = await asyncio.to_thread(job.files)  # 5,000 stats at 5,000 models: off the loop
 
     resolution = None
     if packages.declares_packages(job.project):
