@@ -40,6 +40,7 @@ MAX_BUNDLE_BYTES = 64 * 1024 * 1024
 smaller, and the API holds the body in memory while it stores it."""
 
 BINARY_SNIFF_BYTES = 8000
+NAME_MAX = 255  # bytes in a file's name, on the filesystems a job's folder is made on
 """Same heuristic as git: a NUL byte this early means the file is not text."""
 
 # Directories left out only at the project root: dbt writes or installs them there.
@@ -118,6 +119,8 @@ def check_path(path: str) -> str:
     parts = [p for p in parts if p not in ("", ".")]
     if not parts:
         raise BundleRefused(path, "empty path")
+    if any(len(p.encode()) > NAME_MAX for p in parts):
+        raise BundleRefused(path, f"a name in the path is longer than {NAME_MAX} bytes")
     return "/".join(parts)
 
 

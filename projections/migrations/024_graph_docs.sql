@@ -7,6 +7,9 @@
 -- json_build_object is only stable because some types print by settings; these columns'
 -- types (text, boolean, integer, text[], jsonb) do not, so the functions may say immutable,
 -- as a generated column needs. Adding the columns fills them for the graphs already stored.
+-- A stored doc is not made again when a function is replaced: a change to one drops its
+-- column and adds it again (or the API reads the old shape). The node's code and
+-- description are kept twice for it: a graph's rows about double in size.
 CREATE OR REPLACE FUNCTION graph_node_doc(
     unique_id text, resource_type text, name text, package text, relation text,
     owned boolean, materialized text, tags text[], description text, columns jsonb,

@@ -34,7 +34,7 @@ from services.runner.facts import jobs
 from services.runner.process import spawn
 from services.runner.process.containment import SandboxMissing
 from services.runner.process.spawn import ForkServerLost
-from services.runner.setup import run_credentials
+from services.runner.setup import run_credentials, workspace
 from services.runner.setup.placement import Placement
 from shared import commands, descriptor, identity, subjects, supervise, uploads, versions
 from shared import events as ev
@@ -89,6 +89,7 @@ class Runner:
                 for task in self._tasks:
                     task.cancel()
                 await asyncio.gather(*self._tasks, return_exceptions=True)
+                await workspace.settled()
                 await self.ctx.containment.close()
 
     async def _serve(self, stop: asyncio.Event) -> None:

@@ -5,6 +5,9 @@ runner's cache beside it; a later job copies from the cache, without the object 
 from __future__ import annotations
 
 import asyncio
+import time
+
+import pytest
 
 from services.runner.setup import workspace
 from shared import bundle
@@ -25,7 +28,7 @@ async def test_a_first_job_unpacks_the_bundle_and_a_later_one_copies_the_cache(n
         version = await bus.put_blob(packed.data)
         first = await workspace.prepare(bus, tmp_path / "cache", version, "deploy-1")
         assert first.files() == sorted(FILES)
-        await asyncio.gather(*workspace._filling)  # the cache is filled beside the job
+        await workspace.settled()  # the cache is filled beside the job
         cached = tmp_path / "cache" / "bundles" / version.replace(":", "-")
         assert sorted(p.name for p in cached.rglob("*") if p.is_file()) == ["a.sql",
             "dbt_project.yml", "s.csv"]  # fmt: skip
@@ -37,3 +40,22 @@ async def test_a_first_job_unpacks_the_bundle_and_a_later_one_copies_the_cache(n
         later.cleanup()
     finally:
         await bus.close()
+
+
+async def test_a_job_cancelled_twice_returns_only_once_its_files_are_written():
+    """The job's folder is removed after `_finished` returns: a second cancel (a person's,
+    then the stack stopping) must not let that happen while the thread still writes."""
+    written = []
+
+    def write() -> None:
+        time.sleep(0.3)
+        written.append("done")
+
+    task = asyncio.create_task(workspace._finished(asyncio.to_thread(write)))
+    await asyncio.sleep(0.05)
+    task.cancel()
+    await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert written == ["done"]

@@ -12,9 +12,11 @@ from pathlib import Path
 
 import aiohttp
 import duckdb
+from nats.js.errors import KeyNotFoundError
 
 from services.cli import client
 from shared import events as ev
+from shared import kv_keys
 
 # The token each test API answers to, by its base URL: tests/conftest.py records every
 # Stack a test starts (its bootstrapped admin token); a test of another process's API
@@ -44,6 +46,20 @@ async def get_text(url: str, token: str | None = None) -> tuple[int, str]:
     headers = auth_headers(url, token)
     async with aiohttp.ClientSession() as session, session.get(url, headers=headers) as resp:
         return resp.status, await resp.text()
+
+
+async def live_keys(bus, bucket: str) -> list[str]:
+    """A bucket's keys that hold a value now: shared/kv_keys.py's list (nats-py's `keys()`
+    can read a full bucket as empty) less the deleted ones."""
+    kv = await bus.js.key_value(bucket)
+    found = []
+    for key in await kv_keys.keys(bus, bucket):
+        try:
+            await kv.get(key)
+        except KeyNotFoundError:
+            continue
+        found.append(key)
+    return found
 
 
 async def wait_for(predicate, timeout: float = 30.0, interval: float = 0.1):

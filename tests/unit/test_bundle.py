@@ -227,6 +227,13 @@ def test_unpack_refuses_crafted_paths(tmp_path: pathlib.Path, path: str, reason:
     assert not (tmp_path / "evil.sql").exists()
 
 
+def test_unpack_refuses_a_name_longer_than_a_filesystem_takes(tmp_path: pathlib.Path) -> None:
+    data = _bundle_bytes(("dbt_project.yml", b"name: p\n"), ("models/" + "é" * 128 + ".sql", b"x"))
+    with pytest.raises(BundleRefused, match="longer than 255 bytes"):
+        unpack(data, tmp_path / "dest")
+    assert not (tmp_path / "dest" / "dbt_project.yml").exists()
+
+
 def test_unpack_refuses_garbage(tmp_path: pathlib.Path) -> None:
     with pytest.raises(BundleRefused, match="not a valid bundle"):
         unpack(b"\xc1not msgpack", tmp_path / "dest")

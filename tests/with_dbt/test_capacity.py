@@ -28,7 +28,14 @@ from shared import logging as jlog
 from shared.bus import connect
 from shared.commands import BuildCommand, RunCommand
 from shared.streams import LEASES
-from tests.support.helpers import auth_headers, deploy_and_wait, get_json, jetdbt, wait_for
+from tests.support.helpers import (
+    auth_headers,
+    deploy_and_wait,
+    get_json,
+    jetdbt,
+    live_keys,
+    wait_for,
+)
 from tests.support.processes import runner_process, runners_apart, sweep_after_kill
 from tests.support.slow_project import duckdb_warehouses, tiny_project
 
@@ -142,8 +149,8 @@ async def test_admission_keeps_order_slots_and_cancel(nats_url):
             assert said["g"][-1].reason == "all 3 run slots are taken"
             cancel.request("ana")
             assert await asyncio.wait_for(full, 10) is None  # cancelled while it waited
-            leases = await bus.js.key_value(LEASES)
-            assert not [k for k in await leases.keys() if k.startswith("wait.") and "0007" in k]
+            keys = await live_keys(bus, LEASES)
+            assert not [k for k in keys if k.startswith("wait.") and "0007" in k]
             await release(third + other + u)
             await release(await asyncio.wait_for(capped, 10))
     finally:
@@ -286,8 +293,7 @@ async def _nothing(blocked) -> None:
 
 async def _waiting(bus, n: int) -> bool:
     """Whether `n` runs' team wait entries are in the bucket."""
-    kv = await bus.js.key_value(LEASES)
-    return len([k for k in await kv.keys() if k.startswith("wait.team-")]) >= n
+    return len([k for k in await live_keys(bus, LEASES) if k.startswith("wait.team-")]) >= n
 
 
 async def _true(items: list) -> bool:
@@ -440,8 +446,7 @@ async def test_a_killed_runner_s_lease_expires_and_the_waiting_runs_go_on(settin
 
         await wait_for(gate_building, timeout=240)
         await wait_for(lambda: _queued(rec, "k2", "k3"), timeout=30)
-        leases = await reader.bus.js.key_value(LEASES)
-        held = [k for k in await leases.keys() if k.startswith("env-")]
+        held = [k for k in await live_keys(reader.bus, LEASES) if k.startswith("env-")]
         assert len(held) == 1
         os.killpg(runner_a.pid, signal.SIGKILL)  # the runner and its dbt, holding the lease
         release.touch()

@@ -62,7 +62,8 @@ export async function drawGraph(container, folded, ids, data, onTap) {
   const kept = new Set(ids);
   const edges = folded.edges.filter((e) => kept.has(e.parent) && kept.has(e.child))
     .map((e) => ({ data: { id: `${e.parent}>${e.child}`, source: e.parent, target: e.child } }));
-  const edgesLater = ids.length > EDGES_ON_ZOOM_ABOVE;
+  // Only where the API placed the nodes: a layout here needs the edges.
+  const edgesLater = placed && ids.length > EDGES_ON_ZOOM_ABOVE;
   const cy = cytoscape({
     container,
     elements: [...ids.map((id) => ({ data: { id, ...data(id) } })), ...(edgesLater ? [] : edges)],

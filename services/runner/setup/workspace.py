@@ -17,7 +17,6 @@ publishing other runs' events meanwhile.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import shutil
 import uuid
@@ -25,6 +24,7 @@ from pathlib import Path
 
 from services.runner.process.job_disk import DiskBound, Mounted
 from shared import bundle
+from shared import logging as jlog
 from shared.bus import Bus
 from shared.digests import check_digest
 
@@ -51,6 +51,7 @@ class Job:
 
 
 _filling: set[asyncio.Task] = set()  # cache fills under way, held until they end
+log = jlog.get("workspace")
 
 
 def _cached(cache: Path, digest: str) -> Path:
@@ -58,12 +59,16 @@ def _cached(cache: Path, digest: str) -> Path:
 
 
 def _fill_cache(data: bytes, target: Path) -> None:
+    """Unpacked beside, then renamed into place whole: a cache never holds half a bundle.
+    A fill that fails costs only the next job's copy (it unpacks the bundle again)."""
     staging = target.with_name(f"{target.name}.{uuid.uuid4().hex}")
     try:
         bundle.unpack(data, staging)
         staging.rename(target)
-    except OSError:  # another job filled it first (an identical copy), or the disk is full
+    except Exception as exc:  # another job filled it first (ENOTEMPTY), a full disk, ...
         shutil.rmtree(staging, ignore_errors=True)
+        if not target.exists():
+            log.warning("bundle_cache_not_filled", bundle=target.name, error=repr(exc))
 
 
 async def _materialise(bus: Bus, cache: Path, version: str, dest: Path) -> None:
@@ -79,16 +84,26 @@ async def _materialise(bus: Bus, cache: Path, version: str, dest: Path) -> None:
     filling.add_done_callback(_filling.discard)
 
 
-async def _finished(writing):
-    """`writing` (a thread's) awaited to its end even when the job is cancelled: the job's
-    folder is removed only once nothing writes in it."""
-    running = asyncio.ensure_future(writing)
-    try:
-        return await asyncio.shield(running)
-    except asyncio.CancelledError:
-        with contextlib.suppress(Exception):
-            await running
-        raise
+async def settled() -> None:
+    """Wait for the cache fills this loop started (a runner stopping, a test)."""
+    loop = asyncio.get_running_loop()
+    await asyncio.gather(*(t for t in list(_filling) if t.get_loop() is loop))
+
+
+async def _finished(work):
+    """A thread's `work` awaited to its end however often the job is cancelled meanwhile,
+    then the cancel raised: the job's folder is removed (or its disk detached) only once
+    nothing writes in it."""
+    running = asyncio.ensure_future(work)
+    cancelled = None
+    while not running.done():
+        try:
+            await asyncio.shield(running)
+        except asyncio.CancelledError as exc:
+            cancelled = exc
+    if cancelled is not None:
+        raise cancelled
+    return running.result()
 
 
 def _check(what: str, digest: str) -> None:
@@ -103,9 +118,9 @@ async def _attached(disk: DiskBound, root: Path) -> Mounted | None:
     for the mount and undoes it: a mount nobody holds would outlive the runner."""
     attaching = asyncio.ensure_future(asyncio.to_thread(disk.attach, root))
     try:
-        return await asyncio.shield(attaching)
+        return await _finished(attaching)
     except asyncio.CancelledError:
-        mounted = await attaching
+        mounted = None if attaching.exception() else attaching.result()
         if mounted is not None:
             mounted.detach()
         raise
