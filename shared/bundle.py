@@ -40,8 +40,9 @@ MAX_BUNDLE_BYTES = 64 * 1024 * 1024
 smaller, and the API holds the body in memory while it stores it."""
 
 BINARY_SNIFF_BYTES = 8000
-NAME_MAX = 255  # bytes in a file's name, on the filesystems a job's folder is made on
 """Same heuristic as git: a NUL byte this early means the file is not text."""
+
+NAME_MAX = 255  # bytes in a file's name, on the filesystems a job's folder is made on
 
 # Directories left out only at the project root: dbt writes or installs them there.
 _TOP_LEVEL_DIRS = {

@@ -1,9 +1,8 @@
 -- Each graph node and edge as the JSON a graph page serves, made once when it is stored (a
 -- stored graph never changes) instead of on every read: at 5,000 models building the
 -- page's 6,000 node objects and 10,000 edge objects was most of its first answer
--- (bench/bench_scale.py). What changes
--- after (a source's freshness, the catalog's types, declared writes) is empty here and set
--- on the read.
+-- (bench/bench_scale.py). What changes after (a source's freshness, the catalog's types,
+-- declared writes) is empty here and set on the read.
 -- json_build_object is only stable because some types print by settings; these columns'
 -- types (text, boolean, integer, text[], jsonb) do not, so the functions may say immutable,
 -- as a generated column needs. Adding the columns fills them for the graphs already stored.
