@@ -33,6 +33,7 @@ from shared.streams import BLOBS, EVENTS
 __all__ = [
     "Bus",
     "ServerRefused",
+    "ConnectionLost",
     "PublishFailed",
     "TRANSIENT",
     "check_server",
@@ -139,6 +140,10 @@ def check_server(version: str, url: str) -> None:
         )
 
 
+class ConnectionLost(RuntimeError):
+    """A connection that does not reconnect forever (the CLI's) is gone for good."""
+
+
 class Bus:
     """One NATS connection with its JetStream context."""
 
@@ -158,6 +163,7 @@ class Bus:
         self._watcher: asyncio.Task | None = None
         self._away_since: float | None = None
         self._unanswered_since: float | None = None
+        self._gone = asyncio.Event()  # set when a connection without `_reopen` closes
 
     async def round_trip(self, deadline: float) -> bool:
         """Whether JetStream answers a request within `deadline` seconds now: a server that
@@ -181,6 +187,25 @@ class Bus:
         """Seconds since the connection to NATS was lost; 0 while connected."""
         return 0.0 if self._away_since is None else time.monotonic() - self._away_since
 
+    async def until_gone(self, waiting: Awaitable):
+        """`waiting`'s result, or ConnectionLost once this connection is closed for good
+        (its reconnects spent): a command line waiting on events never hangs on a stack
+        that went away or came back on another address."""
+        waited = asyncio.ensure_future(waiting)
+        gone = asyncio.ensure_future(self._gone.wait())
+        try:
+            await asyncio.wait({waited, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+        if waited.done():
+            return waited.result()
+        waited.cancel()
+        raise ConnectionLost(
+            f"the connection to NATS at {self.url} was lost and did not come back (did"
+            " the stack stop or restart?); what was sent before stays stored: `jetdbt"
+            " status` and the API say what became of it"
+        )
+
     def _lost(self) -> None:
         if self._away_since is None:
             self._away_since = time.monotonic()
@@ -188,9 +213,12 @@ class Bus:
     async def _on_closed(self) -> None:
         """The server closed the connection for good (a protocol error it would not
         forgive): a service opens a new one rather than serve on a dead one."""
-        if self._closing or self._reopen is None or self._reviving:
+        if self._closing or self._reviving:
             return
         self._lost()
+        if self._reopen is None:  # the CLI's: what waits on it ends (until_gone)
+            self._gone.set()
+            return
         self._reviving = True
         asyncio.get_running_loop().create_task(self._revive())
 

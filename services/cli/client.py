@@ -8,6 +8,7 @@ the command goes out so no event can be missed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import getpass
 import uuid
 from collections.abc import Awaitable, Callable
@@ -79,6 +80,7 @@ async def _await_final(
     async def collect(msg) -> None:
         queue.put_nowait(msg.data)
 
+    from nats.errors import ConnectionClosedError
     from nats.js.errors import APIError
 
     sub = await bus.follow(pattern, collect)
@@ -91,7 +93,7 @@ async def _await_final(
             ) from None
         async with asyncio.timeout(timeout):
             while True:
-                event = ev.decode(await queue.get())
+                event = ev.decode(await bus.until_gone(queue.get()))
                 if not wanted(event, ack):
                     continue
                 if on_event is not None:
@@ -99,7 +101,8 @@ async def _await_final(
                 if done(event):
                     return event
     finally:
-        await sub.unsubscribe()
+        with contextlib.suppress(ConnectionClosedError):  # nothing to unsubscribe from
+            await sub.unsubscribe()
 
 
 async def deploy(

@@ -51,6 +51,7 @@ STARTS_A_STACK = frozenset({"up", "serve", "demo"})
 USER_ERRORS = (
     ("services.cli.common", "CliError"),
     ("shared.bus", "ServerRefused"),
+    ("shared.bus", "ConnectionLost"),
     ("shared.contract", "IncompatibleContract"),
     ("shared.bundle", "BundleRefused"),
     ("services.cli.client", "CommandNotStored"),
