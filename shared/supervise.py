@@ -12,7 +12,15 @@ from collections.abc import Awaitable, Callable
 
 from shared.outages import outage
 
-__all__ = ["alongside", "cancel_lost", "forever", "each_message", "pause", "unless_stopped"]
+__all__ = [
+    "alongside",
+    "cancel_lost",
+    "forever",
+    "each_message",
+    "pause",
+    "to_the_end",
+    "unless_stopped",
+]
 
 BATCH = 64  # messages fetched at once by each_message
 RETRY_SECONDS = 1.0  # before a failed loop starts again
@@ -106,3 +114,19 @@ async def pause(event: asyncio.Event, seconds: float) -> None:
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(seconds):
             await event.wait()
+
+
+async def to_the_end(work: Awaitable):
+    """`work` (a thread's: it cannot be stopped) awaited to its end however often the caller
+    is cancelled meanwhile, then the cancel raised: a folder is removed, or a disk
+    detached, only once nothing writes in it or mounts it."""
+    running = asyncio.ensure_future(work)
+    cancelled = None
+    while not running.done():
+        try:
+            await asyncio.shield(running)
+        except asyncio.CancelledError as exc:
+            cancelled = exc
+    if cancelled is not None:
+        raise cancelled
+    return running.result()

@@ -13,6 +13,7 @@ from services.runner.setup import workspace
 from shared import bundle
 from shared.bus import connect
 from shared.streams import BLOBS
+from shared.supervise import to_the_end
 
 FILES = {"dbt_project.yml": b"name: p\n", "models/a.sql": b"select 1\n", "seeds/s.csv": b"id\n1\n"}
 
@@ -43,7 +44,7 @@ async def test_a_first_job_unpacks_the_bundle_and_a_later_one_copies_the_cache(n
 
 
 async def test_a_job_cancelled_twice_returns_only_once_its_files_are_written():
-    """The job's folder is removed after `_finished` returns: a second cancel (a person's,
+    """The job's folder is removed after `to_the_end` returns: a second cancel (a person's,
     then the stack stopping) must not let that happen while the thread still writes."""
     written = []
 
@@ -51,7 +52,7 @@ async def test_a_job_cancelled_twice_returns_only_once_its_files_are_written():
         time.sleep(0.3)
         written.append("done")
 
-    task = asyncio.create_task(workspace._finished(asyncio.to_thread(write)))
+    task = asyncio.create_task(to_the_end(asyncio.to_thread(write)))
     await asyncio.sleep(0.05)
     task.cancel()
     await asyncio.sleep(0.05)

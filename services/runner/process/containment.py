@@ -122,7 +122,11 @@ class Containment:
 
         probe = self.settings.runner_cache / "jobs" / f"probe-{uuid.uuid4().hex}"
         probe.mkdir(parents=True)
-        mounted = await asyncio.to_thread(self.disk.probe, probe)
+        try:
+            mounted = await job_disk.mounted(self.disk.probe, probe)
+        except asyncio.CancelledError:  # a runner stopped while it starts: nothing left behind
+            await asyncio.to_thread(_remove_tree, probe)
+            raise
         try:
             spec = await self.spec(probe, None, name=probe.name)
             child = await asyncio.create_subprocess_exec(

@@ -28,8 +28,9 @@ import uuid
 from pathlib import Path
 
 from shared import logging as jlog
+from shared.supervise import to_the_end
 
-__all__ = ["DiskBound", "DiskUnavailable", "Mounted", "used"]
+__all__ = ["DiskBound", "DiskUnavailable", "Mounted", "mounted", "used"]
 
 _MNT_DETACH = 2
 # A job folder with less than this free is full: a write that failed left less.
@@ -213,3 +214,17 @@ def _tool(argv: list[str]) -> None:
     if done.returncode != 0:
         said = (done.stderr or done.stdout).strip().splitlines() or [f"exit {done.returncode}"]
         raise DiskUnavailable(f"{Path(argv[0]).name} failed: {said[-1]}")
+
+
+async def mounted(mount, folder: Path) -> Mounted | None:
+    """`mount(folder)` (DiskBound.attach or .probe) in a thread. A cancel while it mounts (a
+    stack stopping) waits for the mount and undoes it: a mount nobody holds would outlive
+    the runner."""
+    mounting = asyncio.ensure_future(asyncio.to_thread(mount, folder))
+    try:
+        return await to_the_end(mounting)
+    except asyncio.CancelledError:
+        done = None if mounting.exception() else mounting.result()
+        if done is not None:
+            done.detach()
+        raise

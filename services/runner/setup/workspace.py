@@ -22,11 +22,13 @@ import shutil
 import uuid
 from pathlib import Path
 
+from services.runner.process import job_disk
 from services.runner.process.job_disk import DiskBound, Mounted
 from shared import bundle
 from shared import logging as jlog
 from shared.bus import Bus
 from shared.digests import check_digest
+from shared.supervise import to_the_end
 
 __all__ = ["Job", "job_root", "prepare"]
 
@@ -75,10 +77,10 @@ async def _materialise(bus: Bus, cache: Path, version: str, dest: Path) -> None:
     """`version`'s files into `dest`: from the cache, or from the bundle (filling the cache)."""
     cached = _cached(cache, version)
     if cached.exists():
-        await _finished(asyncio.to_thread(shutil.copytree, cached, dest))
+        await to_the_end(asyncio.to_thread(shutil.copytree, cached, dest))
         return
     data = await bus.get_blob(version)
-    await _finished(asyncio.to_thread(bundle.unpack, data, dest))
+    await to_the_end(asyncio.to_thread(bundle.unpack, data, dest))
     filling = asyncio.create_task(asyncio.to_thread(_fill_cache, data, cached))
     _filling.add(filling)
     filling.add_done_callback(_filling.discard)
@@ -90,40 +92,11 @@ async def settled() -> None:
     await asyncio.gather(*(t for t in list(_filling) if t.get_loop() is loop))
 
 
-async def _finished(work):
-    """A thread's `work` awaited to its end however often the job is cancelled meanwhile,
-    then the cancel raised: the job's folder is removed (or its disk detached) only once
-    nothing writes in it."""
-    running = asyncio.ensure_future(work)
-    cancelled = None
-    while not running.done():
-        try:
-            await asyncio.shield(running)
-        except asyncio.CancelledError as exc:
-            cancelled = exc
-    if cancelled is not None:
-        raise cancelled
-    return running.result()
-
-
 def _check(what: str, digest: str) -> None:
     try:
         check_digest(digest)
     except ValueError as exc:
         raise bundle.BundleRefused(f"<{what}>", str(exc)) from None
-
-
-async def _attached(disk: DiskBound, root: Path) -> Mounted | None:
-    """`root`'s own filesystem. A cancel while the thread mounts it (a stack stopping) waits
-    for the mount and undoes it: a mount nobody holds would outlive the runner."""
-    attaching = asyncio.ensure_future(asyncio.to_thread(disk.attach, root))
-    try:
-        return await _finished(attaching)
-    except asyncio.CancelledError:
-        mounted = None if attaching.exception() else attaching.result()
-        if mounted is not None:
-            mounted.detach()
-        raise
 
 
 def job_root(cache: Path, name: str) -> Path:
@@ -146,7 +119,7 @@ async def prepare(
     job = Job(job_root(cache, name))
     job.cleanup()
     if disk is not None:
-        job.disk = await _attached(disk, job.root)
+        job.disk = await job_disk.mounted(disk.attach, job.root)
     try:
         job.profiles.mkdir(parents=True)
         (job.root / "name").write_text(name)
