@@ -28,14 +28,13 @@ from pathlib import Path
 import msgspec
 import yaml
 from gen_project import generate
-
-from services.cli import client
-from services.stack.composition import Stack
-from shared import events as ev
-from shared import identity
-from shared import logging as jlog
-from shared.commands import BuildCommand, RunCommand
-from shared.config import load
+from jetdbt.services.cli import client
+from jetdbt.services.stack.composition import Stack
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus.commands import BuildCommand, RunCommand
+from jetdbt.shared.identity import principals
+from jetdbt.shared.process import logging as jlog
+from jetdbt.shared.process.config import load
 
 TEAMS = {"ana": "alpha", "bo": "beta"}
 PROJECTS = {"a1": "ana", "a2": "ana", "b1": "bo"}
@@ -128,7 +127,9 @@ async def scenario(queued: int, shared: bool) -> tuple[Seen, int]:
         seen = Seen()
         try:
             for name, team in TEAMS.items():
-                await identity.put_principal(stack.bus, identity.Principal(name=name, team=team))
+                await principals.put_principal(
+                    stack.bus, principals.Principal(name=name, team=team)
+                )
             await stack.bus.nc.subscribe("dbt.evt.>", cb=seen.on_msg)
             for project in PROJECTS:
                 _, deployed = await client.deploy(stack.bus, home / project, project)

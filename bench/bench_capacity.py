@@ -29,14 +29,13 @@ from pathlib import Path
 
 import yaml
 from gen_project import generate
-
-from services.cli import client
-from services.stack.composition import Stack
-from shared import events as ev
-from shared import identity
-from shared import logging as jlog
-from shared.commands import BuildCommand, RunCommand
-from shared.config import load
+from jetdbt.services.cli import client
+from jetdbt.services.stack.composition import Stack
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus.commands import BuildCommand, RunCommand
+from jetdbt.shared.identity import principals as identity
+from jetdbt.shared.process import logging as jlog
+from jetdbt.shared.process.config import load
 
 TEAMS = {"ana": "alpha", "bo": "beta", "cy": "gamma"}
 PROJECTS = 6

@@ -26,10 +26,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from services.stack.composition import Stack  # noqa: E402
-from services.stack.embedded import NatsServer, start_postgres  # noqa: E402
-from shared import logging as jlog  # noqa: E402
-from shared.config import load  # noqa: E402
+from jetdbt.services.stack.composition import Stack  # noqa: E402
+from jetdbt.services.stack.embedded import NatsServer, start_postgres  # noqa: E402
+from jetdbt.shared.process import logging as jlog  # noqa: E402
+from jetdbt.shared.process.config import load  # noqa: E402
 
 TARGET = 0.3
 JETDBT = str(Path(sys.executable).parent / "jetdbt")

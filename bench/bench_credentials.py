@@ -31,18 +31,17 @@ import asyncpg
 import yaml
 from bench_overhead import alternate, env_int, pct
 from gen_project import generate
-
-from services.cli import client
-from services.runner.setup import run_credentials
-from services.runner.setup.secrets import Resolver
-from services.runner.setup.warehouses import load_warehouses
-from services.stack.composition import Stack
-from services.stack.embedded import start_postgres
-from shared import events as ev
-from shared import logging as jlog
-from shared.commands import BuildCommand, RunCommand
-from shared.config import load
-from shared.environments import Environment
+from jetdbt.services.cli import client
+from jetdbt.services.runner.setup import run_credentials
+from jetdbt.services.runner.setup.secrets import Resolver
+from jetdbt.services.runner.setup.warehouses import load_warehouses
+from jetdbt.services.stack.composition import Stack
+from jetdbt.services.stack.embedded import start_postgres
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus.commands import BuildCommand, RunCommand
+from jetdbt.shared.process import logging as jlog
+from jetdbt.shared.process.config import load
+from jetdbt.shared.project.environments import Environment
 
 GOAL_MS = 100.0
 WAREHOUSES = ("plain", "per_run")

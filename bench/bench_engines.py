@@ -30,10 +30,9 @@ import msgspec
 import yaml
 from bench_overhead import THREADS, Jetdbt, Plain, alternate, env_int, start_stack
 from gen_project import generate
-
-from services.runner.provision import environments
-from shared import logging as jlog
-from shared.config import load
+from jetdbt.services.runner.provision import environments
+from jetdbt.shared.process import logging as jlog
+from jetdbt.shared.process.config import load
 
 GOAL = 1.10
 ADAPTER = "sqlite"

@@ -23,12 +23,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import pyarrow.parquet as pq  # noqa: E402
+from jetdbt.services.stack.embedded import NatsServer  # noqa: E402
+from jetdbt.shared.bus.connection import connect  # noqa: E402
+from jetdbt.shared.bus.stream_batches import last_seq  # noqa: E402
+from jetdbt.shared.bus.streams import EVENTS  # noqa: E402
+from jetdbt.shared.process import logging as jlog  # noqa: E402
 
-from services.stack.embedded import NatsServer  # noqa: E402
-from shared import logging as jlog  # noqa: E402
-from shared.bus import connect  # noqa: E402
-from shared.reader import last_seq  # noqa: E402
-from shared.streams import EVENTS  # noqa: E402
 from tests.support import synthetic  # noqa: E402
 
 LIMIT_MB = 300

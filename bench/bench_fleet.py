@@ -52,17 +52,16 @@ import yaml
 from fleet_figures import RUNS_PER_DAY, Figures, Seen, Sizes, figures, lags, sizes
 from fleet_processes import Services
 from gen_project import generate
-
-from projections.loop import checkpoint
-from services.access.local import nats_logins
-from services.cli import client
-from services.stack.composition import Stack
-from services.stack.embedded import free_port, start_postgres
-from shared import events as ev
-from shared import identity
-from shared import logging as jlog
-from shared.commands import BuildCommand, CancelCommand, RunCommand
-from shared.config import load
+from jetdbt.projections.loop import checkpoint
+from jetdbt.services.access.local import nats_logins
+from jetdbt.services.cli import client
+from jetdbt.services.stack.composition import Stack
+from jetdbt.services.stack.embedded import free_port, start_postgres
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus.commands import BuildCommand, CancelCommand, RunCommand
+from jetdbt.shared.identity import principals as identity
+from jetdbt.shared.process import logging as jlog
+from jetdbt.shared.process.config import load
 
 DEPLOYS_AT_ONCE = 8
 LAG_EVERY = 0.05  # seconds between checkpoint samples

@@ -29,14 +29,13 @@ from urllib.parse import quote
 import aiohttp
 import msgspec
 from gen_project import generate
-
-from services.cli import client
-from services.runner import graph
-from services.runner.context import RunnerContext
-from services.stack.composition import Stack
-from shared import events as ev
-from shared import logging as jlog
-from shared.config import load
+from jetdbt.services.cli import client
+from jetdbt.services.runner import graph
+from jetdbt.services.runner.context import RunnerContext
+from jetdbt.services.stack.composition import Stack
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.process import logging as jlog
+from jetdbt.shared.process.config import load
 
 
 def parse_alone(project: Path, work: Path) -> float:

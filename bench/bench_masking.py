@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from services.runner.setup.masking import Masker  # noqa: E402
+from jetdbt.services.runner.setup.masking import Masker  # noqa: E402
 
 ROUNDS = 5
 LINES = [

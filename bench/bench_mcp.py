@@ -25,12 +25,11 @@ sys.path.insert(0, str(ROOT))
 
 import aiohttp  # noqa: E402
 import httpx2  # noqa: E402
+from jetdbt.services.stack.composition import Stack  # noqa: E402
+from jetdbt.shared.process import logging as jlog  # noqa: E402
+from jetdbt.shared.process.config import load  # noqa: E402
 from mcp import Client, StdioServerParameters  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
-
-from services.stack.composition import Stack  # noqa: E402
-from shared import logging as jlog  # noqa: E402
-from shared.config import load  # noqa: E402
 
 STARTS = 5
 JETDBT = str(Path(sys.executable).parent / "jetdbt")

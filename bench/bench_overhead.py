@@ -42,13 +42,12 @@ from pathlib import Path
 import aiohttp
 import msgspec
 from gen_project import generate
-
-from services.cli import client
-from services.stack.composition import Stack
-from shared import events as ev
-from shared import logging as jlog
-from shared import subjects
-from shared.config import load
+from jetdbt.services.cli import client
+from jetdbt.services.stack.composition import Stack
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus import subjects
+from jetdbt.shared.process import logging as jlog
+from jetdbt.shared.process.config import load
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "jaffle_shop"
 BIN = Path(sys.executable).parent

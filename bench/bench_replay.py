@@ -29,18 +29,18 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import asyncpg  # noqa: E402
+from jetdbt.projections.catch_up import BATCH, catch_up  # noqa: E402
+from jetdbt.projections.migrate import connect_pool, quote_ident  # noqa: E402
+from jetdbt.projections.registry import FOLDS  # noqa: E402
+from jetdbt.services.stack.embedded import NatsServer, start_postgres  # noqa: E402
+from jetdbt.shared.bus import contract  # noqa: E402
+from jetdbt.shared.bus import events as ev  # noqa: E402
+from jetdbt.shared.bus.connection import connect  # noqa: E402
+from jetdbt.shared.bus.stream_batches import last_seq, stream_seq  # noqa: E402
+from jetdbt.shared.bus.streams import EVENTS  # noqa: E402
+from jetdbt.shared.process import logging as jlog  # noqa: E402
 from nats.js import api  # noqa: E402
 
-from projections.catch_up import BATCH, catch_up  # noqa: E402
-from projections.migrate import connect_pool, quote_ident  # noqa: E402
-from projections.registry import FOLDS  # noqa: E402
-from services.stack.embedded import NatsServer, start_postgres  # noqa: E402
-from shared import contract  # noqa: E402
-from shared import events as ev  # noqa: E402
-from shared import logging as jlog  # noqa: E402
-from shared.bus import connect  # noqa: E402
-from shared.reader import last_seq, stream_seq  # noqa: E402
-from shared.streams import EVENTS  # noqa: E402
 from tests.support import synthetic  # noqa: E402
 
 TARGET = 0.8

@@ -34,11 +34,10 @@ from pathlib import Path
 
 from bench_overhead import EXAMPLE, Jetdbt, Plain, alternate, env_int, pct, start_stack
 from gen_project import generate
-
-from services.runner.process import spawn
-from services.runner.process.containment import Containment
-from shared import logging as jlog
-from shared.config import load
+from jetdbt.services.runner.process import spawn
+from jetdbt.services.runner.process.containment import Containment
+from jetdbt.shared.process import logging as jlog
+from jetdbt.shared.process.config import load
 
 GOAL = 1.05
 TRIVIAL = shutil.which("true") or "/bin/true"

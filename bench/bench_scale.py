@@ -62,11 +62,10 @@ import proc_tree
 import run_phases
 from bench_overhead import Plain
 from gen_project import generate
-
-from services.access.local import cli_token
-from services.api.graph_routes import NODES_PER_PAGE
-from services.stack.stack_file import read_stack_file
-from shared.config import load
+from jetdbt.services.access.local import cli_token
+from jetdbt.services.api.graph_routes import NODES_PER_PAGE
+from jetdbt.services.stack.stack_file import read_stack_file
+from jetdbt.shared.process.config import load
 
 BIN = Path(sys.executable).parent
 GOALS = {28: 0.3, 500: 0.75, 5000: 0.8}  # jetdbt run / plain dbt build, at most
@@ -76,7 +75,7 @@ GOALS_DEPLOY = {5000: 0.8}  # jetdbt deploy / plain dbt parse, at most
 GOALS_MEMORY_MB = {5000: 300}  # peak RSS over plain dbt's, at most
 GOAL_GRAPH_FIRST = 0.100
 SAMPLE_SECONDS = 0.2
-FORKSERVER = "services.runner.process.forkserver"
+FORKSERVER = "jetdbt.services.runner.process.forkserver"
 
 
 def _ints(name: str, default: str) -> list[int]:

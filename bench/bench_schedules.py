@@ -25,14 +25,15 @@ import tempfile
 from datetime import datetime
 from pathlib import Path
 
-from services.cli import client
-from services.stack.composition import Stack
-from shared import events as ev
-from shared import logging as jlog
-from shared import subjects
-from shared.commands import JobCommand, JobSpec, OperationCommand
-from shared.config import load
-from shared.streams import COMMANDS, SCHEDULES_STREAM
+from jetdbt.services.cli import client
+from jetdbt.services.stack.composition import Stack
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus import subjects
+from jetdbt.shared.bus.commands import JobCommand, JobSpec, OperationCommand
+from jetdbt.shared.bus.streams import COMMANDS, SCHEDULES_STREAM
+from jetdbt.shared.process import logging as jlog
+from jetdbt.shared.process.config import load
+
 from tests.support.helpers import deploy_and_wait
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "jaffle_shop"

@@ -27,19 +27,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from bench_schedules import _pct
+from jetdbt.services.cli import client
+from jetdbt.services.stack.composition import Stack
+from jetdbt.services.triggers.manager import run_id_for
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus import subjects
+from jetdbt.shared.bus.commands import JobCommand, JobSpec, OperationCommand
+from jetdbt.shared.bus.stream_batches import last_matching
+from jetdbt.shared.bus.streams import EVENTS
+from jetdbt.shared.jobs.triggered_jobs import Armed
+from jetdbt.shared.process import logging as jlog
+from jetdbt.shared.process.config import load
 from nats.js.api import ConsumerConfig, DeliverPolicy
-
-from services.cli import client
-from services.stack.composition import Stack
-from services.triggers.manager import run_id_for
-from shared import events as ev
-from shared import logging as jlog
-from shared import subjects
-from shared.commands import JobCommand, JobSpec, OperationCommand
-from shared.config import load
-from shared.job_index import Armed
-from shared.reader import last_matching
-from shared.streams import EVENTS
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "jaffle_shop"
 PROJECT = "jaffle_shop"

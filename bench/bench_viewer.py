@@ -30,17 +30,17 @@ from pathlib import Path
 
 import aiohttp
 from gen_project import generate
+from jetdbt.services.cli import client
+from jetdbt.services.stack.composition import Stack
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus.commands import BuildCommand, RunCommand
+from jetdbt.shared.bus.streams import EVENTS
+from jetdbt.shared.identity import principals
+from jetdbt.shared.process import logging as jlog
+from jetdbt.shared.process.config import load
+from jetdbt.shared.runs.viewer_links import viewer_url
 from playwright.async_api import async_playwright
 
-from services.cli import client
-from services.stack.composition import Stack
-from shared import events as ev
-from shared import identity
-from shared import logging as jlog
-from shared.commands import BuildCommand, RunCommand
-from shared.config import load
-from shared.links import viewer_url
-from shared.streams import EVENTS
 from tests.support.helpers import deploy_and_wait
 
 RENDER_GOALS_S = {500: 1.0, 5000: 2.0}  # by the most models the goal is for
@@ -119,7 +119,7 @@ async def bench(models: int, loads: int, screenshot: str | None) -> None:
         stack = await Stack(settings).start()
         try:
             await deploy_and_wait(stack.bus, project, "bench")
-            _, bearer = await identity.create_token(
+            _, bearer = await principals.create_token(
                 stack.bus, principal="bench", team="bench", role="admin"
             )
             url = viewer_url(stack.api_url, RUN_ID)

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import aiohttp
 import msgspec
+from jetdbt.services.cli.common import open_bus
+from jetdbt.shared.bus import streams, subjects
+from jetdbt.shared.process.config import Settings
+from jetdbt.shared.runs import run_status
 from nats.js.errors import NotFoundError
-
-from services.cli.common import open_bus
-from shared import run_status, streams, subjects
-from shared.config import Settings
 
 __all__ = ["final_run", "node_span", "plain_span", "moments", "print_moments"]
 

@@ -27,12 +27,12 @@ import hashlib
 from collections.abc import Awaitable, Callable
 
 import msgspec
+from jetdbt.shared.bus import kv_keys
+from jetdbt.shared.bus.connection import Bus
+from jetdbt.shared.bus.streams import PROJECTORS
+from jetdbt.shared.process import logging as jlog
+from jetdbt.shared.process import supervise
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
-
-from shared import kv_keys, supervise
-from shared import logging as jlog
-from shared.bus import Bus
-from shared.streams import PROJECTORS
 
 __all__ = ["ActiveLease", "Holder", "Roles", "Sightings", "ACTIVE", "FENCE", "roles"]
 

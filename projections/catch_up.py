@@ -11,12 +11,12 @@ from __future__ import annotations
 import contextlib
 import gc
 
-from projections.loop import Projector, checkpoint
-from projections.registry import FOLDS
-from shared.bus import Bus
-from shared.reader import Slice
-from shared.streams import EVENTS
-from shared.subjects import covering
+from jetdbt.projections.loop import Projector, checkpoint
+from jetdbt.projections.registry import FOLDS
+from jetdbt.shared.bus.connection import Bus
+from jetdbt.shared.bus.stream_batches import Slice
+from jetdbt.shared.bus.streams import EVENTS
+from jetdbt.shared.bus.subjects import covering
 
 __all__ = ["catch_up", "BATCH"]
 

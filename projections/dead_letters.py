@@ -8,12 +8,11 @@ fails again stays, with its new error.
 from __future__ import annotations
 
 import msgspec
-
-from projections.registry import FOLDS
-from shared import events
-from shared import logging as jlog
-from shared.outages import outage
-from shared.quote import storable
+from jetdbt.projections.registry import FOLDS
+from jetdbt.shared.bus import events
+from jetdbt.shared.bus.outages import outage
+from jetdbt.shared.process import logging as jlog
+from jetdbt.shared.wording.short_quote import storable
 
 __all__ = ["Retried", "retry"]
 

@@ -36,9 +36,8 @@ class Lags(msgspec.Struct, frozen=True, kw_only=True):
 async def pending(js, subjects: list[str], after: int) -> int:
     """Events on `subjects` stored after sequence `after`."""
     # nats is imported here, not above: `jetdbt status` renders Lags and must start fast.
+    from jetdbt.shared.bus.streams import EVENTS
     from nats.js import api
-
-    from shared.streams import EVENTS
 
     config = api.ConsumerConfig(
         filter_subjects=subjects,
@@ -57,8 +56,8 @@ async def pending(js, subjects: list[str], after: int) -> int:
 
 async def lags(conn, js, projections: dict[str, list[str]]) -> Lags:
     """One line per projection in streams.yaml, and per checkpoint or dead letter of another."""
-    from shared.reader import last_seq
-    from shared.streams import EVENTS
+    from jetdbt.shared.bus.stream_batches import last_seq
+    from jetdbt.shared.bus.streams import EVENTS
 
     marks = {
         r["projector"]: r for r in await conn.fetch("SELECT * FROM checkpoints ORDER BY projector")

@@ -25,16 +25,16 @@ from typing import Protocol
 
 import asyncpg
 import msgspec
+from jetdbt.shared.bus import events
+from jetdbt.shared.bus.connection import BlobUnreadable, Bus
+from jetdbt.shared.bus.outages import outage
+from jetdbt.shared.bus.stream_batches import pending, stream_seq
+from jetdbt.shared.bus.streams import EVENTS
+from jetdbt.shared.bus.subjects import SubjectFilter, covering
+from jetdbt.shared.process import logging as jlog
+from jetdbt.shared.process import supervise
+from jetdbt.shared.wording.short_quote import storable
 from nats.js import api
-
-from shared import events, supervise
-from shared import logging as jlog
-from shared.bus import BlobUnreadable, Bus
-from shared.outages import outage
-from shared.quote import storable
-from shared.reader import pending, stream_seq
-from shared.streams import EVENTS
-from shared.subjects import SubjectFilter, covering
 
 __all__ = ["Fold", "Projector", "POISON", "apply_many", "checkpoint", "dead_letter"]
 

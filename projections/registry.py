@@ -6,18 +6,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from projections.folds.catalog import CatalogFold
-from projections.folds.deploys import DeploysFold
-from projections.folds.environment_state import EnvironmentStateFold
-from projections.folds.freshness import FreshnessFold
-from projections.folds.graph import GraphFold
-from projections.folds.hooks import HooksFold
-from projections.folds.jobs import JobsFold
-from projections.folds.progress import ProgressFold
-from projections.folds.promotions import PromotionsFold
-from projections.folds.retry_state import RetryStateFold
-from projections.loop import Fold
-from shared.bus import Bus
+from jetdbt.projections.folds.catalog import CatalogFold
+from jetdbt.projections.folds.deploys import DeploysFold
+from jetdbt.projections.folds.environment_state import EnvironmentStateFold
+from jetdbt.projections.folds.freshness import FreshnessFold
+from jetdbt.projections.folds.graph import GraphFold
+from jetdbt.projections.folds.hooks import HooksFold
+from jetdbt.projections.folds.jobs import JobsFold
+from jetdbt.projections.folds.progress import ProgressFold
+from jetdbt.projections.folds.promotions import PromotionsFold
+from jetdbt.projections.folds.retry_state import RetryStateFold
+from jetdbt.projections.loop import Fold
+from jetdbt.shared.bus.connection import Bus
 
 __all__ = ["FOLDS", "TABLES"]
 

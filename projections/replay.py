@@ -21,14 +21,14 @@ import contextlib
 import time
 import uuid
 
-from projections.catch_up import catch_up
-from projections.migrate import connect_pool, quote_ident
-from projections.registry import FOLDS, TABLES
-from projections.replay_report import ProjectionReplay, ReplayReport
-from projections.shadow_diff import table_diff
-from shared import contract
-from shared import logging as jlog
-from shared.bus import Bus
+from jetdbt.projections.catch_up import catch_up
+from jetdbt.projections.migrate import connect_pool, quote_ident
+from jetdbt.projections.registry import FOLDS, TABLES
+from jetdbt.projections.replay_report import ProjectionReplay, ReplayReport
+from jetdbt.projections.shadow_diff import table_diff
+from jetdbt.shared.bus import contract
+from jetdbt.shared.bus.connection import Bus
+from jetdbt.shared.process import logging as jlog
 
 __all__ = ["replay", "BOOKKEEPING"]
 
@@ -98,7 +98,9 @@ def _check(names: list[str] | None, swap: bool, subjects: dict) -> list[str]:
         if name not in FOLDS or name not in subjects:
             raise ValueError(f"no projection named {name!r}; known: {', '.join(FOLDS)}")
         if names is not None and name not in TABLES:
-            raise ValueError(f"projection {name!r} declares no tables in projections.registry")
+            raise ValueError(
+                f"projection {name!r} declares no tables in jetdbt.projections.registry"
+            )
     if swap and set(chosen) != set(FOLDS):
         raise ValueError("--swap replaces the whole live schema, so it replays every projection")
     return chosen

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import msgspec
-
-from projections.shadow_diff import TableDiff
+from jetdbt.projections.shadow_diff import TableDiff
 
 __all__ = ["ProjectionReplay", "ReplayReport", "render"]
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-
-from projections.migrate import quote_ident
+from jetdbt.projections.migrate import quote_ident
 
 __all__ = ["Difference", "TableDiff", "table_diff"]
 

@@ -13,12 +13,12 @@ import tempfile
 import uuid
 
 import pytest
+from jetdbt.services.runner.process import spawn
+from jetdbt.services.stack.composition import Stack
+from jetdbt.services.stack.embedded import NatsServer, start_postgres
+from jetdbt.shared.process import logging as jlog
+from jetdbt.shared.process.config import load
 
-from services.runner.process import spawn
-from services.stack.composition import Stack
-from services.stack.embedded import NatsServer, start_postgres
-from shared import logging as jlog
-from shared.config import load
 from tests.support.events_seen import Events
 from tests.support.helpers import use_token
 from tests.support.paths import EXAMPLE

@@ -3,7 +3,7 @@
 
 A node's row is replaced by a later catalog that lists it and left as it is by one that does
 not (a catalog of a selection lists only part of the project). The catalog's nodes may be in
-a blob (shared/event_blobs.py reads it, bounded): one that cannot be read, or is too large,
+a blob (shared/blobs/event_blobs.py reads it, bounded): one that cannot be read, or is too large,
 is a poison event the projector loop dead-letters. When dbt says nothing of when it
 generated the catalog, the event's time stands for it.
 """
@@ -11,10 +11,9 @@ generated the catalog, the event's time stands for it.
 from __future__ import annotations
 
 import msgspec
-
-from shared import event_blobs
-from shared import events as ev
-from shared.bus import Bus
+from jetdbt.shared.blobs import event_blobs
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus.connection import Bus
 
 __all__ = ["CatalogFold"]
 

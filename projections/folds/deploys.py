@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import msgspec
-
-from shared import event_blobs
-from shared import events as ev
-from shared.bus import Bus
+from jetdbt.shared.blobs import event_blobs
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus.connection import Bus
 
 __all__ = ["DeploysFold"]
 

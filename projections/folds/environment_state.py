@@ -5,7 +5,7 @@ names stored in checkpoints and the schema, kept as they are."""
 
 from __future__ import annotations
 
-from shared import events as ev
+from jetdbt.shared.bus import events as ev
 
 __all__ = ["EnvironmentStateFold"]
 

@@ -10,12 +10,11 @@ run's end stands for it (the event's time: a replay folds the same row).
 from __future__ import annotations
 
 import msgspec
-
-from shared import event_blobs
-from shared import events as ev
-from shared.bus import Bus
-from shared.commands import FreshnessCommand
-from shared.outcomes import NODE_CANCELLED
+from jetdbt.shared.blobs import event_blobs
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus.commands import FreshnessCommand
+from jetdbt.shared.bus.connection import Bus
+from jetdbt.shared.runs.outcomes import NODE_CANCELLED
 
 __all__ = ["FreshnessFold", "CHECKED"]
 

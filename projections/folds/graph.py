@@ -11,13 +11,12 @@ from __future__ import annotations
 from datetime import timedelta
 
 import msgspec
+from jetdbt.projections.folds.graph_layers import PRODUCING, layers
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus.connection import BlobUnreadable, Bus
+from jetdbt.shared.runs import graph as gm
+from jetdbt.shared.runs.relations import InvalidRelation, normalise
 from nats.js.errors import ObjectNotFoundError
-
-from projections.folds.graph_layers import PRODUCING, layers
-from shared import events as ev
-from shared import graph as gm
-from shared.bus import BlobUnreadable, Bus
-from shared.relations import InvalidRelation, normalise
 
 __all__ = ["GraphFold", "DEPLOYED", "VERSIONS_KEPT", "RUN_SNAPSHOT_DAYS", "PARSE_GRAPHS_KEPT"]
 

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from shared import events as ev
+from jetdbt.shared.bus import events as ev
 
 __all__ = ["HooksFold"]
 

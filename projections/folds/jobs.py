@@ -8,7 +8,7 @@ fire that joined its previous fire's run, counted in `coalesced` too), counts on
 
 from __future__ import annotations
 
-from shared import events as ev
+from jetdbt.shared.bus import events as ev
 
 __all__ = ["JobsFold"]
 

@@ -14,19 +14,19 @@ never incremented.
 from __future__ import annotations
 
 import msgspec
-
-from projections.folds.progress_tables import (
+from jetdbt.projections.folds.progress_tables import (
     COUNT_COLUMNS,
     JSON_COLUMNS,
     NODE_COLUMNS,
     RUN_COLUMNS,
     without_nodes,
 )
-from shared import event_blobs, run_status
-from shared import events as ev
-from shared.bus import Bus
-from shared.descriptor import environment_name
-from shared.outcomes import NODE_RUNNING, precedence
+from jetdbt.shared.blobs import event_blobs
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus.connection import Bus
+from jetdbt.shared.project.descriptor import environment_name
+from jetdbt.shared.runs import run_status
+from jetdbt.shared.runs.outcomes import NODE_RUNNING, precedence
 
 __all__ = ["ProgressFold"]
 

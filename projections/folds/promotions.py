@@ -12,8 +12,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import NamedTuple
 
-from shared import events as ev
-from shared.descriptor import DEFAULT_ENVIRONMENT
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.project.descriptor import DEFAULT_ENVIRONMENT
 
 __all__ = ["PromotionsFold"]
 

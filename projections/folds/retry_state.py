@@ -9,7 +9,7 @@ which is latest, so a row is only replaced by an event further along the stream.
 
 from __future__ import annotations
 
-from shared import events as ev
+from jetdbt.shared.bus import events as ev
 
 __all__ = ["RetryStateFold"]
 

@@ -10,7 +10,7 @@ import json
 import os
 from pathlib import Path
 
-from shared.config import Settings
+from jetdbt.shared.process.config import Settings
 
 __all__ = [
     "ADMIN",

@@ -42,12 +42,11 @@ import secrets
 import signal
 from pathlib import Path
 
-from services.access.local import ADMIN, access_dir, users_file, write_private
-from shared import contract as contract_mod
-from shared import identity, subjects
-from shared.bus import inbox_prefix
-from shared.pid_files import signal_server
-from shared.streams import (
+from jetdbt.services.access.local import ADMIN, access_dir, users_file, write_private
+from jetdbt.shared.bus import contract as contract_mod
+from jetdbt.shared.bus import subjects
+from jetdbt.shared.bus.connection import inbox_prefix
+from jetdbt.shared.bus.streams import (
     BLOBS,
     COMMANDS,
     EVENTS,
@@ -57,6 +56,8 @@ from shared.streams import (
     PROJECTORS,
     SCHEDULES_STREAM,
 )
+from jetdbt.shared.identity import principals
+from jetdbt.shared.process.pid_files import signal_server
 
 __all__ = [
     "SERVICE_USERS",
@@ -157,12 +158,12 @@ _FACTS = [
         if prefix.startswith("$O.")
     ],
 ]
-# A deploy's bundle and upload record (shared/uploads.py), which the API stores for a token.
+# A deploy's bundle and upload record (shared/project/uploads.py), which the API stores for a token.
 _BLOB_WRITES = f"$O.{BLOBS}.>"
 # Which projector process folds and which stand by (projections/active.py): theirs alone.
 _PROJECTOR_TURNS = f"$KV.{PROJECTORS}.>"
 # The least role each command verb needs, on either door.
-VERB_ROLES = identity.VERB_ROLES
+VERB_ROLES = principals.VERB_ROLES
 
 
 class AccessError(ValueError):
@@ -206,7 +207,7 @@ def _durable_reads(user: str) -> list[str]:
 def _system_commands(principal: str, projects: list[str], role: str) -> list[str]:
     """The command subjects a system may publish: its own principal's, for its projects, and
     only the verbs its role grants (a `runner` never deploys)."""
-    verbs = [v for v in subjects.COMMAND_VERBS if identity.role_allows(role, VERB_ROLES[v])]
+    verbs = [v for v in subjects.COMMAND_VERBS if principals.role_allows(role, VERB_ROLES[v])]
     found = []
     for verb in verbs:
         if "*" in projects:
@@ -442,15 +443,15 @@ def _password_variable(name: str) -> str:
 
 def render_deploy_accounts() -> str:
     """deploy/nats/accounts.conf: the same accounts for a deployment, each password read from
-    the server's environment (RUNNER_PASSWORD...). `python -m services.access.nats_users`
+    the server's environment (RUNNER_PASSWORD...). `python -m jetdbt.services.access.nats_users`
     prints it; a test keeps the committed file equal to it."""
     found = [
         (name, _password_variable(name), {"kind": "service"}) for name in (*SERVICE_USERS, ADMIN)
     ]
     header = (
-        "# Generated: python -m services.access.nats_users > deploy/nats/accounts.conf\n"
+        "# Generated: python -m jetdbt.services.access.nats_users > deploy/nats/accounts.conf\n"
         "# The rules and why: services/access/nats_users.py. Do not edit by hand.\n"
-        "# External systems' users: systems.conf (python -m services.access.nats_users\n"
+        "# External systems' users: systems.conf (python -m jetdbt.services.access.nats_users\n"
         "# --system NAME PROJECT... prints one).\n"
     )
     return header + _accounts(found, systems_file="systems.conf")
@@ -535,7 +536,7 @@ def reload_server(home: Path) -> bool:
 
 
 def main(argv: list[str]) -> None:
-    """`python -m services.access.nats_users` prints accounts.conf; `... --system NAME
+    """`python -m jetdbt.services.access.nats_users` prints accounts.conf; `... --system NAME
     [--role deployer] PROJECT...` prints the account of one external system."""
     if argv[:1] != ["--system"]:
         print(render_deploy_accounts(), end="")

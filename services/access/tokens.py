@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from services.access.local import ADMIN, admin_token_file, write_private
-from shared import identity
-from shared.bus import Bus
+from jetdbt.services.access.local import ADMIN, admin_token_file, write_private
+from jetdbt.shared.bus.connection import Bus
+from jetdbt.shared.identity import principals
 
 __all__ = ["admin_token"]
 
@@ -17,12 +17,12 @@ async def admin_token(bus: Bus, home: Path) -> str:
     path = admin_token_file(home)
     try:
         kept = path.read_text().strip()
-        await identity.authenticate(bus, kept)
+        await principals.authenticate(bus, kept)
         return kept
-    except (OSError, identity.BadToken):
+    except (OSError, principals.BadToken):
         pass
-    _, bearer = await identity.create_token(
-        bus, principal=ADMIN, team=identity.DEFAULT_TEAM, role="admin"
+    _, bearer = await principals.create_token(
+        bus, principal=ADMIN, team=principals.DEFAULT_TEAM, role="admin"
     )
     write_private(path, bearer + "\n")
     return bearer

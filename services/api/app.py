@@ -14,35 +14,35 @@ from collections.abc import Callable
 import asyncpg
 import msgspec
 from aiohttp import web
-
-from projections.folds.progress_tables import (
+from jetdbt.projections.folds.progress_tables import (
     COUNT_COLUMNS,
     NODE_COLUMNS,
     NODE_DETAIL_COLUMNS,
     RUN_COLUMNS,
     without_nodes,
 )
-from services.api import auth, projector_roles, schemas, warehouse_door
-from services.api.artifact_routes import add_artifact_routes
-from services.api.boundary import check_routes, error, guard, page, path, query, respond
-from services.api.cancel_routes import add_cancel_routes
-from services.api.deploy_routes import add_deploy_routes
-from services.api.event_stream import add_event_stream_routes
-from services.api.graph_routes import add_graph_routes
-from services.api.hook_routes import add_hook_routes
-from services.api.job_routes import add_job_routes
-from services.api.log_routes import add_log_routes
-from services.api.node_routes import add_node_routes
-from services.api.openapi import add_openapi_routes
-from services.api.ops_routes import add_ops_routes
-from services.api.overlap_routes import add_overlap_routes
-from services.api.project_routes import add_project_routes
-from services.api.promotion_routes import add_promotion_routes
-from services.api.ui_routes import add_ui_routes
-from services.api.whoami_routes import add_whoami_routes
-from shared import commands, warehouse_grants
-from shared.bus import Bus
-from shared.config import Settings, load
+from jetdbt.services.api import auth, projector_roles, schemas, warehouse_door
+from jetdbt.services.api.artifact_routes import add_artifact_routes
+from jetdbt.services.api.boundary import check_routes, error, guard, page, path, query, respond
+from jetdbt.services.api.cancel_routes import add_cancel_routes
+from jetdbt.services.api.deploy_routes import add_deploy_routes
+from jetdbt.services.api.event_stream import add_event_stream_routes
+from jetdbt.services.api.graph_routes import add_graph_routes
+from jetdbt.services.api.hook_routes import add_hook_routes
+from jetdbt.services.api.job_routes import add_job_routes
+from jetdbt.services.api.log_routes import add_log_routes
+from jetdbt.services.api.node_routes import add_node_routes
+from jetdbt.services.api.openapi import add_openapi_routes
+from jetdbt.services.api.ops_routes import add_ops_routes
+from jetdbt.services.api.overlap_routes import add_overlap_routes
+from jetdbt.services.api.project_routes import add_project_routes
+from jetdbt.services.api.promotion_routes import add_promotion_routes
+from jetdbt.services.api.ui_routes import add_ui_routes
+from jetdbt.services.api.whoami_routes import add_whoami_routes
+from jetdbt.shared.bus import commands
+from jetdbt.shared.bus.connection import Bus
+from jetdbt.shared.identity import warehouse_grants
+from jetdbt.shared.process.config import Settings, load
 
 __all__ = ["create_app", "POOL", "BUS", "HEADER_TIMEOUT_SECONDS"]
 
@@ -226,7 +226,8 @@ def create_app(
 ) -> web.Application:
     """`dead_tasks` names the service tasks of this process that stopped on their own;
     `sandbox` is this process's runner's sandbox, as described, and whether it refuses runs;
-    `grants` the teams of each warehouse (shared.warehouse_grants.load; None: the embedded
+    `grants` the teams of each warehouse (jetdbt.shared.identity.warehouse_grants.load; None: the
+    embedded
     default's); `settings` the stack's (None: read from the environment)."""
     settings = settings or load()
     app = web.Application(middlewares=[auth.authenticate, guard, auth.authorize])

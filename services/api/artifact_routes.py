@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import asyncpg
 from aiohttp import web
-
-from services.api.boundary import error, path
-from shared.bus import Bus
+from jetdbt.services.api.boundary import error, path
+from jetdbt.shared.bus.connection import Bus
 
 __all__ = ["add_artifact_routes"]
 

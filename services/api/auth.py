@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import msgspec
 from aiohttp import hdrs, web
-
-from services.api.boundary import error, path
-from services.api.ui_routes import UI_PATHS
-from shared import commands, identity
+from jetdbt.services.api.boundary import error, path
+from jetdbt.services.api.ui_routes import UI_PATHS
+from jetdbt.shared.bus import commands
+from jetdbt.shared.identity import principals
 
 __all__ = [
     "METHOD_ROLES",
@@ -53,7 +53,7 @@ ROUTE_ROLES = {
     UPLOAD: "deployer",
     ("POST", "/v1/projects/{project}/promotions"): "deployer",
 }
-_TOKEN = web.RequestKey("token", identity.Token)
+_TOKEN = web.RequestKey("token", principals.Token)
 _POOL = web.AppKey("auth_pool", object)
 _BUS = web.AppKey("auth_bus", object)
 
@@ -63,7 +63,7 @@ def install(app: web.Application, pool, bus) -> None:
     app[_BUS] = bus
 
 
-def token_of(request: web.Request) -> identity.Token:
+def token_of(request: web.Request) -> principals.Token:
     """The authenticated token of a request (every route but PUBLIC has one)."""
     return request[_TOKEN]
 
@@ -95,8 +95,8 @@ async def authenticate(request: web.Request, handler) -> web.StreamResponse:
     if scheme.lower() != "bearer" or not bearer.strip():
         return _unauthorized("malformed Authorization header: expected 'Bearer <token>'")
     try:
-        request[_TOKEN] = await identity.authenticate(request.app[_BUS], bearer.strip())
-    except identity.BadToken as exc:
+        request[_TOKEN] = await principals.authenticate(request.app[_BUS], bearer.strip())
+    except principals.BadToken as exc:
         return _unauthorized(str(exc))
     return await handler(request)
 
@@ -122,7 +122,7 @@ async def _project_of(request: web.Request) -> str | None:
 
 
 async def _scope_problem(
-    token: identity.Token, request: web.Request, claiming: bool
+    token: principals.Token, request: web.Request, claiming: bool
 ) -> web.Response | None:
     project = await _project_of(request)
     if project is None:
@@ -138,13 +138,13 @@ async def project_problem(request: web.Request, project: str) -> web.Response | 
 
 
 async def scope_problem(
-    conn, token: identity.Token, project: str, claiming: bool = False
+    conn, token: principals.Token, project: str, claiming: bool = False
 ) -> str | None:
     """Why `token` may not read `project` (its pattern, or the project's team), else None;
     `claiming`: a project no team holds yet is the token's to take (UPLOAD)."""
     if token.role == "admin":
         return None
-    if not identity.project_matches(token.project, project):
+    if not principals.project_matches(token.project, project):
         return f"token {token.id} covers projects matching {token.project!r}, not {project!r}"
     team = await project_team(conn, project)
     if team != token.team and not (claiming and team is None):
@@ -156,14 +156,14 @@ async def scope_problem(
 
 
 async def _project_scope(
-    token: identity.Token, request: web.Request, project: str, claiming: bool = False
+    token: principals.Token, request: web.Request, project: str, claiming: bool = False
 ) -> web.Response | None:
     async with request.app[_POOL].acquire() as conn:
         problem = await scope_problem(conn, token, project, claiming)
     return None if problem is None else error(403, problem)
 
 
-async def _claim_problem(token: identity.Token, request: web.Request) -> web.Response | None:
+async def _claim_problem(token: principals.Token, request: web.Request) -> web.Response | None:
     """A body may repeat the token's principal in `requested_by`, never name another."""
     try:
         body = msgspec.json.decode(await request.read())
@@ -172,7 +172,7 @@ async def _claim_problem(token: identity.Token, request: web.Request) -> web.Res
     claimed = body.get("requested_by") if isinstance(body, dict) else None
     if not isinstance(claimed, str) or len(claimed) > commands.MAX_PRINCIPAL_CHARS:
         return None  # not a principal at all: the route's decoder names what is wrong
-    problem = identity.claim_problem(claimed, token.principal)
+    problem = principals.claim_problem(claimed, token.principal)
     return error(400, problem) if problem else None
 
 
@@ -185,7 +185,7 @@ async def authorize(request: web.Request, handler) -> web.StreamResponse:
     # HEAD is answered by the GET handler: it needs what GET needs.
     method = "GET" if request.method == "HEAD" else request.method
     need = route_role(method, route)
-    if not identity.role_allows(token.role, need):
+    if not principals.role_allows(token.role, need):
         return error(
             403,
             f"{request.method} {route} needs role {need!r}; token {token.id} has {token.role!r}",

@@ -22,22 +22,21 @@ from typing import NamedTuple
 
 import msgspec
 from aiohttp import hdrs, web
-
-from shared import contract
-from shared import logging as jlog
-from shared.artifacts import check_name
-from shared.commands import MAX_PR
-from shared.digests import check_digest
-from shared.quote import quote, shorten
-from shared.relations import InvalidRelation, normalise
-from shared.subjects import (
+from jetdbt.shared.blobs.artifacts import check_name
+from jetdbt.shared.blobs.digests import check_digest
+from jetdbt.shared.bus import contract
+from jetdbt.shared.bus.commands import MAX_PR
+from jetdbt.shared.bus.subjects import (
     check_environment_name,
     check_hook_name,
     check_job_name,
     check_project,
     check_run_id,
 )
-from shared.webhooks import DELIVERY_STATES
+from jetdbt.shared.jobs.webhooks import DELIVERY_STATES
+from jetdbt.shared.process import logging as jlog
+from jetdbt.shared.runs.relations import InvalidRelation, normalise
+from jetdbt.shared.wording.short_quote import quote, shorten
 
 __all__ = [
     "BadParameter",
@@ -166,7 +165,7 @@ QUERY_RULES: dict[str, Callable[[str], object]] = {
     "pr": _whole(minimum=0, maximum=MAX_PR),  # a pull request's number (0: none)
     "promote": _flag,
     "replace_source": _flag,
-    "source": str,  # a deploy's source mark, repeated (shared.commands.DeployCommand checks)
+    "source": str,  # a deploy's source mark, repeated (DeployCommand checks)
 }
 
 

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import asyncpg
 from aiohttp import web
-
-from services.api import auth, schemas
-from services.api.boundary import error, path, respond
-from shared.bus import Bus
-from shared.commands import CancelCommand
+from jetdbt.services.api import auth, schemas
+from jetdbt.services.api.boundary import error, path, respond
+from jetdbt.shared.bus.commands import CancelCommand
+from jetdbt.shared.bus.connection import Bus
 
 __all__ = ["add_cancel_routes"]
 

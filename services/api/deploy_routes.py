@@ -1,7 +1,7 @@
 """POST a bundle to deploy it: the door of a CI system that has an API token and no NATS user.
 
 The API does what the CLI does over NATS: it stores the bundle (its digest is the version),
-records the upload under a deploy id it makes (shared/uploads.py: a runner deploys only the
+records the upload under a deploy id it makes (shared/project/uploads.py: a runner deploys only the
 digest its deploy's record names) and publishes the deploy command as the token's
 principal. The runner checks the token's role, the record and the bundle again, so a body
 that is no bundle ends in deploy.refused with the runner's reason. The body is read up to
@@ -14,15 +14,14 @@ import uuid
 
 import msgspec
 from aiohttp import web
-
-from services.api import auth, schemas
-from services.api.boundary import error, path, query, respond
-from shared import uploads
-from shared.bundle import MAX_BUNDLE_BYTES
-from shared.bus import Bus
-from shared.commands import DeployCommand
-from shared.digests import digest_of
-from shared.quote import shorten
+from jetdbt.services.api import auth, schemas
+from jetdbt.services.api.boundary import error, path, query, respond
+from jetdbt.shared.blobs.digests import digest_of
+from jetdbt.shared.bus.commands import DeployCommand
+from jetdbt.shared.bus.connection import Bus
+from jetdbt.shared.project import uploads
+from jetdbt.shared.project.bundle import MAX_BUNDLE_BYTES
+from jetdbt.shared.wording.short_quote import shorten
 
 __all__ = ["add_deploy_routes"]
 

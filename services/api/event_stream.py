@@ -15,17 +15,16 @@ import contextlib
 
 import msgspec
 from aiohttp import web
+from jetdbt.services.api import auth
+from jetdbt.services.api.boundary import error, path
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus import subjects
+from jetdbt.shared.bus.connection import Bus
+from jetdbt.shared.bus.stream_batches import last_matching, stream_seq
+from jetdbt.shared.bus.streams import EVENTS
+from jetdbt.shared.process import logging as jlog
 from nats.js import api
 from nats.js.errors import NotFoundError
-
-from services.api import auth
-from services.api.boundary import error, path
-from shared import events as ev
-from shared import logging as jlog
-from shared import subjects
-from shared.bus import Bus
-from shared.reader import last_matching, stream_seq
-from shared.streams import EVENTS
 
 __all__ = ["add_event_stream_routes", "KEEPALIVE_SECONDS", "MAX_EVENT_ID"]
 

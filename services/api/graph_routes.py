@@ -31,14 +31,13 @@ from typing import NamedTuple
 import asyncpg
 import msgspec
 from aiohttp import hdrs, web
-
-from projections.folds.graph import DEPLOYED
-from projections.folds.graph_layers import PRODUCING
-from services.api import auth, schemas
-from services.api.boundary import error, path, query, respond
-from shared.descriptor import DEFAULT_ENVIRONMENT
-from shared.digests import digest_of
-from shared.graph import SCOPE_VERSION
+from jetdbt.projections.folds.graph import DEPLOYED
+from jetdbt.projections.folds.graph_layers import PRODUCING
+from jetdbt.services.api import auth, schemas
+from jetdbt.services.api.boundary import error, path, query, respond
+from jetdbt.shared.blobs.digests import digest_of
+from jetdbt.shared.project.descriptor import DEFAULT_ENVIRONMENT
+from jetdbt.shared.runs.graph import SCOPE_VERSION
 
 __all__ = ["add_graph_routes", "LATEST_GRAPHS", "NODES_PER_PAGE", "WRITES_SHOWN", "RELATION_ROWS"]
 

@@ -12,12 +12,11 @@ from __future__ import annotations
 import asyncpg
 import msgspec
 from aiohttp import web
-
-from services.api import auth, schemas
-from services.api.boundary import error, page, path, query, respond
-from shared import hook_reasons, webhooks
-from shared.bus import Bus
-from shared.hook_control import NotifierAway, ask_notifier
+from jetdbt.services.api import auth, schemas
+from jetdbt.services.api.boundary import error, page, path, query, respond
+from jetdbt.shared.bus.connection import Bus
+from jetdbt.shared.jobs import hook_reasons, webhooks
+from jetdbt.shared.jobs.hook_control import NotifierAway, ask_notifier
 
 __all__ = ["add_hook_routes", "HOOKS_PAGE"]
 

@@ -12,13 +12,12 @@ from datetime import UTC, datetime
 
 import asyncpg
 from aiohttp import web
-
-from services.api import auth, schemas, warehouse_door
-from services.api.boundary import error, page, path, respond
-from shared import commands
-from shared.bus import Bus
-from shared.schedule_interval import interval_problem
-from shared.schedule_next import next_fire
+from jetdbt.services.api import auth, schemas, warehouse_door
+from jetdbt.services.api.boundary import error, page, path, respond
+from jetdbt.shared.bus import commands
+from jetdbt.shared.bus.connection import Bus
+from jetdbt.shared.jobs.schedule_interval import interval_problem
+from jetdbt.shared.jobs.schedule_next import next_fire
 
 __all__ = ["add_job_routes", "JOBS_PAGE"]
 

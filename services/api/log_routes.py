@@ -1,6 +1,6 @@
 """`GET /v1/runs/{run_id}/logs`: a run's log lines, a page at a time or followed.
 
-Lines are numbered from 1 and read with `shared.run_logs`: from DBT_LOGS while it holds
+Lines are numbered from 1 and read with `jetdbt.shared.runs.run_logs`: from DBT_LOGS while it holds
 them all, from the run's kept object after. A page is `?after=<line number>` (default
 0) and `?limit=` (default 1000, at most 5000); its `next` is `{"after": N}` while the run
 goes or more lines follow, `null` once the run has ended and the page is the last.
@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import msgspec
 from aiohttp import web
-
-from services.api import auth, schemas
-from services.api.boundary import MAX_OFFSET, BadParameter, error, path, query, respond
-from shared import logging as jlog
-from shared import run_logs
-from shared.bus import Bus
+from jetdbt.services.api import auth, schemas
+from jetdbt.services.api.boundary import MAX_OFFSET, BadParameter, error, path, query, respond
+from jetdbt.shared.bus.connection import Bus
+from jetdbt.shared.process import logging as jlog
+from jetdbt.shared.runs import run_logs
 
 __all__ = ["add_log_routes", "LOG_PAGE", "KEEPALIVE_SECONDS"]
 

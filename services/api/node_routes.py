@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import asyncpg
 from aiohttp import web
-
-from services.api import schemas
-from services.api.boundary import error, path, query, respond
+from jetdbt.services.api import schemas
+from jetdbt.services.api.boundary import error, path, query, respond
 
 __all__ = ["add_node_routes", "HISTORY_RUNS"]
 

@@ -1,6 +1,6 @@
 """The API's contract: an OpenAPI 3.1 document generated from the Structs the routes return.
 
-`OPERATIONS` says, per route, which Struct of `services.api.schemas` its success body
+`OPERATIONS` says, per route, which Struct of `jetdbt.services.api.schemas` its success body
 is and which error statuses it answers; the schemas themselves come from
 `msgspec.json.schema_components`, the same types `schemas.shaped` converts every body
 into, so the document and the answers cannot drift apart. A route registered on the
@@ -9,7 +9,7 @@ app without an entry here is still listed, marked as having no published shape.
 
 The document is also committed (`openapi.json` at the top of the repository), so a change
 of the API shows as a diff to review; a test fails while the two differ, and
-`python -m services.api.openapi_file` writes the committed copy again.
+`python -m jetdbt.services.api.openapi_file` writes the committed copy again.
 """
 
 from __future__ import annotations
@@ -20,15 +20,14 @@ from typing import Any, NamedTuple, Union
 
 import msgspec
 from aiohttp import web
-
-from services.api import schemas
-from services.api.auth import PUBLIC
-from services.api.boundary import MAX_OFFSET
-from shared import events as ev
-from shared.artifacts import NAMES as ARTIFACTS
-from shared.bundle import MAX_BUNDLE_BYTES
-from shared.commands import MAX_PR, JobCommand, PromoteCommand, RunCommand
-from shared.webhooks import DELIVERY_STATES, HookRequest
+from jetdbt.services.api import schemas
+from jetdbt.services.api.auth import PUBLIC
+from jetdbt.services.api.boundary import MAX_OFFSET
+from jetdbt.shared.blobs.artifacts import NAMES as ARTIFACTS
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus.commands import MAX_PR, JobCommand, PromoteCommand, RunCommand
+from jetdbt.shared.jobs.webhooks import DELIVERY_STATES, HookRequest
+from jetdbt.shared.project.bundle import MAX_BUNDLE_BYTES
 
 __all__ = [
     "OPERATIONS",

@@ -1,5 +1,6 @@
 """The OpenAPI document as the repository keeps it (`openapi.json` at its top): `python -m
-services.api.openapi_file` writes it again, and tests/stack/test_openapi.py checks it is current.
+jetdbt.services.api.openapi_file` writes it again, and tests/stack/test_openapi.py checks it is
+current.
 Apart from services/api/openapi.py, which the app imports to serve the document."""
 
 from __future__ import annotations
@@ -8,9 +9,8 @@ import json
 from pathlib import Path
 
 from aiohttp import web
-
-from services.api.app import create_app
-from services.api.openapi import document
+from jetdbt.services.api.app import create_app
+from jetdbt.services.api.openapi import document
 
 __all__ = ["COMMITTED", "committed_text"]
 

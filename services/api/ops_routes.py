@@ -10,16 +10,15 @@ from __future__ import annotations
 
 import asyncpg
 from aiohttp import web
-
-from projections import lag
-from services.api import schemas
-from services.api.boundary import page, query, respond
-from services.api.principal_metrics import principal_metrics
-from services.api.projector_roles import projector_roles, roles_metric
-from services.api.queue_metrics import queue_metrics
-from services.api.run_metrics import label, run_metrics
-from shared import contract
-from shared.bus import Bus
+from jetdbt.projections import lag
+from jetdbt.services.api import schemas
+from jetdbt.services.api.boundary import page, query, respond
+from jetdbt.services.api.principal_metrics import principal_metrics
+from jetdbt.services.api.projector_roles import projector_roles, roles_metric
+from jetdbt.services.api.queue_metrics import queue_metrics
+from jetdbt.services.api.run_metrics import label, run_metrics
+from jetdbt.shared.bus import contract
+from jetdbt.shared.bus.connection import Bus
 
 __all__ = ["add_ops_routes", "prometheus", "DEAD_LETTERS_PAGE", "DATA_SHOWN"]
 

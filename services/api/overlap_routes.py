@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import asyncpg
 from aiohttp import web
-
-from projections.folds.graph_layers import PRODUCING
-from services.api import auth, schemas
-from services.api.boundary import error, path, query, respond
-from services.api.graph_routes import LATEST_GRAPHS
-from shared.graph import SCOPE_VERSION
+from jetdbt.projections.folds.graph_layers import PRODUCING
+from jetdbt.services.api import auth, schemas
+from jetdbt.services.api.boundary import error, path, query, respond
+from jetdbt.services.api.graph_routes import LATEST_GRAPHS
+from jetdbt.shared.runs.graph import SCOPE_VERSION
 
 __all__ = ["add_overlap_routes", "RELATIONS_SHOWN"]
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from shared import subjects
-from shared.streams import COMMANDS, INTAKE
+from jetdbt.shared.bus import subjects
+from jetdbt.shared.bus.streams import COMMANDS, INTAKE
 
 __all__ = ["principal_metrics"]
 

@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import asyncpg
 from aiohttp import web
-
-from services.api import auth, schemas
-from services.api.boundary import page, respond
-from shared import identity
-from shared.descriptor import DEFAULT_ENVIRONMENT
+from jetdbt.services.api import auth, schemas
+from jetdbt.services.api.boundary import page, respond
+from jetdbt.shared.identity import principals
+from jetdbt.shared.project.descriptor import DEFAULT_ENVIRONMENT
 
 __all__ = ["add_project_routes", "PROJECTS_PAGE"]
 
@@ -54,7 +53,7 @@ def add_project_routes(app: web.Application, pool: asyncpg.Pool) -> None:
         async with pool.acquire() as conn:
             fetched = await conn.fetch(_SQL, team, want.limit + 1, want.offset, DEFAULT_ENVIRONMENT)
         rows, after = want.rows(fetched)
-        shown = [dict(r) for r in rows if identity.project_matches(token.project, r["project"])]
+        shown = [dict(r) for r in rows if principals.project_matches(token.project, r["project"])]
         body = {"projects": shown, "next": after}
         return respond(schemas.shaped(schemas.Projects, body))
 

@@ -11,9 +11,8 @@ import asyncio
 import contextlib
 
 from aiohttp import web
-
-from projections.active import Roles, Sightings, roles
-from services.api.run_metrics import label
+from jetdbt.projections.active import Roles, Sightings, roles
+from jetdbt.services.api.run_metrics import label
 
 __all__ = ["install", "projector_roles", "roles_metric", "METRIC"]
 

@@ -12,11 +12,10 @@ import uuid
 import asyncpg
 import msgspec
 from aiohttp import web
-
-from services.api import auth, schemas
-from services.api.boundary import error, page, path, query, respond
-from shared import commands
-from shared.bus import Bus
+from jetdbt.services.api import auth, schemas
+from jetdbt.services.api.boundary import error, page, path, query, respond
+from jetdbt.shared.bus import commands
+from jetdbt.shared.bus.connection import Bus
 
 __all__ = ["add_promotion_routes", "VERSIONS_PAGE", "PROMOTIONS_PAGE"]
 

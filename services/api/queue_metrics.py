@@ -7,8 +7,8 @@ API."""
 
 from __future__ import annotations
 
-from services.api.run_metrics import histogram, histogram_sql, label
-from shared.run_status import QUEUED, RUNNING
+from jetdbt.services.api.run_metrics import histogram, histogram_sql, label
+from jetdbt.shared.runs.run_status import QUEUED, RUNNING
 
 __all__ = ["queue_metrics", "WAIT_BUCKETS"]
 

@@ -1,16 +1,16 @@
 """The route table of docs/api.md, generated from the OpenAPI document the API serves (its
 routes as registered, `OPERATIONS`' summaries, each route's role as `auth.route_role`
-decides it): `python -m services.api.route_table` writes it again, and
+decides it): `python -m jetdbt.services.api.route_table` writes it again, and
 tests/test_docs_tables.py fails while it is stale."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from services.api.app import create_app
-from services.api.auth import PUBLIC, route_role
-from services.api.openapi import document
-from shared.config import generated
+from jetdbt.services.api.app import create_app
+from jetdbt.services.api.auth import PUBLIC, route_role
+from jetdbt.services.api.openapi import document
+from jetdbt.shared.process.config import generated
 
 __all__ = ["API_DOC", "route_table"]
 

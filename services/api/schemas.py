@@ -15,11 +15,10 @@ from datetime import datetime
 from typing import Any
 
 import msgspec
-
-from projections.lag import Lags
-from shared.descriptor import DEFAULT_ENVIRONMENT
-from shared.events import CatalogColumn, Threshold
-from shared.graph import Column, TypedColumn
+from jetdbt.projections.lag import Lags
+from jetdbt.shared.bus.events import CatalogColumn, Threshold
+from jetdbt.shared.project.descriptor import DEFAULT_ENVIRONMENT
+from jetdbt.shared.runs.graph import Column, TypedColumn
 
 __all__ = [
     "ApiError",
@@ -308,7 +307,8 @@ class JobSchedule(_Body):
 
 
 class Job(_Body):
-    """A saved job: its spec (shared.commands.JobSpec) and its schedule, if it has one."""
+    """A saved job: its spec (jetdbt.shared.bus.commands.JobSpec) and its schedule, if it has
+    one."""
 
     name: str
     spec: dict[str, Any]

@@ -12,8 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from aiohttp import web
-
-from services.api.boundary import error
+from jetdbt.services.api.boundary import error
 
 __all__ = ["DIST", "UI_PATHS", "add_ui_routes"]
 

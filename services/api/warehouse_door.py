@@ -2,8 +2,9 @@
 warehouse its current version names is a 403 before anything is published.
 
 The warehouse is the one the version the project's default environment runs recorded
-(shared/versions.py) and the team the one its deploys recorded, both read from the log as a
-runner reads them; the grants are the operator's warehouses file (shared/warehouse_grants.py).
+(shared/slot_versions.py) and the team the one its deploys recorded, both read from the log as a
+runner reads them; the grants are the operator's warehouses file
+(shared/identity/warehouse_grants.py).
 A run in another environment may build in another warehouse, which only the version's
 descriptor names: the runner, which plans every run in its environment and knows every
 warehouse it serves, checks the grant again and refuses; so does it for a warehouse this API
@@ -13,12 +14,12 @@ was not told of.
 from __future__ import annotations
 
 from aiohttp import web
-
-from services.api.boundary import error
-from shared import events as ev
-from shared import identity, versions, warehouse_grants
-from shared.bus import Bus
-from shared.descriptor import DEFAULT_ENVIRONMENT
+from jetdbt.services.api.boundary import error
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus.connection import Bus
+from jetdbt.shared.identity import principals, warehouse_grants
+from jetdbt.shared.project import slot_versions
+from jetdbt.shared.project.descriptor import DEFAULT_ENVIRONMENT
 
 __all__ = ["install", "refusal"]
 
@@ -35,10 +36,10 @@ async def refusal(request: web.Request, project: str) -> web.Response | None:
     """A 403 naming the warehouse and the team when `project`'s team may not use the
     warehouse of its current version, else None."""
     bus, grants = request.app[_BUS], request.app[_GRANTS]
-    deployed = await versions.held_by(bus, project, DEFAULT_ENVIRONMENT)
+    deployed = await slot_versions.held_by(bus, project, DEFAULT_ENVIRONMENT)
     if not isinstance(deployed, ev.Deployed) or deployed.warehouse not in grants:
         return None
-    team = await identity.project_team(bus, project)
+    team = await principals.project_team(bus, project)
     try:
         warehouse_grants.check(deployed.warehouse, team, grants[deployed.warehouse])
     except warehouse_grants.NotGranted as exc:

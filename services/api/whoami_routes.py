@@ -7,9 +7,8 @@ viewer's token no tool that changes anything, from the role this route gives.
 from __future__ import annotations
 
 from aiohttp import web
-
-from services.api import auth, schemas
-from services.api.boundary import respond
+from jetdbt.services.api import auth, schemas
+from jetdbt.services.api.boundary import respond
 
 __all__ = ["add_whoami_routes"]
 

@@ -18,12 +18,11 @@ from pathlib import Path
 import msgspec
 import pyarrow as pa
 import pyarrow.parquet as pq
-
-from shared import events, subjects
-from shared.bus import Bus
-from shared.events import heads_its_subject
-from shared.reader import Slice, seq_at
-from shared.streams import EVENTS
+from jetdbt.shared.bus import events, subjects
+from jetdbt.shared.bus.connection import Bus
+from jetdbt.shared.bus.events import heads_its_subject
+from jetdbt.shared.bus.stream_batches import Slice, seq_at
+from jetdbt.shared.bus.streams import EVENTS
 
 __all__ = ["SCHEMA", "Exported", "export", "parse_time"]
 

@@ -15,14 +15,15 @@ from datetime import datetime
 from typing import Any
 
 import msgspec
+from jetdbt.shared.blobs import event_blobs
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus import subjects
+from jetdbt.shared.bus.connection import Bus
+from jetdbt.shared.bus.stream_batches import Slice
+from jetdbt.shared.bus.streams import COMMANDS, EVENTS
+from jetdbt.shared.runs import run_status
+from jetdbt.shared.runs.outcomes import precedence
 from nats.js.errors import NotFoundError
-
-from shared import event_blobs, run_status, subjects
-from shared import events as ev
-from shared.bus import Bus
-from shared.outcomes import precedence
-from shared.reader import Slice
-from shared.streams import COMMANDS, EVENTS
 
 __all__ = ["Entry", "Attempt", "NodeOutcome", "RunHistory", "run_history", "render"]
 

@@ -5,6 +5,6 @@ NATS like any other system would; `status` reads the query API. One module per
 group of commands; `main` (the console script) is here.
 """
 
-from services.cli.entry import main
+from jetdbt.services.cli.entry import main
 
 __all__ = ["main"]

@@ -1,7 +1,7 @@
-"""`python -m services.cli`: the same as the `jetdbt` console script."""
+"""`python -m jetdbt.services.cli`: the same as the `jetdbt` console script."""
 
 import sys
 
-from services.cli import main
+from jetdbt.services.cli import main
 
 sys.exit(main())

@@ -7,9 +7,10 @@ from __future__ import annotations
 import re
 from datetime import timedelta
 
-from services.cli.common import CliError, open_bus
-from shared import identity, subjects
-from shared.config import Settings
+from jetdbt.services.cli.common import CliError, open_bus
+from jetdbt.shared.bus import subjects
+from jetdbt.shared.identity import principals
+from jetdbt.shared.process.config import Settings
 
 __all__ = ["cmd_token", "cmd_access", "cmd_contract", "parse_duration"]
 
@@ -30,7 +31,7 @@ async def cmd_token(args, settings: Settings) -> int:
     bus = await open_bus(settings)
     try:
         if args.token_cmd == "create":
-            token, bearer = await identity.create_token(
+            token, bearer = await principals.create_token(
                 bus,
                 principal=args.principal,
                 team=args.team,
@@ -45,15 +46,15 @@ async def cmd_token(args, settings: Settings) -> int:
             print(bearer)
         elif args.token_cmd == "list":
             print(f"{'ID':<13} {'PRINCIPAL':<16} {'TEAM':<12} {'ROLE':<9} {'PROJECT':<16} EXPIRES")
-            for t in await identity.list_tokens(bus):
+            for t in await principals.list_tokens(bus):
                 expiry = t.expires_at.isoformat(timespec="minutes") if t.expires_at else "never"
                 who = f"{t.principal:<16} {t.team:<12} {t.role:<9} {t.project:<16}"
                 print(f"{t.id:<13} {who} {expiry}")
-        elif not await identity.revoke_token(bus, args.token_id):
+        elif not await principals.revoke_token(bus, args.token_id):
             raise CliError(f"no token {args.token_id!r}: `jetdbt token list` shows them")
         else:
             print(f"token {args.token_id} revoked")
-    except identity.IdentityError as exc:
+    except principals.IdentityError as exc:
         raise CliError(str(exc)) from None
     finally:
         await bus.close()
@@ -63,11 +64,11 @@ async def cmd_token(args, settings: Settings) -> int:
 async def cmd_access(args, settings: Settings) -> int:
     """`jetdbt access add-system NAME --team T --project P...`: a NATS user for another
     system of this folder's embedded stack, allowed its own commands and declared writes."""
-    from services.access import nats_users
+    from jetdbt.services.access import nats_users
 
     bus = await open_bus(settings)
     try:
-        known = await identity.load_principal(bus, args.name)
+        known = await principals.load_principal(bus, args.name)
         if known is not None and known.kind != "system":
             # Its NATS user would publish as that person: run, retry and cancel as them.
             raise CliError(
@@ -78,17 +79,19 @@ async def cmd_access(args, settings: Settings) -> int:
             password = nats_users.add_system(settings.home, args.name, args.project, args.role)
         except nats_users.AccessError as exc:
             raise CliError(str(exc)) from None
-        grants = [identity.Grant(role=args.role, project=p) for p in args.project]
-        await identity.put_principal(
+        grants = [principals.Grant(role=args.role, project=p) for p in args.project]
+        await principals.put_principal(
             bus,
-            identity.Principal(
+            principals.Principal(
                 name=args.name, team=args.team, kind="system", grants=grants, nats_user=args.name
             ),
         )
     finally:
         await bus.close()
     reloaded = nats_users.reload_server(settings.home)
-    verbs = [v for v, need in identity.VERB_ROLES.items() if identity.role_allows(args.role, need)]
+    verbs = [
+        v for v, need in principals.VERB_ROLES.items() if principals.role_allows(args.role, need)
+    ]
     print(
         f"NATS user {args.name} (team {args.team}, {args.role}) may publish dbt.cmd.<verb>."
         f"<project>.{args.name} ({', '.join(verbs)}) for {', '.join(args.project)} and"
@@ -102,10 +105,10 @@ async def cmd_access(args, settings: Settings) -> int:
 
 async def cmd_contract(args, settings: Settings) -> int:
     """`jetdbt contract apply`: the operator's step for a remote stack (services only check)."""
-    from services.access.local import cli_nats_login
-    from services.cli.common import endpoints
-    from shared import contract
-    from shared.bus import connect, shown
+    from jetdbt.services.access.local import cli_nats_login
+    from jetdbt.services.cli.common import endpoints
+    from jetdbt.shared.bus import contract
+    from jetdbt.shared.bus.connection import connect, shown
 
     nats_url, _ = endpoints(settings)
     user, password = cli_nats_login(settings)

@@ -10,12 +10,12 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from services.cli import client
-from services.cli.common import EXIT_FAILED, CliError, open_bus
-from shared import commands, subjects
-from shared import events as ev
-from shared.config import Settings
-from shared.run_status import CANCELLED, ended_as
+from jetdbt.services.cli import client
+from jetdbt.services.cli.common import EXIT_FAILED, CliError, open_bus
+from jetdbt.shared.bus import commands, subjects
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.process.config import Settings
+from jetdbt.shared.runs.run_status import CANCELLED, ended_as
 
 __all__ = ["cmd_cancel"]
 

@@ -17,14 +17,13 @@ from pathlib import Path
 from urllib.parse import urlencode
 
 import msgspec
-
-from services.cli.ci_ends import DeployEnd, FailedNode, RunEnd, dropped_relations
-from services.cli.common import ApiAnswered, CliError, api_json
-from services.cli.deploy_source import marks
-from services.cli.plural import counted
-from services.cli.run_commands import packed_folder, say
-from shared import run_status
-from shared.config import Settings
+from jetdbt.services.cli.ci_ends import DeployEnd, FailedNode, RunEnd, dropped_relations
+from jetdbt.services.cli.common import ApiAnswered, CliError, api_json
+from jetdbt.services.cli.deploy_source import marks
+from jetdbt.services.cli.plural import counted
+from jetdbt.services.cli.run_commands import packed_folder, say
+from jetdbt.shared.process.config import Settings
+from jetdbt.shared.runs import run_status
 
 __all__ = ["ApiDoor"]
 

@@ -12,7 +12,7 @@ The check goes over NATS (the CLI's own user), or with `--api` through the query
 JETDBT_TOKEN (services/cli/ci_api.py): the same steps, summary and exit codes either way.
 
 Closing drops the PR's schema with every relation in it: a run on a runner (the warehouse is
-its), whose plan alone names the schema (shared.commands.ClosePrCommand).
+its), whose plan alone names the schema (jetdbt.shared.bus.commands.ClosePrCommand).
 """
 
 from __future__ import annotations
@@ -22,19 +22,19 @@ import uuid
 from pathlib import Path
 
 import msgspec
-
-from services.cli import client
-from services.cli.ci_api import ApiDoor
-from services.cli.ci_ends import DeployEnd, FailedNode, RunEnd, dropped_relations
-from services.cli.common import EXIT_FAILED, EXIT_REFUSED, CliError, open_bus
-from services.cli.plural import counted
-from services.cli.run_commands import deploy_folder, say, waited
-from shared import events as ev
-from shared import run_logs, run_status, subjects
-from shared.commands import BuildCommand, ClosePrCommand, RunCommand
-from shared.config import Settings
-from shared.descriptor import DEFAULT_ENVIRONMENT
-from shared.environments import NO_STATE
+from jetdbt.services.cli import client
+from jetdbt.services.cli.ci_api import ApiDoor
+from jetdbt.services.cli.ci_ends import DeployEnd, FailedNode, RunEnd, dropped_relations
+from jetdbt.services.cli.common import EXIT_FAILED, EXIT_REFUSED, CliError, open_bus
+from jetdbt.services.cli.plural import counted
+from jetdbt.services.cli.run_commands import deploy_folder, say, waited
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus import subjects
+from jetdbt.shared.bus.commands import BuildCommand, ClosePrCommand, RunCommand
+from jetdbt.shared.process.config import Settings
+from jetdbt.shared.project.descriptor import DEFAULT_ENVIRONMENT
+from jetdbt.shared.project.environments import NO_STATE
+from jetdbt.shared.runs import run_logs, run_status
 
 __all__ = ["CheckResult", "CloseResult", "cmd_ci"]
 

@@ -4,9 +4,8 @@
 from __future__ import annotations
 
 import msgspec
-
-from shared import run_status
-from shared.commands import CLOSE_PR_LINE
+from jetdbt.shared.bus.commands import CLOSE_PR_LINE
+from jetdbt.shared.runs import run_status
 
 __all__ = ["DeployEnd", "FailedNode", "RunEnd", "dropped_relations"]
 
@@ -40,5 +39,6 @@ class RunEnd(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def dropped_relations(lines: list[str]) -> list[str]:
-    """The relations a close's log lines name as dropped (shared.commands.CLOSE_PR_LINE)."""
+    """The relations a close's log lines name as dropped
+    (jetdbt.shared.bus.commands.CLOSE_PR_LINE)."""
     return [text.partition(CLOSE_PR_LINE)[2].strip() for text in lines if CLOSE_PR_LINE in text]

@@ -16,11 +16,13 @@ from pathlib import Path
 
 import msgspec
 import yaml
-
-from services.cli.plural import counted
-from shared import bundle, commands, config, event_blobs, subjects, uploads
-from shared import events as ev
-from shared.bus import Bus
+from jetdbt.services.cli.plural import counted
+from jetdbt.shared.blobs import event_blobs
+from jetdbt.shared.bus import commands, subjects
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus.connection import Bus
+from jetdbt.shared.process import config
+from jetdbt.shared.project import bundle, uploads
 
 __all__ = [
     "CommandNotStored",

@@ -7,11 +7,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from services.stack.stack_file import read_stack_file, running_homes
-from shared.config import Settings
+from jetdbt.services.stack.stack_file import read_stack_file, running_homes
+from jetdbt.shared.process.config import Settings
 
 if TYPE_CHECKING:
-    from shared.bus import Bus
+    from jetdbt.shared.bus.connection import Bus
 
 __all__ = [
     "EXIT_FAILED",
@@ -87,8 +87,8 @@ def endpoints(settings: Settings) -> tuple[str, str]:
 
 
 async def open_bus(settings: Settings) -> Bus:
-    from services.access.local import cli_nats_login
-    from shared.bus import connect
+    from jetdbt.services.access.local import cli_nats_login
+    from jetdbt.shared.bus.connection import connect
 
     nats_url, _ = endpoints(settings)
     user, password = cli_nats_login(settings)
@@ -97,7 +97,7 @@ async def open_bus(settings: Settings) -> Bus:
 
 def _api_headers(settings: Settings) -> dict[str, str]:
     """What every API request carries: JETDBT_TOKEN, else the admin token `jetdbt up` made."""
-    from services.access.local import cli_token
+    from jetdbt.services.access.local import cli_token
 
     token = cli_token(settings)
     auth = {"Authorization": f"Bearer {token}"} if token else {}

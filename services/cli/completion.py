@@ -4,9 +4,8 @@ names from the API's project list, read only when the shell asks (see docs/guide
 from __future__ import annotations
 
 import msgspec
-
-from services.cli.common import api_call
-from shared.config import load
+from jetdbt.services.cli.common import api_call
+from jetdbt.shared.process.config import load
 
 __all__ = ["deployed_projects"]
 

@@ -9,18 +9,18 @@ from pathlib import Path
 
 import aiohttp
 import msgspec
-
-from services.access.local import admin_token_file
-from services.cli import client
-from services.cli.plural import counted
-from services.cli.watch import Progress, Tally, result_table
-from services.stack.composition import Stack
-from shared import events as ev
-from shared import planned, run_status, versions
-from shared.commands import BuildCommand, RunCommand
-from shared.config import Settings
-from shared.descriptor import DEFAULT_ENVIRONMENT
-from shared.links import viewer_url
+from jetdbt.services.access.local import admin_token_file
+from jetdbt.services.cli import client
+from jetdbt.services.cli.plural import counted
+from jetdbt.services.cli.watch import Progress, Tally, result_table
+from jetdbt.services.stack.composition import Stack
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus.commands import BuildCommand, RunCommand
+from jetdbt.shared.process.config import Settings
+from jetdbt.shared.project import slot_versions
+from jetdbt.shared.project.descriptor import DEFAULT_ENVIRONMENT
+from jetdbt.shared.runs import planned, run_status
+from jetdbt.shared.runs.viewer_links import viewer_url
 
 __all__ = ["demo", "EXAMPLE"]
 
@@ -65,7 +65,7 @@ async def demo(settings: Settings) -> int:
         else:
             print(f"deploy did not succeed: {deployed}")
             return 1
-        latest = await versions.held_by(stack.bus, deployed.project, DEFAULT_ENVIRONMENT)
+        latest = await slot_versions.held_by(stack.bus, deployed.project, DEFAULT_ENVIRONMENT)
         _step("building with live per-model progress (one dbt build, events as they happen)")
         manifest = await stack.bus.get_blob(latest.manifest_digest)
         progress = Progress(Tally(len(planned.nodes(manifest))))

@@ -3,8 +3,8 @@
 Finished nodes scroll above as lines; one live area at the bottom (the bar, counts by
 outcome, elapsed time, the nodes running now or why the run waits) is redrawn in place
 and fits the terminal's width. Outcomes are coloured as dbt's console colours them.
-Only a terminal without NO_COLOR gets this (`services.cli.watch.styled`); everything else
-gets the plain lines of services.cli.watch, which scripts read.
+Only a terminal without NO_COLOR gets this (`jetdbt.services.cli.watch.styled`); everything else
+gets the plain lines of jetdbt.services.cli.watch, which scripts read.
 """
 
 from __future__ import annotations
@@ -12,15 +12,8 @@ from __future__ import annotations
 import asyncio
 import io
 
-from rich import box
-from rich.console import Console, Group
-from rich.live import Live
-from rich.progress_bar import ProgressBar
-from rich.table import Table
-from rich.text import Text
-
-from services.cli.plural import counted
-from services.cli.watch import (
+from jetdbt.services.cli.plural import counted
+from jetdbt.services.cli.watch import (
     MARK,
     Tally,
     error_lines,
@@ -35,10 +28,16 @@ from services.cli.watch import (
     started_line,
     totals_line,
 )
-from shared import events as ev
-from shared import logging as jlog
-from shared import run_status
-from shared.links import viewer_url
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.process import logging as jlog
+from jetdbt.shared.runs import run_status
+from jetdbt.shared.runs.viewer_links import viewer_url
+from rich import box
+from rich.console import Console, Group
+from rich.live import Live
+from rich.progress_bar import ProgressBar
+from rich.table import Table
+from rich.text import Text
 
 __all__ = ["LiveProgress", "print_result", "console_for"]
 

@@ -6,7 +6,7 @@ import importlib
 import os
 import sys
 
-from services.cli.parser import build_parser
+from jetdbt.services.cli.parser import build_parser
 
 __all__ = ["main"]
 
@@ -49,23 +49,26 @@ STARTS_A_STACK = frozenset({"up", "serve", "demo"})
 # Errors a user can act on, printed as one line: (module, class). An error whose module was
 # never imported cannot have been raised, so they are looked up instead of imported.
 USER_ERRORS = (
-    ("services.cli.common", "CliError"),
-    ("shared.bus", "ServerRefused"),
-    ("shared.bus", "ConnectionLost"),
-    ("shared.contract", "IncompatibleContract"),
-    ("shared.bundle", "BundleRefused"),
-    ("services.cli.client", "CommandNotStored"),
-    ("builtins", "ValueError"),  # shared.subjects.InvalidName and bad settings among them
+    ("jetdbt.services.cli.common", "CliError"),
+    ("jetdbt.shared.bus.connection", "ServerRefused"),
+    ("jetdbt.shared.bus.connection", "ConnectionLost"),
+    ("jetdbt.shared.bus.contract", "IncompatibleContract"),
+    ("jetdbt.shared.project.bundle", "BundleRefused"),
+    ("jetdbt.services.cli.client", "CommandNotStored"),
+    (
+        "builtins",
+        "ValueError",
+    ),  # jetdbt.shared.bus.subjects.InvalidName and bad settings among them
 )
 
 
 def _command(name: str):
     module, function = COMMANDS[name].split(":")
     if name in SERVING or "aiohttp" in sys.modules:
-        return getattr(importlib.import_module(f"services.cli.{module}"), function)
+        return getattr(importlib.import_module(f"jetdbt.services.cli.{module}"), function)
     sys.modules["aiohttp"] = None  # an import of it fails: nats goes without websockets
     try:
-        return getattr(importlib.import_module(f"services.cli.{module}"), function)
+        return getattr(importlib.import_module(f"jetdbt.services.cli.{module}"), function)
     finally:
         del sys.modules["aiohttp"]
 
@@ -90,13 +93,13 @@ def _run(command, args, settings) -> int:
 
 def _settings(args):
     """The environment's settings; a command that talks to a stack finds it from any folder
-    (services.cli.common.located)."""
-    from shared.config import load
+    (jetdbt.services.cli.common.located)."""
+    from jetdbt.shared.process.config import load
 
     settings = load()
     if args.cmd in STARTS_A_STACK:
         return settings
-    from services.cli.common import located
+    from jetdbt.services.cli.common import located
 
     return located(settings, home_given=bool(os.environ.get("JETDBT_HOME")))
 
@@ -122,8 +125,8 @@ def main(argv: list[str] | None = None) -> int:
 
     # Logs are configured when the command's modules log at all (they import structlog at
     # the top); `status` does not, and skips its import cost.
-    if "shared.logging" in sys.modules:
-        from shared import logging as jlog
+    if "jetdbt.shared.process.logging" in sys.modules:
+        from jetdbt.shared.process import logging as jlog
 
         jlog.configure(args.log_level)
     try:

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import re
 
-from services.cli.plural import counted
-from services.cli.watch import ERROR_LINES, printable
+from jetdbt.services.cli.plural import counted
+from jetdbt.services.cli.watch import ERROR_LINES, printable
 
 __all__ = ["graph_lines", "warning_lines"]
 

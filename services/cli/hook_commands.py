@@ -11,12 +11,11 @@ import asyncio
 import sys
 
 import msgspec
-
-from services.cli.common import EXIT_REFUSED, CliError, api_call, open_bus
-from shared import subjects
-from shared.config import Settings
-from shared.hook_control import NotifierAway, ask_notifier
-from shared.webhooks import HookRequest
+from jetdbt.services.cli.common import EXIT_REFUSED, CliError, api_call, open_bus
+from jetdbt.shared.bus import subjects
+from jetdbt.shared.jobs.hook_control import NotifierAway, ask_notifier
+from jetdbt.shared.jobs.webhooks import HookRequest
+from jetdbt.shared.process.config import Settings
 
 __all__ = ["cmd_hook"]
 

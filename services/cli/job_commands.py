@@ -10,15 +10,21 @@ import asyncio
 import sys
 
 import msgspec
-
-from services.cli import client
-from services.cli.common import EXIT_REFUSED, CliError, api_call, open_bus
-from services.cli.run_commands import dbt_command_of, follow, run_args_of
-from shared import events as ev
-from shared import subjects
-from shared.commands import JobAfter, JobCommand, JobRun, JobSpec, RunCommand, check_time_zone
-from shared.config import Settings
-from shared.schedule_interval import interval_problem
+from jetdbt.services.cli import client
+from jetdbt.services.cli.common import EXIT_REFUSED, CliError, api_call, open_bus
+from jetdbt.services.cli.run_commands import dbt_command_of, follow, run_args_of
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus import subjects
+from jetdbt.shared.bus.commands import (
+    JobAfter,
+    JobCommand,
+    JobRun,
+    JobSpec,
+    RunCommand,
+    check_time_zone,
+)
+from jetdbt.shared.jobs.schedule_interval import interval_problem
+from jetdbt.shared.process.config import Settings
 
 __all__ = ["cmd_job", "cmd_schedule"]
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import sys
 
-from services.cli.common import EXIT_FAILED, EXIT_REFUSED, CliError, open_bus
-from services.cli.watch import printable
-from shared import run_logs, run_status
-from shared.config import Settings
+from jetdbt.services.cli.common import EXIT_FAILED, EXIT_REFUSED, CliError, open_bus
+from jetdbt.services.cli.watch import printable
+from jetdbt.shared.process.config import Settings
+from jetdbt.shared.runs import run_logs, run_status
 
 __all__ = ["cmd_logs"]
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from services.cli.common import CliError, endpoints
-from shared.config import Settings
+from jetdbt.services.cli.common import CliError, endpoints
+from jetdbt.shared.process.config import Settings
 
 __all__ = ["cmd_mcp"]
 
@@ -18,8 +18,8 @@ def _stack_api(settings: Settings) -> str:
 
 
 async def cmd_mcp(args, settings: Settings) -> int:
-    from services.access.local import cli_token
-    from services.mcp import stdio
+    from jetdbt.services.access.local import cli_token
+    from jetdbt.services.mcp import stdio
 
     try:
         token = stdio.read_token_file(Path(args.token_file)) if args.token_file else None

@@ -5,16 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import msgspec
-
-from projections import dead_letters, replay
-from projections.migrate import connect_pool
-from projections.replay_report import render as render_replay
-from services.audit import export
-from services.audit import run_history as audit
-from services.cli.common import EXIT_FAILED, database_url, open_bus
-from services.cli.plural import counted
-from services.cli.read_commands import show
-from shared.config import Settings
+from jetdbt.projections import dead_letters, replay
+from jetdbt.projections.migrate import connect_pool
+from jetdbt.projections.replay_report import render as render_replay
+from jetdbt.services.audit import export
+from jetdbt.services.audit import run_history as audit
+from jetdbt.services.cli.common import EXIT_FAILED, database_url, open_bus
+from jetdbt.services.cli.plural import counted
+from jetdbt.services.cli.read_commands import show
+from jetdbt.shared.process.config import Settings
 
 __all__ = ["cmd_replay", "cmd_audit", "cmd_dead_letters"]
 

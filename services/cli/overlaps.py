@@ -8,9 +8,9 @@ import asyncio
 import time
 from typing import NamedTuple
 
-from services.cli.common import ApiAnswered, CliError, api_json
-from services.cli.plural import counted
-from shared.config import Settings
+from jetdbt.services.cli.common import ApiAnswered, CliError, api_json
+from jetdbt.services.cli.plural import counted
+from jetdbt.shared.process.config import Settings
 
 __all__ = ["Checked", "check_overlaps", "WAIT_SECONDS"]
 

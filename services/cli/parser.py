@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from shared import webhooks
+from jetdbt.shared.jobs import webhooks
 
 # How long the CLI waits for a run by default: a run's own limit plus time to queue.
 WAIT_SECONDS = 7200.0
@@ -183,7 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _settings_help() -> str:
-    from shared.config import STACK_SETTINGS
+    from jetdbt.shared.process.config import STACK_SETTINGS
 
     width = max(len(name) for name, _, _ in STACK_SETTINGS)
     lines = [
@@ -264,7 +264,7 @@ def _ci_command(sub) -> None:
 
 def _replicas(text: str) -> int:
     """--replicas: read as JETDBT_STREAM_REPLICAS is (imported only when it is given)."""
-    from shared.config import DECLARED
+    from jetdbt.shared.process.config import DECLARED
 
     (setting,) = [s for s in DECLARED if s.name == "JETDBT_STREAM_REPLICAS"]
     try:
@@ -275,7 +275,7 @@ def _replicas(text: str) -> int:
 
 def _pr_number(text: str) -> int:
     """--pr: a pull request's number, 1 to MAX_PR (imported only when --pr is given)."""
-    from shared.commands import MAX_PR
+    from jetdbt.shared.bus.commands import MAX_PR
 
     number = int(text) if text.isdigit() else 0
     if not 0 < number <= MAX_PR:
@@ -328,7 +328,7 @@ def _dbt_options(p: argparse.ArgumentParser) -> None:
 
 
 def _job_commands(sub) -> None:
-    from shared.commands import OUTCOMES
+    from jetdbt.shared.bus.commands import OUTCOMES
 
     """`jetdbt job ...` and `jetdbt schedule ...`: saved jobs and their schedules."""
     job = sub.add_parser("job", help="saved jobs: save, list, run, delete")
@@ -394,7 +394,7 @@ def _answer_shape(p: argparse.ArgumentParser) -> None:
 
 def _projects(**kwargs) -> list[str]:
     """Deployed project names for tab completion; imported only when the shell asks."""
-    from services.cli.completion import deployed_projects
+    from jetdbt.services.cli.completion import deployed_projects
 
     return deployed_projects(**kwargs)
 

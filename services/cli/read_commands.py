@@ -10,10 +10,9 @@ from __future__ import annotations
 from urllib.parse import urlencode
 
 import msgspec
-
-from services.cli.common import api_json
-from shared import subjects
-from shared.config import Settings
+from jetdbt.services.cli.common import api_json
+from jetdbt.shared.bus import subjects
+from jetdbt.shared.process.config import Settings
 
 __all__ = ["cmd_environments", "cmd_projects", "cmd_status", "show"]
 
@@ -49,7 +48,7 @@ def cmd_environments(args, settings: Settings) -> int:
     if args.json:
         print(msgspec.json.encode(answer).decode())
         return 0
-    from services.cli import tables
+    from jetdbt.services.cli import tables
 
     print(tables.versions_table(answer, key))
     return 0
@@ -75,7 +74,7 @@ def _print(args, answer: dict, table: str, *shown) -> int:
     elif args.yaml:
         print(_yaml(answer))
     else:
-        from services.cli import tables
+        from jetdbt.services.cli import tables
 
         print(getattr(tables, table)(answer, *shown))
     return 0
@@ -83,7 +82,7 @@ def _print(args, answer: dict, table: str, *shown) -> int:
 
 def _projections(settings: Settings) -> int:
     """Each projection's checkpoint, the stream's last sequence, lag and dead letters."""
-    from projections import lag
+    from jetdbt.projections import lag
 
     answer = api_json(settings, "/v1/projections")
     print(lag.render(msgspec.convert(answer, type=lag.Lags)))

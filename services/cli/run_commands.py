@@ -12,9 +12,8 @@ from urllib.parse import urlencode
 
 import msgspec
 import yaml
-
-from services.cli import client
-from services.cli.common import (
+from jetdbt.services.cli import client
+from jetdbt.services.cli.common import (
     EXIT_FAILED,
     EXIT_REFUSED,
     ApiAnswered,
@@ -23,15 +22,15 @@ from services.cli.common import (
     endpoints,
     open_bus,
 )
-from services.cli.deploy_source import marks
-from services.cli.graph_summary import graph_lines, warning_lines
-from services.cli.overlaps import check_overlaps
-from services.cli.plural import counted
-from services.cli.watch import Progress, Tally, result_table, styled
-from shared import bundle, planned, run_logs, run_status, subjects, versions
-from shared import events as ev
-from shared.bus import Bus
-from shared.commands import (
+from jetdbt.services.cli.deploy_source import marks
+from jetdbt.services.cli.graph_summary import graph_lines, warning_lines
+from jetdbt.services.cli.overlaps import check_overlaps
+from jetdbt.services.cli.plural import counted
+from jetdbt.services.cli.watch import Progress, Tally, result_table, styled
+from jetdbt.shared.blobs.digests import short_digest
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus import subjects
+from jetdbt.shared.bus.commands import (
     BuildCommand,
     ParseCommand,
     PromoteCommand,
@@ -39,9 +38,11 @@ from shared.commands import (
     RunCommand,
     dbt_command,
 )
-from shared.config import Settings
-from shared.descriptor import DEFAULT_ENVIRONMENT
-from shared.digests import short_digest
+from jetdbt.shared.bus.connection import Bus
+from jetdbt.shared.process.config import Settings
+from jetdbt.shared.project import bundle, slot_versions
+from jetdbt.shared.project.descriptor import DEFAULT_ENVIRONMENT
+from jetdbt.shared.runs import planned, run_logs, run_status
 
 __all__ = [
     "cmd_deploy",
@@ -210,7 +211,7 @@ async def _planned(bus: Bus, project: str, cmd: BuildCommand) -> int | None:
     """The node count of an unselected build, from the deployed manifest."""
     if cmd.select or cmd.exclude:
         return None
-    deployed = await versions.held_by(bus, project, DEFAULT_ENVIRONMENT)
+    deployed = await slot_versions.held_by(bus, project, DEFAULT_ENVIRONMENT)
     if not isinstance(deployed, ev.Deployed):
         return None
     with contextlib.suppress(Exception):
@@ -358,7 +359,7 @@ def _follower(args, tally: Tally, out):
         return None
     if not styled(out):
         return Progress(tally, out)
-    from services.cli.display import LiveProgress, console_for
+    from jetdbt.services.cli.display import LiveProgress, console_for
 
     return LiveProgress(tally, console_for(out), args.log_level)
 
@@ -436,7 +437,7 @@ async def follow(args, settings: Settings, project: str, command: RunCommand, he
         body = {"run_id": final.run_id, "project": project, **msgspec.to_builtins(result)}
         print(msgspec.json.encode(body).decode())
     elif styled(sys.stdout):
-        from services.cli.display import console_for, print_result
+        from jetdbt.services.cli.display import console_for, print_result
 
         print_result(console_for(sys.stdout), result, final.run_id, api_url)
     else:

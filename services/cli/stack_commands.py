@@ -11,10 +11,10 @@ import shutil
 import signal
 import sys
 
-from services.cli.common import CliError
-from services.stack.composition import DATABASE_ROLES, ROLES, Stack, StackFailed
-from shared.bus import shown
-from shared.config import Settings
+from jetdbt.services.cli.common import CliError
+from jetdbt.services.stack.composition import DATABASE_ROLES, ROLES, Stack, StackFailed
+from jetdbt.shared.bus.connection import shown
+from jetdbt.shared.process.config import Settings
 
 __all__ = ["cmd_up", "cmd_serve", "cmd_demo"]
 
@@ -92,8 +92,8 @@ def _program() -> str:
 
 
 def _announce_up(stack: Stack) -> None:
-    from services.access.local import admin_token_file
-    from services.cli.client import principal
+    from jetdbt.services.access.local import admin_token_file
+    from jetdbt.services.cli.client import principal
 
     stack.write_stack_file()
     jetdbt = _program()
@@ -132,6 +132,6 @@ async def cmd_serve(args, settings: Settings) -> int:
 
 
 async def cmd_demo(args, settings: Settings) -> int:
-    from services.cli.demo import demo
+    from jetdbt.services.cli.demo import demo
 
     return await demo(settings)

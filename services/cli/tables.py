@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from services.cli.watch import cancelled_by, message_lines, no_nodes_note, printable
-from shared import run_status
-from shared.outcomes import attention
-from shared.quote import shorten
+from jetdbt.services.cli.watch import cancelled_by, message_lines, no_nodes_note, printable
+from jetdbt.shared.runs import run_status
+from jetdbt.shared.runs.outcomes import attention
+from jetdbt.shared.wording.short_quote import shorten
 
 __all__ = ["projects_table", "runs_table", "run_table", "versions_table"]
 

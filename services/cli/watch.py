@@ -14,10 +14,10 @@ import re
 import sys
 import time
 
-from services.cli.plural import counted
-from shared import events as ev
-from shared import run_status
-from shared.outcomes import attention
+from jetdbt.services.cli.plural import counted
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.runs import run_status
+from jetdbt.shared.runs.outcomes import attention
 
 __all__ = [
     "Tally",

@@ -16,9 +16,8 @@ import socket
 import aiohttp
 import msgspec
 import uvicorn
-
-from services.mcp.api_client import Api, ApiRefused
-from services.mcp.server import build_server, whoami
+from jetdbt.services.mcp.api_client import Api, ApiRefused
+from jetdbt.services.mcp.server import build_server, whoami
 
 __all__ = ["McpHttp", "PATH", "McpPortInUse"]
 

@@ -4,9 +4,8 @@ the graph and run routes: its parents, children, columns, tests, relation, last 
 from __future__ import annotations
 
 import msgspec
-
-from services.api import schemas
-from services.mcp.api_client import Api, ApiRefused, route_path
+from jetdbt.services.api import schemas
+from jetdbt.services.mcp.api_client import Api, ApiRefused, route_path
 
 __all__ = [
     "ModelDetails",

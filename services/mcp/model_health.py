@@ -9,11 +9,10 @@ run) and the reasons for it.
 from __future__ import annotations
 
 import msgspec
-
-from services.api import schemas
-from services.api.node_routes import HISTORY_RUNS
-from services.mcp.api_client import Api, route_path
-from services.mcp.model_details import GRAPH, find_node, tests_of, whole_graph
+from jetdbt.services.api import schemas
+from jetdbt.services.api.node_routes import HISTORY_RUNS
+from jetdbt.services.mcp.api_client import Api, route_path
+from jetdbt.services.mcp.model_details import GRAPH, find_node, tests_of, whole_graph
 
 __all__ = [
     "ModelHealth",

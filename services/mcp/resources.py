@@ -1,6 +1,6 @@
 """What an agent reads to use jetdbt: the security model and access rules (docs/security.md),
 the section on agents (docs/guide.md), and the descriptor's keys, generated from
-`shared/descriptor.py`.
+`shared/project/descriptor.py`.
 
 Sections are read from the docs beside the code at each read, so they are what the docs
 say today; the descriptor's keys come from the Struct `jetdbt.yaml` is decoded
@@ -15,8 +15,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import msgspec
-
-from shared import descriptor
+from jetdbt.shared.project import descriptor
 
 __all__ = ["RESOURCES", "Resource", "DOCS", "doc_section", "descriptor_doc"]
 

@@ -14,10 +14,9 @@ import time
 from typing import Any
 
 import msgspec
-
-from services.mcp.api_client import Api, ApiRefused, route_path
-from services.mcp.model_details import GRAPH, RUN, find_node, whole_graph
-from shared.commands import MAX_SHOW_LIMIT
+from jetdbt.services.mcp.api_client import Api, ApiRefused, route_path
+from jetdbt.services.mcp.model_details import GRAPH, RUN, find_node, whole_graph
+from jetdbt.shared.bus.commands import MAX_SHOW_LIMIT
 
 __all__ = [
     "Preview",

@@ -15,15 +15,14 @@ from typing import Any
 import aiohttp
 import jsonschema
 import mcp_types as types
+from jetdbt.services.mcp.api_client import Api, ApiRefused
+from jetdbt.services.mcp.resources import RESOURCES
+from jetdbt.services.mcp.tools import BY_NAME, TOOLS, Tool, allowed
+from jetdbt.shared.process import logging as jlog
+from jetdbt.shared.wording.short_quote import shorten
 from mcp.server import Server, ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST
-
-from services.mcp.api_client import Api, ApiRefused
-from services.mcp.resources import RESOURCES
-from services.mcp.tools import BY_NAME, TOOLS, Tool, allowed
-from shared import logging as jlog
-from shared.quote import shorten
 
 __all__ = ["build_server", "whoami", "NAME", "INSTRUCTIONS"]
 

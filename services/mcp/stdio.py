@@ -11,10 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import aiohttp
+from jetdbt.services.mcp.api_client import Api, ApiRefused
+from jetdbt.services.mcp.server import build_server, whoami
 from mcp.server.stdio import stdio_server
-
-from services.mcp.api_client import Api, ApiRefused
-from services.mcp.server import build_server, whoami
 
 __all__ = ["StdioRefused", "read_token_file", "serve_stdio"]
 

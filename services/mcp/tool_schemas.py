@@ -1,6 +1,6 @@
 """A tool's input and output schemas, generated from what the OpenAPI document is made of.
 
-The output schema is the JSON Schema of the route's answer Struct (`services.api.schemas`),
+The output schema is the JSON Schema of the route's answer Struct (`jetdbt.services.api.schemas`),
 the input schema the route's parameters as `openapi.parameter` describes them plus the
 properties of its request Struct. MCP wants an object at the root, so the Struct's own
 definition is the root and every definition stays under `$defs`.
@@ -9,8 +9,7 @@ definition is the root and every definition stays under `$defs`.
 from __future__ import annotations
 
 import msgspec
-
-from services.api import openapi
+from jetdbt.services.api import openapi
 
 __all__ = ["REF", "object_schema", "route_input_schema", "operation"]
 

@@ -14,12 +14,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from services.api import auth, openapi, schemas
-from services.mcp import model_details, model_health, run_tools
-from services.mcp.api_client import Api, route_path
-from services.mcp.tool_schemas import object_schema, operation, route_input_schema
-from shared import identity
-from shared.outcomes import attention
+from jetdbt.services.api import auth, openapi, schemas
+from jetdbt.services.mcp import model_details, model_health, run_tools
+from jetdbt.services.mcp.api_client import Api, route_path
+from jetdbt.services.mcp.tool_schemas import object_schema, operation, route_input_schema
+from jetdbt.shared.identity import principals
+from jetdbt.shared.runs.outcomes import attention
 
 __all__ = ["Tool", "TOOLS", "BY_NAME", "allowed", "needed_role"]
 
@@ -50,11 +50,11 @@ class Tool:
 def needed_role(tool: Tool) -> str:
     """The highest role among its routes', as the API's own `auth.route_role` decides."""
     roles = [auth.route_role(method, route) for method, route in tool.routes]
-    return max(roles, key=identity.ROLES.index)
+    return max(roles, key=principals.ROLES.index)
 
 
 def allowed(tool: Tool, role: str) -> bool:
-    return identity.role_allows(role, needed_role(tool))
+    return principals.role_allows(role, needed_role(tool))
 
 
 def _route_tool(

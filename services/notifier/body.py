@@ -4,10 +4,9 @@ messages (bounded), job and trigger, and links to the viewer and the API."""
 from __future__ import annotations
 
 import msgspec
-
-from shared import events as ev
-from shared import run_status
-from shared.links import viewer_url
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.runs import run_status
+from jetdbt.shared.runs.viewer_links import viewer_url
 
 __all__ = ["body", "MAX_FAILED_NODES", "MAX_MESSAGE_CHARS"]
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 import uuid
 
 import msgspec
-
-from services.notifier import hook_store
-from shared import events as ev
-from shared import logging as jlog
-from shared import subjects, webhooks
-from shared.config import Settings
+from jetdbt.services.notifier import hook_store
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus import subjects
+from jetdbt.shared.jobs import webhooks
+from jetdbt.shared.process import logging as jlog
+from jetdbt.shared.process.config import Settings
 
 __all__ = ["answer"]
 

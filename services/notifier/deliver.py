@@ -6,7 +6,7 @@ last fact is the hook's dead letter (GET .../deliveries?state=dead). A hook post
 it is allowed to now: its URL is checked against JETDBT_WEBHOOK_HOSTS before each attempt,
 the address its name resolves to on each connection, and a receiver's redirect is not
 followed (a 3xx is a failure). Only the status of an answer is read, never its body, and
-an attempt that failed records a reason of shared/hook_reasons.py's vocabulary, never an
+an attempt that failed records a reason of shared/jobs/hook_reasons.py's vocabulary, never an
 exception's text (which can quote what a non-HTTP service sent back).
 """
 
@@ -19,11 +19,10 @@ import time
 
 import aiohttp
 from aiohttp.resolver import ThreadedResolver
-
-from services.notifier.hook_store import StoredHook
-from shared import events as ev
-from shared import hook_reasons, webhooks
-from shared import logging as jlog
+from jetdbt.services.notifier.hook_store import StoredHook
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.jobs import hook_reasons, webhooks
+from jetdbt.shared.process import logging as jlog
 
 __all__ = ["Poster", "deliver", "give_up", "TIMEOUT_SECONDS"]
 

@@ -5,10 +5,9 @@ has each hook's facts without its secret; this bucket has what delivering needs.
 from __future__ import annotations
 
 import msgspec
+from jetdbt.shared.bus import kv_keys, subjects
+from jetdbt.shared.bus.streams import HOOK_SECRETS
 from nats.js.errors import KeyNotFoundError
-
-from shared import kv_keys, subjects
-from shared.streams import HOOK_SECRETS
 
 __all__ = ["StoredHook", "put", "remove", "of_project", "key_of"]
 

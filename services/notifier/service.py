@@ -21,16 +21,18 @@ import functools
 import hashlib
 
 import msgspec
-
-from services.notifier import control, hook_store
-from services.notifier.body import body
-from services.notifier.deliver import Poster, deliver, give_up
-from shared import events as ev
-from shared import logging as jlog
-from shared import run_status, subjects, supervise, webhooks
-from shared.config import Settings
-from shared.event_blobs import resolved
-from shared.streams import EVENTS
+from jetdbt.services.notifier import control, hook_store
+from jetdbt.services.notifier.body import body
+from jetdbt.services.notifier.deliver import Poster, deliver, give_up
+from jetdbt.shared.blobs.event_blobs import resolved
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus import subjects
+from jetdbt.shared.bus.streams import EVENTS
+from jetdbt.shared.jobs import webhooks
+from jetdbt.shared.process import logging as jlog
+from jetdbt.shared.process import supervise
+from jetdbt.shared.process.config import Settings
+from jetdbt.shared.runs import run_status
 
 __all__ = ["Notifier", "CONSUMER", "event_of"]
 

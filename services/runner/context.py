@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from services.runner.admission.runner_share import RunnerShare
-from services.runner.process.containment import Containment
-from services.runner.setup import own_database
-from services.runner.setup.masking import Masker
-from services.runner.setup.secrets import Resolver, load_variables
-from services.runner.setup.warehouses import Warehouse, load_warehouses
-from shared import logging as jlog
-from shared.bus import Bus
-from shared.config import Settings
+from jetdbt.services.runner.admission.runner_share import RunnerShare
+from jetdbt.services.runner.process.containment import Containment
+from jetdbt.services.runner.setup import own_database
+from jetdbt.services.runner.setup.masking import Masker
+from jetdbt.services.runner.setup.secrets import Resolver, load_variables
+from jetdbt.services.runner.setup.warehouses import Warehouse, load_warehouses
+from jetdbt.shared.bus.connection import Bus
+from jetdbt.shared.process import logging as jlog
+from jetdbt.shared.process.config import Settings
 
 __all__ = ["RunnerContext"]
 

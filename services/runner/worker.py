@@ -18,30 +18,32 @@ import functools
 from collections.abc import Awaitable, Callable
 
 import msgspec
-
-from services.runner.admission import admission
-from services.runner.admission.lease import LeaseLost
-from services.runner.admission.principal_rate import PrincipalRate
-from services.runner.admission.runner_share import RunnerFull
-from services.runner.attempts.attempt import Cancel
-from services.runner.attempts.build import build
-from services.runner.attempts.dbt_retry import retry
-from services.runner.attempts.deploy import deploy
-from services.runner.attempts.parse import parse
-from services.runner.attempts.promote import promote
-from services.runner.context import RunnerContext
-from services.runner.facts import jobs
-from services.runner.process import spawn
-from services.runner.process.containment import SandboxMissing
-from services.runner.process.spawn import ForkServerLost
-from services.runner.setup import run_credentials, workspace
-from services.runner.setup.placement import Placement
-from shared import commands, descriptor, identity, subjects, supervise, uploads, versions
-from shared import events as ev
-from shared import logging as jlog
-from shared.bus import TRANSIENT
-from shared.quote import quote
-from shared.streams import COMMANDS
+from jetdbt.services.runner.admission import admission
+from jetdbt.services.runner.admission.lease import LeaseLost
+from jetdbt.services.runner.admission.principal_rate import PrincipalRate
+from jetdbt.services.runner.admission.runner_share import RunnerFull
+from jetdbt.services.runner.attempts.attempt import Cancel
+from jetdbt.services.runner.attempts.build import build
+from jetdbt.services.runner.attempts.dbt_retry import retry
+from jetdbt.services.runner.attempts.deploy import deploy
+from jetdbt.services.runner.attempts.parse import parse
+from jetdbt.services.runner.attempts.promote import promote
+from jetdbt.services.runner.context import RunnerContext
+from jetdbt.services.runner.facts import jobs
+from jetdbt.services.runner.process import spawn
+from jetdbt.services.runner.process.containment import SandboxMissing
+from jetdbt.services.runner.process.spawn import ForkServerLost
+from jetdbt.services.runner.setup import run_credentials, workspace
+from jetdbt.services.runner.setup.placement import Placement
+from jetdbt.shared.bus import commands, subjects
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus.connection import TRANSIENT
+from jetdbt.shared.bus.streams import COMMANDS
+from jetdbt.shared.identity import principals
+from jetdbt.shared.process import logging as jlog
+from jetdbt.shared.process import supervise
+from jetdbt.shared.project import descriptor, slot_versions, uploads
+from jetdbt.shared.wording.short_quote import quote
 
 __all__ = ["Runner", "CONSUMER"]
 
@@ -172,9 +174,9 @@ class Runner:
         project = subjects.filed_under(raw_project)
         seq = msg.metadata.sequence.stream
         try:
-            caller = await identity.caller_of(self.ctx.bus, msg.subject, msg.headers)
+            caller = await principals.caller_of(self.ctx.bus, msg.subject, msg.headers)
         except subjects.InvalidName as exc:
-            caller = identity.Caller(principal=subjects.ANONYMOUS, team="", door="")
+            caller = principals.Caller(principal=subjects.ANONYMOUS, team="", door="")
             problem = problem or str(exc)
         if caller.own_user:
             admitted = self.rate.admit(caller.principal)
@@ -203,13 +205,13 @@ class Runner:
             )
 
     async def _check_cancel(
-        self, msg, project: str, problem: str | None, seq: int, caller: identity.Caller
+        self, msg, project: str, problem: str | None, seq: int, caller: principals.Caller
     ) -> None:
         """Cancels act on the plain subscription; the stream keeps them for audits, and a
         malformed one is refused here, naming why."""
         try:
             body = commands.decode_cancel(msg.data)
-            problem = problem or identity.claim_problem(body.requested_by, caller.principal)
+            problem = problem or principals.claim_problem(body.requested_by, caller.principal)
         except commands.CommandRejected as exc:
             problem = problem or str(exc)
         problem = problem or await self._caller_problem(caller, "cancel", project)
@@ -242,12 +244,14 @@ class Runner:
         )
 
     async def _owner_team(self, project: str) -> str:
-        return await identity.project_team(self.ctx.bus, project)
+        return await principals.project_team(self.ctx.bus, project)
 
-    async def _caller_problem(self, caller: identity.Caller, verb: str, project: str) -> str | None:
+    async def _caller_problem(
+        self, caller: principals.Caller, verb: str, project: str
+    ) -> str | None:
         """Why `caller` may not send a `verb` command for `project`, whose team is its
-        first deployer's (identity.command_problem: one rule for both doors)."""
-        return identity.command_problem(caller, verb, project, await self._owner_team(project))
+        first deployer's (principals.command_problem: one rule for both doors)."""
+        return principals.command_problem(caller, verb, project, await self._owner_team(project))
 
     async def _owner(self, run_id: str) -> str | None:
         """The project that first asked for `run_id`, from the log: run ids are unique
@@ -264,12 +268,12 @@ class Runner:
         return started.attempt + 1 if isinstance(started, ev.RunStarted) else 1
 
     async def _run(
-        self, msg, project: str, problem: str | None, seq: int, caller: identity.Caller
+        self, msg, project: str, problem: str | None, seq: int, caller: principals.Caller
     ) -> None:
         bus = self.ctx.bus
         try:
             body = commands.decode_run(msg.data)
-            claimed = identity.claim_problem(body.requested_by, caller.principal)
+            claimed = principals.claim_problem(body.requested_by, caller.principal)
         except commands.CommandRejected as exc:
             claimed = str(exc)
         claimed = claimed or await self._caller_problem(caller, "run", project)
@@ -293,11 +297,11 @@ class Runner:
         body = msgspec.structs.replace(
             body, requested_by=caller.principal, trigger=trigger, depth=depth
         )
-        job, role = "", identity.run_role(caller, project)
+        job, role = "", principals.run_role(caller, project)
         if isinstance(body.command, commands.JobRun):
             job = body.command.name
             body, problem, cap = await _job_run(bus, msg, project, body, problem)
-            role = identity.least_role(role, cap)
+            role = principals.least_role(role, cap)
         problem = problem or _depth_problem(body)
         body = await _in_environment(bus, project, body)
         run_id = body.run_id or f"c{seq}"
@@ -342,16 +346,16 @@ class Runner:
             isinstance(command, commands.ParseCommand) and not command.bundle_digest
         )
         if reason is None and needs_version:
-            slot = await versions.slot_for_run(
+            slot = await slot_versions.slot_for_run(
                 bus, project, body.environment, body.requested_by, body.pr
             )
-            deployed = await versions.held_by(bus, project, slot)
+            deployed = await slot_versions.held_by(bus, project, slot)
             if deployed is None and isinstance(command, commands.ClosePrCommand):
                 # A pull request never checked closes too: its environment's version plans it.
                 environment = ev.promotion_slot(body.environment)
-                deployed = await versions.held_by(bus, project, environment)
+                deployed = await slot_versions.held_by(bus, project, environment)
             if deployed is None:
-                reason = versions.nothing_held(project, slot)
+                reason = slot_versions.nothing_held(project, slot)
         if reason is not None:
             await bus.publish(ev.RunRefused(project=project, run_id=run_id, reason=reason))
             return
@@ -376,19 +380,19 @@ class Runner:
             self.active.pop(key, None)
 
     async def _deploy(
-        self, msg, project: str, problem: str | None, seq: int, caller: identity.Caller
+        self, msg, project: str, problem: str | None, seq: int, caller: principals.Caller
     ) -> None:
         bus = self.ctx.bus
         try:
             body = commands.decode_deploy(msg.data)
-            problem = problem or identity.claim_problem(body.requested_by, caller.principal)
+            problem = problem or principals.claim_problem(body.requested_by, caller.principal)
         except commands.CommandRejected as exc:
             problem = str(exc)
         team = ""
         if problem is None:
             owner = await self._owner_team(project)
-            problem = identity.command_problem(caller, "deploy", project, owner)
-            team, refused = identity.deploy_team(caller, project, owner)
+            problem = principals.command_problem(caller, "deploy", project, owner)
+            team, refused = principals.deploy_team(caller, project, owner)
             problem = problem or refused or await _upload_problem(bus, body)
         if problem is not None:
             await bus.publish(
@@ -400,7 +404,7 @@ class Runner:
         await uploads.forget(bus, body.deploy_id)
 
 
-def _trigger(msg, project: str, body: commands.RunCommand, caller: identity.Caller) -> str:
+def _trigger(msg, project: str, body: commands.RunCommand, caller: principals.Caller) -> str:
     """What started the run, from what the server vouches for: a schedule's fire carries
     headers no client may set; the API and a system's own user are their doors. Only the
     operator's own processes (the CLI, the triggers service) say it themselves."""
@@ -437,7 +441,7 @@ async def _job_run(
     does not exist refuses the run."""
     name = body.command.name
     saved = await jobs.job_of(bus, project, name)
-    least = identity.ROLES[0]
+    least = principals.ROLES[0]
     if saved is None:
         return (
             body,
@@ -479,7 +483,7 @@ async def _in_environment(bus, project: str, body: commands.RunCommand) -> comma
 
 async def _upload_problem(bus, body: commands.DeployCommand) -> str | None:
     """Why a deploy may not use the bundle it names: only the digest its own upload recorded
-    (shared/uploads.py), never another version's that happens to be stored."""
+    (shared/project/uploads.py), never another version's that happens to be stored."""
     if not body.deploy_id:
         return "a deploy names its deploy_id, under which its upload recorded the bundle"
     found = await uploads.recorded(bus, body.deploy_id)

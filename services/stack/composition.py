@@ -13,26 +13,31 @@ import os
 from dataclasses import dataclass, field
 
 from aiohttp import web
-
-from projections.active import ActiveLease
-from projections.loop import Projector
-from projections.migrate import connect_pool
-from projections.registry import FOLDS
-from services.access import nats_users
-from services.access.local import ADMIN, nats_logins
-from services.access.tokens import admin_token
-from services.api.app import HEADER_TIMEOUT_SECONDS, create_app
-from services.notifier.service import Notifier
-from services.runner.context import RunnerContext
-from services.runner.facts.declared_writes import RelationWatch
-from services.runner.worker import Runner
-from services.stack.embedded import InUse, NatsServer, start_postgres
-from services.stack.stack_file import STACK_FILE, forget_running, read_stack_file, record_running
-from services.triggers.manager import Triggers
-from shared import contract, warehouse_grants
-from shared import logging as jlog
-from shared.bus import Bus, connect, shown, url_user
-from shared.config import Settings
+from jetdbt.projections.active import ActiveLease
+from jetdbt.projections.loop import Projector
+from jetdbt.projections.migrate import connect_pool
+from jetdbt.projections.registry import FOLDS
+from jetdbt.services.access import nats_users
+from jetdbt.services.access.local import ADMIN, nats_logins
+from jetdbt.services.access.tokens import admin_token
+from jetdbt.services.api.app import HEADER_TIMEOUT_SECONDS, create_app
+from jetdbt.services.notifier.service import Notifier
+from jetdbt.services.runner.context import RunnerContext
+from jetdbt.services.runner.facts.declared_writes import RelationWatch
+from jetdbt.services.runner.worker import Runner
+from jetdbt.services.stack.embedded import InUse, NatsServer, start_postgres
+from jetdbt.services.stack.stack_file import (
+    STACK_FILE,
+    forget_running,
+    read_stack_file,
+    record_running,
+)
+from jetdbt.services.triggers.manager import Triggers
+from jetdbt.shared.bus import contract
+from jetdbt.shared.bus.connection import Bus, connect, shown, url_user
+from jetdbt.shared.identity import warehouse_grants
+from jetdbt.shared.process import logging as jlog
+from jetdbt.shared.process.config import Settings
 
 __all__ = ["Stack", "StackFailed", "STACK_FILE", "ROLES", "DATABASE_ROLES", "read_stack_file"]
 
@@ -184,7 +189,7 @@ class Stack:
 
     async def _start_mcp(self) -> None:
         """The MCP server beside the API: a client of the API's routes (imported only here)."""
-        from services.mcp.http_app import McpHttp, McpPortInUse
+        from jetdbt.services.mcp.http_app import McpHttp, McpPortInUse
 
         s = self.settings
         try:

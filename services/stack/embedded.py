@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from shared.pid_files import cmdline, signal_server, stop_left_behind
+from jetdbt.shared.process.pid_files import cmdline, signal_server, stop_left_behind
 
 __all__ = ["InUse", "NatsServer", "start_postgres", "free_port", "nats_binary", "signal_server"]
 
@@ -40,7 +40,7 @@ def nats_binary() -> str:
 
 class NatsServer:
     """A nats-server child process with JetStream on, listening on loopback only; with
-    `config`, its users and permissions come from that file (services.access)."""
+    `config`, its users and permissions come from that file (jetdbt.services.access)."""
 
     def __init__(self, data_dir: Path, port: int | None = None, config: Path | None = None):
         self.data_dir = Path(data_dir)

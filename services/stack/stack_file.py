@@ -2,7 +2,7 @@
 record per running stack in the user's own folder (`config.stacks_dir`), so a CLI started in
 any folder of the machine finds it.
 
-Kept apart from services.stack.composition so a command that only reads it (`jetdbt status`)
+Kept apart from jetdbt.services.stack.composition so a command that only reads it (`jetdbt status`)
 does not import the servers, the runner and the API to find the stack.
 """
 
@@ -14,7 +14,7 @@ import json
 import os
 from pathlib import Path
 
-from shared.config import stacks_dir
+from jetdbt.shared.process.config import stacks_dir
 
 __all__ = ["STACK_FILE", "forget_running", "read_stack_file", "record_running", "running_homes"]
 

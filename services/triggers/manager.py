@@ -5,7 +5,8 @@ facts (which jobs have triggers), the declared writes a runner recorded
 (`relation.materialized`) and the ends of runs (`run.finished`). A relation a job lists in
 `on_relation` starts that job with trigger `relation` when it is written: by a declared
 write, or by a run of another project whose result says a model, seed or snapshot passed
-that keyed to it (shared.run_writes: only a command that builds, never into a scratch
+that keyed to it (jetdbt.shared.runs.written_relations: only a command that builds, never into a
+scratch
 schema; nodes kept in a blob are read back). A project's own runs wake none of its jobs
 (dbt orders its own DAG, the reference design's "no cascade from dbt"; chaining runs is
 what `after` is for), and one run wakes a job once however many of its relations it wrote.
@@ -27,7 +28,7 @@ A cycle is refused when the job closing it is saved (services/runner/facts/trigg
 but one can close later: a deploy that makes a project write a relation a job of the other
 side reads. So each triggered run carries its depth in its chain of causes (1 when its cause
 is a declared write or a run no trigger started, its cause's depth plus one otherwise), and
-a runner records a run deeper than shared.commands.MAX_TRIGGER_DEPTH as requested and
+a runner records a run deeper than jetdbt.shared.bus.commands.MAX_TRIGGER_DEPTH as requested and
 refuses it, naming why: the loop stops there, and the refusal is on the log.
 """
 
@@ -37,14 +38,15 @@ import asyncio
 import hashlib
 
 import msgspec
-
-from shared import commands, identity, subjects, supervise
-from shared import events as ev
-from shared import logging as jlog
-from shared.bus import Bus
-from shared.job_index import Armed, JobIndex
-from shared.run_writes import run_writes, written
-from shared.streams import EVENTS
+from jetdbt.shared.bus import commands, subjects
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus.connection import Bus
+from jetdbt.shared.bus.streams import EVENTS
+from jetdbt.shared.identity import principals
+from jetdbt.shared.jobs.triggered_jobs import Armed, JobIndex
+from jetdbt.shared.process import logging as jlog
+from jetdbt.shared.process import supervise
+from jetdbt.shared.runs.written_relations import run_writes, written
 
 __all__ = ["Triggers", "CONSUMER", "PRINCIPAL", "run_id_for"]
 
@@ -109,7 +111,7 @@ class Triggers:
                 await self._start(armed, run_id_for("a", seq, armed), "after", depth)
         if reads and await run_writes(self.bus, requested):
             woken = index.on_relations(await self._wrote(event), seq, event.project)
-            team = await identity.project_team(self.bus, event.project)
+            team = await principals.project_team(self.bus, event.project)
             for armed in await self._of_team(woken, team):
                 await self._start(armed, run_id_for("t", seq, armed), "relation", depth)
 
@@ -118,7 +120,7 @@ class Triggers:
         No team starts runs in another's project, however it writes what they read."""
         if team is None:
             return armed
-        return [a for a in armed if await identity.project_team(self.bus, a.project) == team]
+        return [a for a in armed if await principals.project_team(self.bus, a.project) == team]
 
     async def _wrote(self, event: ev.RunFinished) -> set[str]:
         try:

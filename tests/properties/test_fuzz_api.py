@@ -22,12 +22,12 @@ import aiohttp
 import msgspec
 from hypothesis import assume, given
 from hypothesis import strategies as st
+from jetdbt.services.api.app import create_app
+from jetdbt.services.api.boundary import MAX_ERROR_CHARS
+from jetdbt.services.api.openapi import OPERATIONS
+from jetdbt.services.api.ui_routes import UI_PATHS
 from yarl import URL
 
-from services.api.app import create_app
-from services.api.boundary import MAX_ERROR_CHARS
-from services.api.openapi import OPERATIONS
-from services.api.ui_routes import UI_PATHS
 from tests.support.fuzzing import DIGEST, FUZZ, RUN_BASES, OnLoop, drive, hostile_text, mutated
 from tests.support.helpers import auth_headers
 

@@ -1,6 +1,6 @@
 """Fuzzing the bus: hostile commands and events cannot leave their run.
 
-Commands are valid ones (shared/commands.py) mutated, published by a NATS client of
+Commands are valid ones (shared/bus/commands.py) mutated, published by a NATS client of
 their own on every command subject: `dbt.cmd.run|deploy|cancel.<project>`, unknown
 verbs, odd project tokens up to 3,000 characters. Each run, deploy or unknown-verb
 command is refused with a reason (nothing is deployed here, so one that survives its
@@ -34,13 +34,13 @@ import nats
 import pytest
 from hypothesis import Phase, assume, given, settings
 from hypothesis import strategies as st
+from jetdbt.shared.blobs.digests import digest_of
+from jetdbt.shared.bus import commands, contract, subjects
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.project.environments import Environment
+from jetdbt.shared.runs import graph as gm
+from jetdbt.shared.runs.graph import SCOPE_VERSION
 
-from shared import commands, contract, subjects
-from shared import events as ev
-from shared import graph as gm
-from shared.digests import digest_of
-from shared.environments import Environment
-from shared.graph import SCOPE_VERSION
 from tests.support.events_seen import Events
 from tests.support.fuzzing import (
     DIGEST,
@@ -449,12 +449,12 @@ async def door(tmp_path, pg_url):
     a connection of every user but the runner and the operator, with what it may publish."""
     import uuid
 
-    from services.access import nats_users
-    from services.access.local import nats_logins, users_file
-    from services.stack.composition import Stack
-    from shared import identity
-    from shared.bus import inbox_prefix
-    from shared.config import load
+    from jetdbt.services.access import nats_users
+    from jetdbt.services.access.local import nats_logins, users_file
+    from jetdbt.services.stack.composition import Stack
+    from jetdbt.shared.bus.connection import inbox_prefix
+    from jetdbt.shared.identity import principals
+    from jetdbt.shared.process.config import load
 
     settings = load(
         {
@@ -468,11 +468,11 @@ async def door(tmp_path, pg_url):
     stack = await Stack(settings).start()
     for name, team in (("sys_a", "alpha"), ("sys_b", "beta")):
         nats_users.add_system(settings.home, name, ["*"])
-        await identity.put_principal(
+        await principals.put_principal(
             stack.bus,
-            identity.Principal(
+            principals.Principal(
                 name=name, team=team, kind="system", nats_user=name,
-                grants=[identity.Grant(role="runner", project="*")],
+                grants=[principals.Grant(role="runner", project="*")],
             ),
         )  # fmt: skip
     assert nats_users.reload_server(settings.home)
@@ -505,7 +505,8 @@ async def test_no_publish_but_a_runners_lands_in_the_fact_stream(door):
     permissions allow, with random reply subjects, headers and payloads: the fact stream
     holds only runners' events (each decodes, is a fact of its subject and carries its
     event id), so no reply, header or payload becomes a fact."""
-    from shared.streams import EVENTS
+    from jetdbt.shared.bus.streams import EVENTS
+
     from tests.support.helpers import not_runners_events
 
     stack, conns = door

@@ -19,8 +19,8 @@ import urllib.parse
 import msgspec
 from hypothesis import given
 from hypothesis import strategies as st
+from jetdbt.services.runner.setup.masking import MASK, MAX_GAP, Masker
 
-from services.runner.setup.masking import MASK, MAX_GAP, Masker
 from tests.support.fuzzing import FUZZ
 
 # No `*` anywhere but in masks: the output is read in the pieces between them.

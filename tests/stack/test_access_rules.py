@@ -12,8 +12,7 @@ import subprocess
 import uuid
 
 import pytest
-
-from services.access.nats_users import (
+from jetdbt.services.access.nats_users import (
     SERVICE_USERS,
     AccessError,
     add_system,
@@ -22,15 +21,18 @@ from services.access.nats_users import (
     render_deploy_accounts,
     render_deploy_system,
 )
-from services.cli.access_commands import parse_duration
-from services.cli.common import CliError
-from services.stack.composition import Stack
-from services.stack.embedded import NatsServer, nats_binary
-from shared import contract, identity, subjects, uploads
-from shared import events as ev
-from shared.bus import connect
-from shared.config import load
-from shared.streams import EVENTS
+from jetdbt.services.cli.access_commands import parse_duration
+from jetdbt.services.cli.common import CliError
+from jetdbt.services.stack.composition import Stack
+from jetdbt.services.stack.embedded import NatsServer, nats_binary
+from jetdbt.shared.bus import contract, subjects
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus.connection import connect
+from jetdbt.shared.bus.streams import EVENTS
+from jetdbt.shared.identity import principals
+from jetdbt.shared.process.config import load
+from jetdbt.shared.project import uploads
+
 from tests.support.helpers import get_json, wait_for
 from tests.support.paths import DEPLOY
 
@@ -57,18 +59,18 @@ def test_a_command_subject_names_its_principal_and_only_one():
 
 
 def test_a_payload_may_repeat_its_principal_never_name_another():
-    assert identity.claim_problem("", "alice") is None
-    assert identity.claim_problem("alice", "alice") is None
-    problem = identity.claim_problem("alice", "mallory")
+    assert principals.claim_problem("", "alice") is None
+    assert principals.claim_problem("alice", "alice") is None
+    problem = principals.claim_problem("alice", "mallory")
     assert "'requested_by'" in problem and "'mallory'" in problem
 
 
 def test_roles_are_ordered_and_patterns_are_globs():
-    assert identity.role_allows("deployer", "runner") and not identity.role_allows(
+    assert principals.role_allows("deployer", "runner") and not principals.role_allows(
         "viewer", "runner"
     )
-    assert identity.project_matches("analytics_*", "analytics_shop")
-    assert not identity.project_matches("analytics_*", "billing_shop")
+    assert principals.project_matches("analytics_*", "analytics_shop")
+    assert not principals.project_matches("analytics_*", "billing_shop")
 
 
 def test_a_system_user_may_publish_only_its_own_commands_and_declared_writes(tmp_path):
@@ -135,18 +137,18 @@ async def test_a_service_refuses_a_drifted_contract_naming_the_field(nats_url):
 async def test_tokens_authenticate_by_hash_and_never_by_a_guess(nats_url):
     bus = await connect(nats_url, "operator")
     try:
-        token, bearer = await identity.create_token(
+        token, bearer = await principals.create_token(
             bus, principal="alice", team="analytics", role="runner"
         )
         assert bearer.startswith(f"jdbt_{token.id}_") and bearer.split("_", 2)[2] not in str(token)
-        assert (await identity.authenticate(bus, bearer)).principal == "alice"
+        assert (await principals.authenticate(bus, bearer)).principal == "alice"
         for guess in ("jdbt_", "Bearer x", f"jdbt_{token.id}_", f"jdbt_{token.id}_x" * 3):
-            with pytest.raises(identity.BadToken):
-                await identity.authenticate(bus, guess)
-        with pytest.raises(identity.IdentityError, match="cannot move a principal"):
-            await identity.create_token(bus, principal="alice", team="billing", role="viewer")
-        assert await identity.team_of(bus, "alice") == "analytics"
-        assert await identity.team_of(bus, "nobody") == identity.DEFAULT_TEAM
+            with pytest.raises(principals.BadToken):
+                await principals.authenticate(bus, guess)
+        with pytest.raises(principals.IdentityError, match="cannot move a principal"):
+            await principals.create_token(bus, principal="alice", team="billing", role="viewer")
+        assert await principals.team_of(bus, "alice") == "analytics"
+        assert await principals.team_of(bus, "nobody") == principals.DEFAULT_TEAM
     finally:
         await bus.close()
 
@@ -174,7 +176,7 @@ def test_the_deployment_nats_users_are_the_generated_rules():
     nats-server accepts the deployment's configuration, with a system's account beside."""
     deploy = DEPLOY_NATS
     assert (deploy / "accounts.conf").read_text() == render_deploy_accounts(), (
-        "regenerate: python -m services.access.nats_users > deploy/nats/accounts.conf"
+        "regenerate: python -m jetdbt.services.access.nats_users > deploy/nats/accounts.conf"
     )
     env = {"NATS_SERVER_NAME": "n1"}
     env |= {f"{u.upper()}_PASSWORD": f"pw{u}" for u in (*SERVICE_USERS, "admin")}
@@ -223,7 +225,7 @@ async def test_a_deployment_runs_on_its_users_once_the_operator_applied_the_cont
             await api_only.start()
         admin = await connect(url.format(user="admin", password=passwords["admin"]), "operator")
         try:
-            _, bearer = await identity.create_token(
+            _, bearer = await principals.create_token(
                 admin, principal="ops", team="platform", role="viewer"
             )
         finally:
@@ -256,7 +258,7 @@ async def test_another_teams_principal_cannot_take_a_project_over_by_deploying_i
     async def on(msg):
         seen.append(ev.decode(msg.data))
 
-    await identity.create_token(stack.bus, principal="bob", team="billing", role="deployer")
+    await principals.create_token(stack.bus, principal="bob", team="billing", role="deployer")
     await stack.bus.publish(
         ev.DeployRequested(
             project="shop", deploy_id="d1", bundle_digest=DIGEST, bundle_size=1, team="analytics"
@@ -275,5 +277,5 @@ async def test_another_teams_principal_cannot_take_a_project_over_by_deploying_i
         await sub.unsubscribe()
     assert "belongs to team 'analytics'" in refused.reason and "'billing'" in refused.reason
     assert not any(isinstance(e, ev.DeployRequested) for e in seen)
-    unknown = identity.Caller(principal="root", team="default", door="nats operator")
-    assert identity.deploy_team(unknown, "shop", "analytics") == ("analytics", None)
+    unknown = principals.Caller(principal="root", team="default", door="nats operator")
+    assert principals.deploy_team(unknown, "shop", "analytics") == ("analytics", None)

@@ -17,14 +17,14 @@ import msgspec
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
+from jetdbt.services.api.app import create_app
+from jetdbt.services.api.boundary import MAX_OFFSET, check_routes
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.process import logging as jlog
+from jetdbt.shared.project.environments import Environment
+from jetdbt.shared.runs import graph as gm
+from jetdbt.shared.runs.graph import SCOPE_VERSION
 
-from services.api.app import create_app
-from services.api.boundary import MAX_OFFSET, check_routes
-from shared import events as ev
-from shared import graph as gm
-from shared import logging as jlog
-from shared.environments import Environment
-from shared.graph import SCOPE_VERSION
 from tests.support.helpers import auth_headers, get_json, wait_for
 from tests.support.paths import ROOT
 
@@ -292,7 +292,7 @@ async def test_a_connection_that_trickles_its_header_is_closed_by_the_header_tim
     import asyncio
     from urllib.parse import urlsplit
 
-    from services.api.app import HEADER_TIMEOUT_SECONDS
+    from jetdbt.services.api.app import HEADER_TIMEOUT_SECONDS
 
     assert stack._site_runner._kwargs["keepalive_timeout"] == HEADER_TIMEOUT_SECONDS <= 10
     url = urlsplit(stack.api_url)

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import aiohttp
+from jetdbt.projections.folds.progress_tables import COUNT_COLUMNS, RUN_COLUMNS
+from jetdbt.services.cli import tables
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus.streams import COMMANDS
 
-from projections.folds.progress_tables import COUNT_COLUMNS, RUN_COLUMNS
-from services.cli import tables
-from shared import events as ev
-from shared.streams import COMMANDS
 from tests.support.helpers import auth_headers, get_json, wait_for
 
 

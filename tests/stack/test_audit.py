@@ -13,13 +13,13 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from jetdbt.services.audit import run_history as audit
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus import subjects
+from jetdbt.shared.bus.connection import connect
+from jetdbt.shared.bus.streams import COMMANDS
+from jetdbt.shared.project.environments import Environment
 
-from services.audit import run_history as audit
-from shared import events as ev
-from shared import subjects
-from shared.bus import connect
-from shared.environments import Environment
-from shared.streams import COMMANDS
 from tests.support import recorded_log
 from tests.support.recorded_log import recording
 from tests.support.synthetic import T0

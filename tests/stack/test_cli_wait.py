@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from services.stack.composition import Stack
+from jetdbt.services.stack.composition import Stack
+
 from tests.support.helpers import jetdbt
 
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from jetdbt.services.cli import client
+from jetdbt.shared.bus import events as ev
 
-from services.cli import client
-from shared import events as ev
 from tests.support.helpers import get_json, wait_for
 
 VALID_RUN = b'{"command": {"label": "build"}}'

@@ -7,10 +7,9 @@ import asyncio
 import time
 
 import pytest
-
-from services.cli import client
-from shared.bus import ConnectionLost, connect
-from shared.commands import BuildCommand, RunCommand
+from jetdbt.services.cli import client
+from jetdbt.shared.bus.commands import BuildCommand, RunCommand
+from jetdbt.shared.bus.connection import ConnectionLost, connect
 
 
 async def test_a_run_followed_from_the_cli_ends_when_its_nats_server_is_gone(nats_server):

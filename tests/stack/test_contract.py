@@ -11,15 +11,15 @@ import time
 
 import pytest
 import structlog
+from jetdbt.services.stack.embedded import free_port, nats_binary
+from jetdbt.shared.bus import contract, subjects
+from jetdbt.shared.bus.connection import ServerRefused, check_server, connect
+from jetdbt.shared.bus.events import RunRequested
+from jetdbt.shared.bus.streams import COMMANDS, EVENTS, SCHEDULES_STREAM
+from jetdbt.shared.process import logging as jlog
 from nats.js import api
 from nats.js.errors import APIError
 
-from services.stack.embedded import free_port, nats_binary
-from shared import contract, subjects
-from shared import logging as jlog
-from shared.bus import ServerRefused, check_server, connect
-from shared.events import RunRequested
-from shared.streams import COMMANDS, EVENTS, SCHEDULES_STREAM
 from tests.support.chaos.harness import start_cluster
 from tests.support.helpers import JETDBT
 
@@ -150,7 +150,8 @@ async def test_ensure_creates_the_contract_and_is_idempotent(js):
 
 
 def test_schedules_fire_onto_what_the_commands_stream_sources_as_run_commands():
-    """The one spelling of a fire's subject (shared.subjects) is what streams.yaml sources:
+    """The one spelling of a fire's subject (jetdbt.shared.bus.subjects) is what streams.yaml
+    sources:
     a fire of alice's schedule in `p` arrives as alice's run command in `p`."""
     spec = contract.load()
     (source,) = spec.streams[COMMANDS].sources
@@ -239,8 +240,8 @@ async def test_a_service_with_other_settings_does_not_rewrite_the_runners_consum
 
 async def test_a_runner_heartbeats_at_the_live_ack_wait(settings):
     """A runner configured for 60 s under a consumer created with 8 s beats every 2 s."""
-    from services.runner.context import RunnerContext
-    from services.runner.worker import Runner
+    from jetdbt.services.runner.context import RunnerContext
+    from jetdbt.services.runner.worker import Runner
 
     bus = await connect(settings.nats_url, "t", consumer_overrides={"runners": {"ack_wait": 8}})
     try:

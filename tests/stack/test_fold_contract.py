@@ -1,4 +1,4 @@
-"""One behaviour suite, written once and run over every fold in projections.registry.FOLDS.
+"""One behaviour suite, written once and run over every fold in jetdbt.projections.registry.FOLDS.
 
 Each fold is given the events of the recorded real log (tests/support/recorded_log.py) on
 its own subjects, and must:
@@ -22,17 +22,17 @@ import asyncpg
 import msgspec
 import pytest
 import pytest_asyncio
+from jetdbt.projections import lag
+from jetdbt.projections.loop import Projector, apply_many, checkpoint
+from jetdbt.projections.migrate import quote_ident
+from jetdbt.projections.registry import FOLDS, TABLES
+from jetdbt.projections.replay import replay
+from jetdbt.shared.bus import contract
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus.connection import connect
+from jetdbt.shared.bus.streams import EVENTS
+from jetdbt.shared.process.config import load
 
-from projections import lag
-from projections.loop import Projector, apply_many, checkpoint
-from projections.migrate import quote_ident
-from projections.registry import FOLDS, TABLES
-from projections.replay import replay
-from shared import contract
-from shared import events as ev
-from shared.bus import connect
-from shared.config import load
-from shared.streams import EVENTS
 from tests.support.helpers import wait_for
 from tests.support.projection_pools import running, scratch_pool
 from tests.support.recorded_log import Message, publish, put_blobs, recorded, recording

@@ -9,9 +9,9 @@ from datetime import UTC, datetime
 
 import aiohttp
 import msgspec
+from jetdbt.shared.bus import events as ev
 from multidict import CIMultiDict
 
-from shared import events as ev
 from tests.support import recorded_log
 from tests.support.helpers import auth_headers, wait_for
 

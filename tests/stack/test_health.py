@@ -12,8 +12,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from services.api import app as api_app
-from services.stack.composition import read_stack_file
+from jetdbt.services.api import app as api_app
+from jetdbt.services.stack.composition import read_stack_file
+
 from tests.support.helpers import get_json, wait_for
 from tests.support.processes import processes_mentioning
 

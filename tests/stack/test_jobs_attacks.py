@@ -22,16 +22,17 @@ import msgspec
 import pytest
 import pytest_asyncio
 from aiohttp import web
+from jetdbt.services.cli import client
+from jetdbt.services.notifier.service import HOOK_BACKLOG
+from jetdbt.services.stack.composition import Stack
+from jetdbt.shared.bus import commands, subjects
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus.streams import EVENTS
+from jetdbt.shared.jobs import hook_reasons, webhooks
+from jetdbt.shared.process.config import load
 from nats import errors as nats_errors
 from nats.js.errors import NotFoundError
 
-from services.cli import client
-from services.notifier.service import HOOK_BACKLOG
-from services.stack.composition import Stack
-from shared import commands, hook_reasons, subjects, webhooks
-from shared import events as ev
-from shared.config import load
-from shared.streams import EVENTS
 from tests.support.access_site import cli, system
 from tests.support.helpers import auth_headers, get_json, use_token, wait_for
 from tests.support.relation_facts import relation_written

@@ -1,5 +1,5 @@
 """A bucket's keys as the hooks' limit, the tokens, the projector roles and retention read
-them (shared/kv_keys.py), against a real nats-server: every key under its prefix and none
+them (shared/bus/kv_keys.py), against a real nats-server: every key under its prefix and none
 of a longer prefix's, read right by many readers at once, where nats-py's watcher could
 say "none"."""
 
@@ -8,11 +8,10 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
-from services.notifier import hook_store
-from shared import kv_keys
-from shared.bus import connect
-from shared.streams import HOOK_SECRETS
+from jetdbt.services.notifier import hook_store
+from jetdbt.shared.bus import kv_keys
+from jetdbt.shared.bus.connection import connect
+from jetdbt.shared.bus.streams import HOOK_SECRETS
 
 
 def _hook(project: str, name: str) -> hook_store.StoredHook:

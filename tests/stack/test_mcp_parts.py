@@ -5,12 +5,12 @@ its route's fails here), the descriptor's resource, and /healthz naming a stoppe
 from __future__ import annotations
 
 import msgspec
+from jetdbt.services.api import openapi
+from jetdbt.services.mcp import tools
+from jetdbt.services.mcp.tool_schemas import REF
+from jetdbt.shared.bus.commands import MAX_SHOW_LIMIT
+from jetdbt.shared.project.descriptor import Descriptor
 
-from services.api import openapi
-from services.mcp import tools
-from services.mcp.tool_schemas import REF
-from shared.commands import MAX_SHOW_LIMIT
-from shared.descriptor import Descriptor
 from tests.support.helpers import get_json
 
 _DOC = openapi.document()
@@ -110,7 +110,7 @@ def test_tools_that_change_anything_need_a_runner_and_say_so():
 
 
 def test_the_descriptor_resource_names_every_key_the_descriptor_takes():
-    from services.mcp.resources import descriptor_doc
+    from jetdbt.services.mcp.resources import descriptor_doc
 
     doc = descriptor_doc()
     for field in msgspec.structs.fields(Descriptor):

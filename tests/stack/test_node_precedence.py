@@ -3,19 +3,19 @@
 Attempt 1 rebuilds a failed node in retry round 1, then its runner dies; attempt 2
 starts over and round 0 finishes the node. The later attempt supersedes everything
 of the earlier one, so the progress projection and the audit (which both rank by
-shared.outcomes.precedence) show attempt 2's result.
+jetdbt.shared.runs.outcomes.precedence) show attempt 2's result.
 """
 
 from __future__ import annotations
 
 import pytest
+from jetdbt.projections.folds.progress import ProgressFold
+from jetdbt.projections.migrate import connect_pool
+from jetdbt.services.audit import run_history as audit
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus.connection import connect
+from jetdbt.shared.runs.outcomes import precedence
 
-from projections.folds.progress import ProgressFold
-from projections.migrate import connect_pool
-from services.audit import run_history as audit
-from shared import events as ev
-from shared.bus import connect
-from shared.outcomes import precedence
 from tests.support.synthetic import T0
 
 RUN = {"project": "p", "run_id": "r1", "at": T0}

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import aiohttp
 import msgspec
+from jetdbt.services.api import openapi, openapi_file, schemas
+from jetdbt.shared.identity import principals
 from openapi_spec_validator import validate
 
-from services.api import openapi, openapi_file, schemas
-from shared import identity
 from tests.support import synthetic
 
 EXAMPLES = int(os.environ.get("JETDBT_CONTRACT_EXAMPLES", "10"))
@@ -28,7 +28,7 @@ SCHEMATHESIS = Path(sys.executable).parent / "schemathesis"
 
 
 async def _admin(stack) -> dict[str, str]:
-    _, bearer = await identity.create_token(
+    _, bearer = await principals.create_token(
         stack.bus, principal="contract", team="ops", role="admin"
     )
     return {"Authorization": f"Bearer {bearer}"}
@@ -126,7 +126,7 @@ async def test_the_live_api_keeps_its_contract(stack, tmp_path):
 
 def test_every_route_has_a_published_shape():
     """A route added without an entry in OPERATIONS would be listed bare: it must not be."""
-    from services.api.app import create_app
+    from jetdbt.services.api.app import create_app
 
     doc = openapi.document(create_app(None, None))
     bare = [
@@ -140,10 +140,11 @@ def test_every_route_has_a_published_shape():
 
 def test_the_committed_document_is_the_served_one():
     """openapi.json in the repository is what /openapi.json serves: an API change is a diff."""
-    from services.api.app import create_app
+    from jetdbt.services.api.app import create_app
 
     served = openapi_file.committed_text(create_app(None, None))
     assert openapi_file.COMMITTED.read_text() == served, (
-        "the API's document changed: run `python -m services.api.openapi_file` and review the diff"
+        "the API's document changed: run `python -m jetdbt.services.api.openapi_file`"
+        " and review the diff"
         " of openapi.json"
     )

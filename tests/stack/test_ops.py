@@ -9,10 +9,10 @@ from datetime import UTC, datetime
 
 import aiohttp
 import pyarrow.parquet as pq
+from jetdbt.projections.folds.deploys import DeploysFold
+from jetdbt.projections.migrate import quote_ident
+from jetdbt.shared.bus import events as ev
 
-from projections.folds.deploys import DeploysFold
-from projections.migrate import quote_ident
-from shared import events as ev
 from tests.support import synthetic
 from tests.support.helpers import auth_headers, get_json, jetdbt, wait_for
 

@@ -9,12 +9,12 @@ from types import SimpleNamespace
 
 import pytest
 import structlog.testing
+from jetdbt.projections.folds.progress import ProgressFold
+from jetdbt.projections.loop import FoldBug, Projector, checkpoint
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus.connection import connect
+from jetdbt.shared.bus.streams import EVENTS
 
-from projections.folds.progress import ProgressFold
-from projections.loop import FoldBug, Projector, checkpoint
-from shared import events as ev
-from shared.bus import connect
-from shared.streams import EVENTS
 from tests.support.helpers import wait_for
 from tests.support.projection_pools import running, scratch_pool
 

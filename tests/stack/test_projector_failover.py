@@ -8,14 +8,15 @@ import asyncio
 import contextlib
 import time
 
-from projections import lag
-from projections.loop import checkpoint
-from projections.replay import replay
-from services.api.projector_roles import METRIC
-from services.stack.composition import Stack
-from shared import contract
-from shared.reader import last_seq
-from shared.streams import EVENTS
+from jetdbt.projections import lag
+from jetdbt.projections.loop import checkpoint
+from jetdbt.projections.replay import replay
+from jetdbt.services.api.projector_roles import METRIC
+from jetdbt.services.stack.composition import Stack
+from jetdbt.shared.bus import contract
+from jetdbt.shared.bus.stream_batches import last_seq
+from jetdbt.shared.bus.streams import EVENTS
+
 from tests.support import synthetic
 from tests.support.helpers import get_json, get_text, wait_for
 from tests.support.processes import serve

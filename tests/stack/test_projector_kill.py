@@ -14,15 +14,15 @@ import uuid
 import msgspec
 import pyarrow as pa
 import pyarrow.parquet as pq
+from jetdbt.projections import lag
+from jetdbt.projections.loop import checkpoint
+from jetdbt.projections.migrate import connect_pool, quote_ident
+from jetdbt.projections.replay import replay
+from jetdbt.services.audit.export import SCHEMA, export
+from jetdbt.shared.bus import contract
+from jetdbt.shared.bus.connection import connect
+from jetdbt.shared.bus.streams import EVENTS
 
-from projections import lag
-from projections.loop import checkpoint
-from projections.migrate import connect_pool, quote_ident
-from projections.replay import replay
-from services.audit.export import SCHEMA, export
-from shared import contract
-from shared.bus import connect
-from shared.streams import EVENTS
 from tests.support import synthetic
 from tests.support.helpers import wait_for
 from tests.support.processes import BIN, FOLDING, with_app_name

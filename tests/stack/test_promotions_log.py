@@ -9,12 +9,13 @@ import asyncio
 
 import aiohttp
 import pytest
+from jetdbt.projections.replay import replay
+from jetdbt.services.cli import client
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus.commands import PromoteCommand
+from jetdbt.shared.identity import principals
+from jetdbt.shared.project import slot_versions
 
-from projections.replay import replay
-from services.cli import client
-from shared import events as ev
-from shared import identity, versions
-from shared.commands import PromoteCommand
 from tests.support.helpers import get_json, jetdbt, wait_for
 
 pytestmark = pytest.mark.asyncio
@@ -83,13 +84,13 @@ async def test_old_deploys_fold_as_prod_and_the_promote_verb_moves_and_refuses(s
     # an event (it would otherwise run nothing), which changes nothing the fold shows.
     dev = await _promote(stack, OLD, "dev")
     assert isinstance(dev, ev.Promoted) and dev.slot() == "dev/ops" and dev.previous == NEWER
-    assert (await versions.promotion_of(stack.bus, PROJECT, "prod")).version == NEWER
-    assert (await versions.held_by(stack.bus, PROJECT, "prod")).version == NEWER
+    assert (await slot_versions.promotion_of(stack.bus, PROJECT, "prod")).version == NEWER
+    assert (await slot_versions.held_by(stack.bus, PROJECT, "prod")).version == NEWER
 
     back = await _promote(stack, OLD[7:20])
     assert isinstance(back, ev.Promoted) and (back.previous, back.version) == (NEWER, OLD)
     assert back.requested_by == "ops" and back.deploy_id == ""
-    assert (await versions.held_by(stack.bus, PROJECT, "prod")).version == OLD
+    assert (await slot_versions.held_by(stack.bus, PROJECT, "prod")).version == OLD
     again = await _promote(stack, OLD)
     assert isinstance(again, ev.DeployUnchanged) and again.version == OLD
 
@@ -103,8 +104,10 @@ async def test_old_deploys_fold_as_prod_and_the_promote_verb_moves_and_refuses(s
 
 
 async def test_a_runner_token_cannot_promote_and_a_bad_body_is_named(stack):
-    _, runner = await identity.create_token(stack.bus, principal="rita", team="ops", role="runner")
-    _, deployer = await identity.create_token(
+    _, runner = await principals.create_token(
+        stack.bus, principal="rita", team="ops", role="runner"
+    )
+    _, deployer = await principals.create_token(
         stack.bus, principal="dana", team="ops", role="deployer"
     )
     owned = ev.DeployRequested(  # the project is team ops's: its deployer's team

@@ -4,9 +4,10 @@ routes that learn a run's project from the event log scope it by that project.""
 from __future__ import annotations
 
 import msgspec
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus import subjects
+from jetdbt.shared.identity import principals
 
-from shared import events as ev
-from shared import identity, subjects
 from tests.support.helpers import get_json
 
 
@@ -21,7 +22,7 @@ async def test_log_of_a_run_the_projection_has_not_folded_is_scoped_by_its_proje
     )
     for text in ("connecting with password hunter2", "done"):
         await stack.bus.js.publish(subjects.run_log(run_id), text.encode())
-    _, bearer = await identity.create_token(
+    _, bearer = await principals.create_token(
         stack.bus, principal="bob", team="billing", role="viewer", project="*"
     )
     url = f"{stack.api_url}/v1/runs/{run_id}/logs"
@@ -39,10 +40,9 @@ async def test_log_of_a_run_the_projection_has_not_folded_is_scoped_by_its_proje
 async def test_a_run_id_the_log_gives_by_default_cannot_be_taken_ahead_by_another_project(stack):
     """A run asked for without a run id is `c<command sequence>`: another project's command
     naming that id before it would own it, and the run would be refused as a reused id."""
+    from jetdbt.shared.bus.commands import BuildCommand, RunCommand
+    from jetdbt.shared.bus.streams import COMMANDS
     from nats.js.api import StreamInfo
-
-    from shared.commands import BuildCommand, RunCommand
-    from shared.streams import COMMANDS
 
     info: StreamInfo = await stack.bus.js.stream_info(COMMANDS)
     victim_seq = info.state.last_seq + 2
@@ -76,7 +76,7 @@ async def test_a_run_id_the_log_gives_by_default_cannot_be_taken_ahead_by_anothe
 async def test_two_projects_asking_for_one_run_id_at_once_get_one_run(stack):
     """Run ids are unique across projects also when two commands are handled at once (their
     runs would share the run's log subject and kept log object)."""
-    from shared.commands import BuildCommand, RunCommand
+    from jetdbt.shared.bus.commands import BuildCommand, RunCommand
 
     run_id = "shared-nightly"
     for project, who in (("billing_x", "bob"), ("analytics_y", "ann")):
@@ -126,7 +126,7 @@ async def test_head_needs_the_role_get_needs(stack):
     status and headers what the admin-only GET would answer."""
     import aiohttp
 
-    _, viewer = await identity.create_token(
+    _, viewer = await principals.create_token(
         stack.bus, principal="vic", team="billing", role="viewer", project="*"
     )
     headers = {"Authorization": f"Bearer {viewer}"}
@@ -140,7 +140,7 @@ async def test_head_needs_the_role_get_needs(stack):
 async def test_a_run_is_found_by_its_run_events_not_by_a_principal_of_the_same_name(stack):
     """`dbt.evt.retry.<project>.<principal>.saved` has the shape of a run's subject: a
     principal named like a run id must not file that run under the principal's project."""
-    from shared import run_logs
+    from jetdbt.shared.runs import run_logs
 
     run_id = "nightly"
     await stack.bus.publish(
@@ -170,7 +170,7 @@ async def test_a_command_is_not_dropped_as_the_duplicate_of_another_principals_m
     """A publisher chooses its message's Nats-Msg-Id: a system's user sending the id of a
     command another project will send (a scheduler's predictable run id) must not make
     the stream drop that command as a duplicate."""
-    from shared.commands import BuildCommand, RunCommand
+    from jetdbt.shared.bus.commands import BuildCommand, RunCommand
 
     run_id = "nightly-2026-11-30"
     await stack.bus.js.publish(
@@ -240,9 +240,10 @@ async def test_a_system_user_cannot_take_a_persons_name(tmp_path, pg_url):
     import asyncio
     import uuid
 
-    from services.access.local import nats_logins
-    from services.stack.composition import Stack
-    from shared.config import load
+    from jetdbt.services.access.local import nats_logins
+    from jetdbt.services.stack.composition import Stack
+    from jetdbt.shared.process.config import load
+
     from tests.support.helpers import JETDBT
 
     settings = load(
@@ -256,7 +257,7 @@ async def test_a_system_user_cannot_take_a_persons_name(tmp_path, pg_url):
     stack = await Stack(settings).start()
     try:
         stack.write_stack_file()
-        await identity.create_token(
+        await principals.create_token(
             stack.bus, principal="alice", team="analytics", role="runner", project="*"
         )
         env = {"PATH": "/usr/bin:/bin", "JETDBT_HOME": str(settings.home)}
@@ -271,7 +272,7 @@ async def test_a_system_user_cannot_take_a_persons_name(tmp_path, pg_url):
         assert proc.returncode != 0, out.decode()
         assert "person's principal" in err.decode()
         assert "alice" not in nats_logins(settings.home)
-        alice = await identity.load_principal(stack.bus, "alice")
+        alice = await principals.load_principal(stack.bus, "alice")
         assert (alice.kind, alice.team) == ("person", "analytics")
     finally:
         await stack.stop()
@@ -282,7 +283,7 @@ async def test_a_bearer_with_undecodable_bytes_is_a_401_not_a_500(stack):
     not UTF-8 after a known id must be refused as malformed."""
     import asyncio
 
-    token, _ = await identity.create_token(stack.bus, principal="zed", team="t", role="viewer")
+    token, _ = await principals.create_token(stack.bus, principal="zed", team="t", role="viewer")
     host, port = stack.api_url.split("//")[1].rsplit(":", 1)
     for secret in (b"\xff\xfe", b"caf\xc3\xa9"):
         reader, writer = await asyncio.open_connection(host, int(port))

@@ -5,8 +5,9 @@ projects` and the viewer (never as an empty row). Screenshots go to tests/artifa
 
 from __future__ import annotations
 
-from shared import events as ev
-from shared import identity
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.identity import principals
+
 from tests.support.helpers import get_json, jetdbt, wait_for
 from tests.support.viewer import ARTIFACTS, browser, sign_in
 
@@ -95,7 +96,7 @@ async def _viewer(stack) -> None:
     from playwright.async_api import async_playwright
 
     ARTIFACTS.mkdir(exist_ok=True)
-    _, bearer = await identity.create_token(stack.bus, principal="ann", team="ops", role="admin")
+    _, bearer = await principals.create_token(stack.bus, principal="ann", team="ops", role="admin")
     async with async_playwright() as pw:
         chromium = await browser(pw)
         page = await chromium.new_page(viewport={"width": 1400, "height": 900})

@@ -9,8 +9,8 @@ from __future__ import annotations
 import asyncio
 
 import aiohttp
+from jetdbt.shared.bus import events as ev
 
-from shared import events as ev
 from tests.support.helpers import auth_headers
 
 RUN = "sse1"
@@ -111,10 +111,10 @@ async def test_refusals(stack):
 
 async def test_another_teams_token_cannot_read_a_runs_events(stack):
     """Scoped by the project the log files the run under, whether or not it is projected."""
-    from shared import identity
+    from jetdbt.shared.identity import principals
 
     await stack.bus.publish(ev.RunRequested(project=PROJECT, run_id=RUN, command={}))
-    _, bearer = await identity.create_token(
+    _, bearer = await principals.create_token(
         stack.bus, principal="stranger", team="elsewhere", role="viewer"
     )
     url = f"{stack.api_url}/v1/runs/{RUN}/events"

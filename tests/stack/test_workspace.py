@@ -8,12 +8,11 @@ import asyncio
 import time
 
 import pytest
-
-from services.runner.setup import workspace
-from shared import bundle
-from shared.bus import connect
-from shared.streams import BLOBS
-from shared.supervise import to_the_end
+from jetdbt.services.runner.setup import workspace
+from jetdbt.shared.bus.connection import connect
+from jetdbt.shared.bus.streams import BLOBS
+from jetdbt.shared.process.supervise import to_the_end
+from jetdbt.shared.project import bundle
 
 FILES = {"dbt_project.yml": b"name: p\n", "models/a.sql": b"select 1\n", "seeds/s.csv": b"id\n1\n"}
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import aiohttp
 import msgspec
 import nats
+from jetdbt.services.stack.composition import Stack
+from jetdbt.shared.bus.connection import inbox_prefix
 
-from services.stack.composition import Stack
-from shared.bus import inbox_prefix
 from tests.support.helpers import JETDBT, wait_for
 
 ANALYTICS, BILLING = "analytics_shop", "billing_shop"

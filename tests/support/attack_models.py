@@ -7,9 +7,10 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-from services.cli import client
-from shared import events as ev
-from shared.commands import BuildCommand, RunCommand
+from jetdbt.services.cli import client
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus.commands import BuildCommand, RunCommand
+
 from tests.support.helpers import deploy_and_wait, get_json
 
 __all__ = ["build_and_read", "verdict", "write_dedented"]

@@ -1,13 +1,14 @@
 """A three-node JetStream cluster on loopback: what production runs (R3 streams), on one machine.
 
-Each node is a nats-server child (the binary `services.stack.embedded.nats_binary()` finds)
+Each node is a nats-server child (the binary `jetdbt.services.stack.embedded.nats_binary()` finds)
 with its own client, route and monitoring port and its own store folder; the ports
 are fixed for the cluster's life, so a node stopped and started again rejoins as
 itself. A node counts as up when its monitoring `/healthz` answers 200: JetStream
 has a meta leader and every replica on that node has caught up.
 
 jetdbt reaches it with a comma-separated NATS_URL (`NatsCluster.url`);
-`shared.bus.connect` splits it. `replicate` applies the contract at three replicas before
+`jetdbt.shared.bus.connection.connect` splits it. `replicate` applies the contract at three
+replicas before
 any service starts; the contract never shrinks a stream's replicas, so they stay R3.
 """
 
@@ -22,12 +23,11 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from jetdbt.services.stack.embedded import free_port, nats_binary
+from jetdbt.shared.bus import contract
+from jetdbt.shared.bus.connection import TRANSIENT
+from jetdbt.shared.bus.streams import EVENTS
 from nats.js.errors import BadRequestError
-
-from services.stack.embedded import free_port, nats_binary
-from shared import contract
-from shared.bus import TRANSIENT
-from shared.streams import EVENTS
 
 __all__ = ["NatsCluster", "replicate"]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from shared import events as ev
+from jetdbt.shared.bus import events as ev
 
 
 class Events:

@@ -15,8 +15,7 @@ from typing import Any
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-
-from shared import commands
+from jetdbt.shared.bus import commands
 
 SUITE_EXAMPLES = 100
 settings.register_profile(

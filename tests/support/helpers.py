@@ -12,11 +12,10 @@ from pathlib import Path
 
 import aiohttp
 import duckdb
+from jetdbt.services.cli import client
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus import kv_keys
 from nats.js.errors import KeyNotFoundError
-
-from services.cli import client
-from shared import events as ev
-from shared import kv_keys
 
 # The token each test API answers to, by its base URL: tests/conftest.py records every
 # Stack a test starts (its bootstrapped admin token); a test of another process's API
@@ -49,7 +48,7 @@ async def get_text(url: str, token: str | None = None) -> tuple[int, str]:
 
 
 async def live_keys(bus, bucket: str) -> list[str]:
-    """A bucket's keys that hold a value now: shared/kv_keys.py's list (nats-py's `keys()`
+    """A bucket's keys that hold a value now: shared/bus/kv_keys.py's list (nats-py's `keys()`
     can read a full bucket as empty) less the deleted ones."""
     kv = await bus.js.key_value(bucket)
     found = []
@@ -78,8 +77,8 @@ async def up_stack(home: Path, pg_url: str):
     file a CLI in another process finds it by."""
     import uuid
 
-    from services.stack.composition import Stack
-    from shared.config import load
+    from jetdbt.services.stack.composition import Stack
+    from jetdbt.shared.process.config import load
 
     settings = load(
         {
@@ -187,10 +186,9 @@ async def not_runners_events(js, after: int = 0) -> list[str]:
     publishes it (decodes, is a fact of the subject it is on, carries its event id as its
     message id), described; [] when the fact stream holds only runners' events."""
     import msgspec
+    from jetdbt.shared.bus import events as ev
+    from jetdbt.shared.bus.streams import EVENTS
     from nats.js.errors import NotFoundError
-
-    from shared import events as ev
-    from shared.streams import EVENTS
 
     found = []
     last = (await js.stream_info(EVENTS)).state.last_seq

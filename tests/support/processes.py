@@ -13,9 +13,8 @@ from pathlib import Path
 
 import msgspec
 import yaml
-
-from services.runner.process.job_disk import DiskBound
-from shared.config import Settings
+from jetdbt.services.runner.process.job_disk import DiskBound
+from jetdbt.shared.process.config import Settings
 
 ACK_WAIT = 4
 

@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import uuid
 
-from projections.migrate import connect_pool, quote_ident
+from jetdbt.projections.migrate import connect_pool, quote_ident
 
 
 @contextlib.asynccontextmanager

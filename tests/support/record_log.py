@@ -49,13 +49,11 @@ from pathlib import Path
 
 import msgspec
 from aiohttp import web
-from nats.js.errors import ObjectNotFoundError
-
-from services.cli import client
-from services.stack.composition import Stack
-from shared import events as ev
-from shared import subjects
-from shared.commands import (
+from jetdbt.services.cli import client
+from jetdbt.services.stack.composition import Stack
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus import subjects
+from jetdbt.shared.bus.commands import (
     BuildCommand,
     JobCommand,
     JobSpec,
@@ -64,11 +62,13 @@ from shared.commands import (
     RunCommand,
     dbt_command,
 )
-from shared.config import load
-from shared.hook_control import ask_notifier
-from shared.reader import last_matching, last_seq
-from shared.streams import BLOBS, COMMANDS, EVENTS
-from shared.webhooks import HookRequest
+from jetdbt.shared.bus.stream_batches import last_matching, last_seq
+from jetdbt.shared.bus.streams import BLOBS, COMMANDS, EVENTS
+from jetdbt.shared.jobs.hook_control import ask_notifier
+from jetdbt.shared.jobs.webhooks import HookRequest
+from jetdbt.shared.process.config import load
+from nats.js.errors import ObjectNotFoundError
+
 from tests.support.helpers import deploy_and_wait
 from tests.support.paths import EXAMPLE, RECORDED
 from tests.support.stale_source import add_stale_source

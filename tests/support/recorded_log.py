@@ -19,14 +19,14 @@ from typing import Any
 
 import msgspec
 import pytest
+from jetdbt.projections import lag
+from jetdbt.services.stack.composition import Stack
+from jetdbt.shared.bus import contract
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus.connection import Bus
+from jetdbt.shared.bus.streams import EVENTS
+from jetdbt.shared.bus.subjects import SubjectFilter
 
-from projections import lag
-from services.stack.composition import Stack
-from shared import contract
-from shared import events as ev
-from shared.bus import Bus
-from shared.streams import EVENTS
-from shared.subjects import SubjectFilter
 from tests.support.helpers import wait_for
 from tests.support.record_log import PATH
 

@@ -14,13 +14,13 @@ import contextlib
 from datetime import datetime
 
 import nats.errors
+from jetdbt.services.cli import client
+from jetdbt.services.runner.facts.jobs import NEXT, SCHEDULER
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus import subjects
+from jetdbt.shared.bus.commands import JobCommand, JobSpec, OperationCommand
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
-from services.cli import client
-from services.runner.facts.jobs import NEXT, SCHEDULER
-from shared import events as ev
-from shared import subjects
-from shared.commands import JobCommand, JobSpec, OperationCommand
 from tests.support.helpers import deploy_and_wait, wait_for
 from tests.support.paths import EXAMPLE
 

@@ -8,9 +8,10 @@ import contextlib
 import uuid
 from pathlib import Path
 
-from services.stack.composition import Stack
-from services.stack.embedded import NatsServer
-from shared.config import load
+from jetdbt.services.stack.composition import Stack
+from jetdbt.services.stack.embedded import NatsServer
+from jetdbt.shared.process.config import load
+
 from tests.support.helpers import use_token
 
 

@@ -10,8 +10,8 @@ import asyncio
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
-from shared import events as ev
-from shared.bus import Bus
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus.connection import Bus
 
 __all__ = ["T0", "run_events", "log", "publish", "failed_result"]
 

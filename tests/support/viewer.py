@@ -7,9 +7,10 @@ import asyncio
 import shutil
 from pathlib import Path
 
-from services.cli import client
-from shared import identity
-from shared.commands import BuildCommand, RunCommand
+from jetdbt.services.cli import client
+from jetdbt.shared.bus.commands import BuildCommand, RunCommand
+from jetdbt.shared.identity import principals
+
 from tests.support.gate import add_gate
 from tests.support.helpers import deploy_and_wait
 
@@ -55,7 +56,7 @@ async def deployed_with_gate(stack, project, release) -> str:
     """The example, gated, deployed; an admin bearer for the viewer."""
     add_gate(project, release)
     await deploy_and_wait(stack.bus, project, "jaffle_shop")
-    _, bearer = await identity.create_token(
+    _, bearer = await principals.create_token(
         stack.bus, principal="viewer-test", team="ops", role="admin"
     )
     return bearer

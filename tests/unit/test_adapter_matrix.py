@@ -7,7 +7,8 @@ from __future__ import annotations
 import ast
 import re
 
-from services.runner.provision.environments import KNOWN_ADAPTERS
+from jetdbt.services.runner.provision.environments import KNOWN_ADAPTERS
+
 from tests.support.paths import ROOT
 
 GUIDE = ROOT / "docs" / "guide.md"

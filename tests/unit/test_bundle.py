@@ -7,8 +7,7 @@ import pathlib
 
 import msgspec
 import pytest
-
-from shared.bundle import (
+from jetdbt.shared.project.bundle import (
     MAX_FILE_BYTES,
     Bundle,
     BundleFile,
@@ -20,6 +19,7 @@ from shared.bundle import (
     skip_reason,
     unpack,
 )
+
 from tests.support.paths import EXAMPLE
 
 

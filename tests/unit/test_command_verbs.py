@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from services.runner.worker import Runner
-from shared import subjects
-from shared.config import load
+from jetdbt.services.runner.worker import Runner
+from jetdbt.shared.bus import subjects
+from jetdbt.shared.process.config import load
 
 
 def test_the_runner_has_a_handler_for_each_command_verb():

@@ -6,9 +6,8 @@ import re
 
 import pytest
 import yaml
-
-from services.runner.setup.secrets import Resolver
-from services.runner.setup.warehouses import load_warehouses, render_output, render_profiles
+from jetdbt.services.runner.setup.secrets import Resolver
+from jetdbt.services.runner.setup.warehouses import load_warehouses, render_output, render_profiles
 
 WAREHOUSES = """
 pg: {type: postgres, host: db, user: ana, password: $env:PW, dbname: shop}

@@ -8,10 +8,10 @@ from __future__ import annotations
 import re
 
 import yaml
+from jetdbt.services.access.nats_users import SERVICE_USERS
+from jetdbt.services.cli.parser import build_parser
+from jetdbt.services.stack.composition import DATABASE_ROLES, ROLES
 
-from services.access.nats_users import SERVICE_USERS
-from services.cli.parser import build_parser
-from services.stack.composition import DATABASE_ROLES, ROLES
 from tests.support.paths import DEPLOY
 
 K8S = DEPLOY / "k8s"

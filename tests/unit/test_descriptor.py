@@ -5,8 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
-
-from shared.descriptor import (
+from jetdbt.shared.project.descriptor import (
     Descriptor,
     DescriptorError,
     environment_names,
@@ -113,7 +112,7 @@ def test_placeholders_keep_argument_types():
 
 
 def test_an_unnamed_engine_is_the_operators_default_and_a_bad_default_is_refused():
-    from shared.config import load as load_settings
+    from jetdbt.shared.process.config import load as load_settings
 
     assert parse("threads: 2\n").engine is None  # the runner's JETDBT_DEFAULT_ENGINE decides
     assert load_settings({}).default_engine == "dbt-core-1x"

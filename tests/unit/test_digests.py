@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import pytest
-
-from services.runner.provision import packages
-from services.runner.setup import workspace
-from shared import bundle
-from shared.digests import check_digest, digest_of
+from jetdbt.services.runner.provision import packages
+from jetdbt.services.runner.setup import workspace
+from jetdbt.shared.blobs.digests import check_digest, digest_of
+from jetdbt.shared.project import bundle
 
 
 def test_a_digest_is_sha256_and_64_lowercase_hex():

@@ -3,16 +3,16 @@ registered, their summaries and roles): stale, it fails here. No server is start
 
 from __future__ import annotations
 
-from services.api import route_table
-from services.api.app import create_app
-from services.api.openapi import document
-from shared.config import generated
+from jetdbt.services.api import route_table
+from jetdbt.services.api.app import create_app
+from jetdbt.services.api.openapi import document
+from jetdbt.shared.process.config import generated
 
 
 def test_the_route_table_in_the_api_doc_is_current():
     text = route_table.API_DOC.read_text()
     assert generated(text, "routes", route_table.route_table()) == text, (
-        "docs/api.md's route table is stale: `.venv/bin/python -m services.api.route_table`"
+        "docs/api.md's route table is stale: `.venv/bin/python -m jetdbt.services.api.route_table`"
         " writes it again"
     )
 

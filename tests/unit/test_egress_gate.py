@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 import structlog
+from jetdbt.services.runner.egress import gate as gate_module
+from jetdbt.services.runner.egress import resolve as resolve_module
+from jetdbt.services.runner.egress.gate import Gate
+from jetdbt.services.runner.egress.hosts import EgressPolicy, HostRule, policy_for
+from jetdbt.services.runner.egress.resolve import AddressRefused, Resolver
+from jetdbt.shared.process import logging as jlog
 
-from services.runner.egress import gate as gate_module
-from services.runner.egress import resolve as resolve_module
-from services.runner.egress.gate import Gate
-from services.runner.egress.hosts import EgressPolicy, HostRule, policy_for
-from services.runner.egress.resolve import AddressRefused, Resolver
-from shared import logging as jlog
 from tests.support.echo_server import Stand
 
 WAIT = 5

@@ -4,8 +4,7 @@ hosts filled from its profile, the operator's `allow_hosts`, and nothing else.""
 from __future__ import annotations
 
 import pytest
-
-from services.runner.egress.hosts import is_host, parse_endpoint, parse_rule, policy_for
+from jetdbt.services.runner.egress.hosts import is_host, parse_endpoint, parse_rule, policy_for
 
 SNOWFLAKE = policy_for("sf", "snowflake", {"type": "snowflake", "account": "MyOrg-My_Acct"})
 BIGQUERY = policy_for("bq", "bigquery", {"type": "bigquery", "project": "p"})

@@ -3,9 +3,9 @@ as a runner holds it: no server needed."""
 
 from __future__ import annotations
 
-from services.runner.admission.admission import team_key
-from services.runner.admission.fair_share import Contender, Queues, last_key
-from services.runner.admission.lease import lease_key
+from jetdbt.services.runner.admission.admission import team_key
+from jetdbt.services.runner.admission.fair_share import Contender, Queues, last_key
+from jetdbt.services.runner.admission.lease import lease_key
 
 
 def waiting(entries: dict, team: str, env: str, seq: int, *, prepared: bool = True) -> None:

@@ -12,8 +12,8 @@ import json
 from datetime import UTC, datetime
 
 import pytest
+from jetdbt.shared.bus import events as ev
 
-from shared import events as ev
 from tests.support.paths import GOLDEN
 
 RUN = "0b7e4c1f9a2d4e8b8c3f5a6d7e8f9012"

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-from shared import hook_reasons as hr
+from jetdbt.shared.jobs import hook_reasons as hr
 
 NATS_ANSWER = (
     "ClientResponseError: 400, message='Bad status line \"Expected HTTP/, RTSP/ or ICE/:\\n\\n"

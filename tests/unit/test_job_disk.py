@@ -13,10 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
-
-from services.runner.process.containment import BoundExceeded, Containment, JobSandbox
-from services.runner.process.job_disk import DiskBound
-from shared.config import load
+from jetdbt.services.runner.process.containment import BoundExceeded, Containment, JobSandbox
+from jetdbt.services.runner.process.job_disk import DiskBound
+from jetdbt.shared.process.config import load
 
 needs_root = pytest.mark.skipif(
     os.geteuid() != 0 or not shutil.which("mkfs.ext4"), reason="needs root and mkfs.ext4"
@@ -83,7 +82,7 @@ def test_a_killed_runners_job_folders_are_swept_when_the_next_one_starts(tmp_pat
     script = (
         "import sys, time\n"
         "from pathlib import Path\n"
-        "from services.runner.process.job_disk import DiskBound\n"
+        "from jetdbt.services.runner.process.job_disk import DiskBound\n"
         f"disk = DiskBound({16 * MB}, Path({str(tmp_path)!r}))\n"
         f"disk.probe(Path({str(tmp_path / 'probe')!r})).detach()\n"
         f"disk.attach(Path({str(killed)!r}))\n"

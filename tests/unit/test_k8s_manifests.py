@@ -13,9 +13,9 @@ from pathlib import Path
 import kubernetes_validate
 import pytest
 import yaml
+from jetdbt.services.runner.process.containment import readable_code
+from jetdbt.shared.process.config import load
 
-from services.runner.process.containment import readable_code
-from shared.config import load
 from tests.support.paths import DEPLOY
 
 K8S = DEPLOY / "k8s"
@@ -164,7 +164,7 @@ def test_the_runner_pod_holds_max_concurrent_runs_of_run_memory_and_run_cpus():
 
 _CHILD = """
 import json, sys
-from services.runner.process import sandbox
+from jetdbt.services.runner.process import sandbox
 try:
     sandbox.enter(json.loads(sys.argv[1]), [1])
 except Exception as exc:

@@ -1,7 +1,7 @@
 """The rooms' rule, held: every module imports in a fresh interpreter, no module imports a
 room above its own, and no import cycle exists between modules.
 
-A room is a top-level package (`shared`, `projections`) or a package under `services`.
+A room is a package under `jetdbt` (`shared`, `projections`) or under `jetdbt.services`.
 What each room may import is ALLOWED below; the package docstrings say the same in words.
 An import inside `if TYPE_CHECKING:` is a type's name, not an import at run time, and is
 left out of both checks.
@@ -42,7 +42,7 @@ def _modules() -> dict[str, Path]:
     for package in PACKAGES:
         for path in sorted((ROOT / package).rglob("*.py")):
             parts = path.relative_to(ROOT).with_suffix("").parts
-            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            name = ".".join(("jetdbt", *(parts[:-1] if parts[-1] == "__init__" else parts)))
             found[name] = path
     return found
 
@@ -86,7 +86,7 @@ def import_graph() -> nx.DiGraph:
 
 
 def room(module: str) -> str:
-    parts = module.split(".")
+    parts = module.split(".")[1:]
     return ".".join(parts[:2]) if parts[0] == "services" and len(parts) > 1 else parts[0]
 
 

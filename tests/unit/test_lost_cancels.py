@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from shared import supervise
+from jetdbt.shared.process import supervise
 
 
 async def test_a_loop_whose_cancel_is_lost_still_ends_with_its_block():

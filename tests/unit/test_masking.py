@@ -7,8 +7,7 @@ import json
 import urllib.parse
 
 import pytest
-
-from services.runner.setup.masking import MASK, Masker
+from jetdbt.services.runner.setup.masking import MASK, Masker
 
 SECRET = "pA55-w0rd/with+odd=chars"
 
@@ -119,7 +118,7 @@ def test_a_log_line_is_masked_in_values_that_are_not_strings():
     """The runner's own log: a secret inside a list or a mapping it logs is masked too."""
     import io
 
-    from shared import logging as jlog
+    from jetdbt.shared.process import logging as jlog
 
     masker, out = Masker(), io.StringIO()
     masker.add(SECRET)

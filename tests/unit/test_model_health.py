@@ -3,7 +3,7 @@ its last run, its tests' last outcomes and its sources' freshness, with the reas
 
 from __future__ import annotations
 
-from services.mcp.model_health import upstream_sources, verdict
+from jetdbt.services.mcp.model_health import upstream_sources, verdict
 
 SOURCE, OTHER = "source.shop.raw.orders", "source.shop.raw.unread"
 NODES = [

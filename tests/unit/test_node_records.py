@@ -4,7 +4,7 @@ tests/with_dbt/test_viewer_daily.py; here, the bounds and the shapes dbt writes.
 
 from __future__ import annotations
 
-from services.runner.after.results import COMPILED_LIMIT, from_artifacts, node_finished
+from jetdbt.services.runner.after.results import COMPILED_LIMIT, from_artifacts, node_finished
 
 
 def _results(**fields) -> dict:

@@ -9,10 +9,9 @@ import json
 import logging
 
 import asyncpg
+from jetdbt.shared.process import logging as jlog
+from jetdbt.shared.process import supervise
 from nats import errors as nats_errors
-
-from shared import logging as jlog
-from shared import supervise
 
 
 def _lines(stream: io.StringIO) -> list[dict]:

@@ -7,15 +7,15 @@ from __future__ import annotations
 import shutil
 
 import pytest
+from jetdbt.services.runner.setup import environment_state as state
+from jetdbt.services.runner.setup.placement import Placement, place
+from jetdbt.services.runner.setup.plan import PlanRefused, make_plan
+from jetdbt.services.runner.setup.secrets import Resolver
+from jetdbt.services.runner.setup.warehouses import Warehouse
+from jetdbt.shared.bus.commands import BuildCommand
+from jetdbt.shared.project import descriptor
+from jetdbt.shared.project.schema_names import personal_schema, pr_schema
 
-from services.runner.setup import environment_state as state
-from services.runner.setup.placement import Placement, place
-from services.runner.setup.plan import PlanRefused, make_plan
-from services.runner.setup.secrets import Resolver
-from services.runner.setup.warehouses import Warehouse
-from shared import descriptor
-from shared.commands import BuildCommand
-from shared.schema_names import personal_schema, pr_schema
 from tests.support.paths import EXAMPLE
 
 JETDBT_YAML = """\

@@ -1,4 +1,4 @@
-"""Which nodes a command would run (shared/planned.py): the one rule the CLI's planned
+"""Which nodes a command would run (shared/runs/planned.py): the one rule the CLI's planned
 total and a cancelled run's never-reached nodes share. The end to end of a cancelled
 build is tests/with_dbt/test_first_hour_answers.py; here, the rule's edges."""
 
@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import msgspec
 import pytest
-
-from services.runner.after.results import Overlay
-from shared import planned
-from shared.events import NodeResult
-from shared.outcomes import NODE_NOT_RUN
+from jetdbt.services.runner.after.results import Overlay
+from jetdbt.shared.bus.events import NodeResult
+from jetdbt.shared.runs import planned
+from jetdbt.shared.runs.outcomes import NODE_NOT_RUN
 
 MANIFEST = msgspec.json.encode(
     {

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import shutil
 
-from services.runner.setup.plan import make_plan
-from services.runner.setup.secrets import Resolver
-from services.runner.setup.warehouses import Warehouse, load_warehouses
-from shared import descriptor
-from shared.schema_names import personal_schema, pr_schema, project_schema
+from jetdbt.services.runner.setup.plan import make_plan
+from jetdbt.services.runner.setup.secrets import Resolver
+from jetdbt.services.runner.setup.warehouses import Warehouse, load_warehouses
+from jetdbt.shared.project import descriptor
+from jetdbt.shared.project.schema_names import personal_schema, pr_schema, project_schema
+
 from tests.support.paths import EXAMPLE
 
 

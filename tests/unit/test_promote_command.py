@@ -4,8 +4,7 @@ space, a bare prefix are each refused in words that say what a version looks lik
 from __future__ import annotations
 
 import pytest
-
-from shared.commands import PromoteCommand
+from jetdbt.shared.bus.commands import PromoteCommand
 
 
 @pytest.mark.parametrize(

@@ -8,14 +8,15 @@ import shutil
 
 import msgspec
 import pytest
+from jetdbt.services.cli.parser import build_parser
+from jetdbt.services.runner.setup import close_pr
+from jetdbt.services.runner.setup.plan import command_args, make_plan
+from jetdbt.services.runner.setup.secrets import Resolver
+from jetdbt.services.runner.setup.warehouses import Warehouse
+from jetdbt.shared.bus import commands
+from jetdbt.shared.project import descriptor
+from jetdbt.shared.project.schema_names import pr_schema
 
-from services.cli.parser import build_parser
-from services.runner.setup import close_pr
-from services.runner.setup.plan import command_args, make_plan
-from services.runner.setup.secrets import Resolver
-from services.runner.setup.warehouses import Warehouse
-from shared import commands, descriptor
-from shared.schema_names import pr_schema
 from tests.support.paths import EXAMPLE
 
 

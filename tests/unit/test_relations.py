@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
-from shared import subjects
-from shared.relations import InvalidRelation, normalise, parse, relation_key
+from jetdbt.shared.bus import subjects
+from jetdbt.shared.runs.relations import InvalidRelation, normalise, parse, relation_key
 
 # (warehouse, database, schema, name, default_database) -> key
 KEYS = [

@@ -3,7 +3,7 @@ long for a refusal keeps its first line and its conclusion, saying what it left 
 
 from __future__ import annotations
 
-from services.runner.provision.environments import explanation
+from jetdbt.services.runner.provision.environments import explanation
 
 CAUSES = [
     f"         And because dbt-x=={n} depends on dbt-core=={n}, we conclude" for n in range(90)

@@ -9,15 +9,15 @@ import shutil
 
 import pytest
 import yaml
+from jetdbt.services.runner.setup import run_credentials
+from jetdbt.services.runner.setup.masking import Masker
+from jetdbt.services.runner.setup.plan import make_plan
+from jetdbt.services.runner.setup.secrets import Resolver
+from jetdbt.services.runner.setup.warehouses import load_warehouses
+from jetdbt.shared.bus.commands import BuildCommand, SeedCommand, ShowCommand, TestCommand
+from jetdbt.shared.project import descriptor
+from jetdbt.shared.project.environments import Environment
 
-from services.runner.setup import run_credentials
-from services.runner.setup.masking import Masker
-from services.runner.setup.plan import make_plan
-from services.runner.setup.secrets import Resolver
-from services.runner.setup.warehouses import load_warehouses
-from shared import descriptor
-from shared.commands import BuildCommand, SeedCommand, ShowCommand, TestCommand
-from shared.environments import Environment
 from tests.support.paths import EXAMPLE
 
 CANARY = "long-lived-s3cret"

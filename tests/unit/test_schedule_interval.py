@@ -1,4 +1,4 @@
-"""How often a schedule fires, read from its expression (shared/schedule_interval.py): the
+"""How often a schedule fires, read from its expression (shared/jobs/schedule_interval.py): the
 rule behind SCHEDULE_MIN_INTERVAL_SECONDS at the CLI, the API and the runners."""
 
 from __future__ import annotations
@@ -6,9 +6,12 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
-
-from shared.schedule_interval import UnreadableSchedule, interval_problem, shortest_interval
-from shared.schedule_next import next_fire
+from jetdbt.shared.jobs.schedule_interval import (
+    UnreadableSchedule,
+    interval_problem,
+    shortest_interval,
+)
+from jetdbt.shared.jobs.schedule_next import next_fire
 
 
 @pytest.mark.parametrize(

@@ -6,13 +6,13 @@ from __future__ import annotations
 import shutil
 
 import yaml
+from jetdbt.services.runner.setup import environment_state as state
+from jetdbt.services.runner.setup.plan import make_plan
+from jetdbt.services.runner.setup.secrets import Resolver
+from jetdbt.services.runner.setup.warehouses import Warehouse
+from jetdbt.shared.bus.commands import BuildCommand
+from jetdbt.shared.project import descriptor
 
-from services.runner.setup import environment_state as state
-from services.runner.setup.plan import make_plan
-from services.runner.setup.secrets import Resolver
-from services.runner.setup.warehouses import Warehouse
-from shared import descriptor
-from shared.commands import BuildCommand
 from tests.support.paths import EXAMPLE
 
 PROFILES = {

@@ -1,4 +1,4 @@
-"""Each setting declared once (shared/config.py's `DECLARED`), and the settings table in
+"""Each setting declared once (shared/process/config.py's `DECLARED`), and the settings table in
 docs/operations.md generated from that declaration: stale, or a variable the code reads that is
 declared neither as a setting nor in `NOT_SETTINGS`, fails here. No server is started."""
 
@@ -10,8 +10,8 @@ import re
 from pathlib import Path
 
 import msgspec
+from jetdbt.shared.process import config
 
-from shared import config
 from tests.support.paths import ROOT
 
 # Where the code that reads the environment lives (tests and benchmarks read their own knobs).
@@ -113,7 +113,8 @@ def test_every_variable_the_code_reads_is_declared():
     )
     missing = {name: sorted(files) for name, files in read.items() if not _accounted(name)}
     assert not missing, (
-        f"read but declared nowhere (add each to shared/config.py's DECLARED, or to NOT_SETTINGS"
+        "read but declared nowhere (add each to shared/process/config.py's DECLARED,"
+        " or to NOT_SETTINGS"
         f" with the reason): {missing}"
     )
 
@@ -163,7 +164,8 @@ def test_the_settings_table_in_the_operators_manual_is_current():
     doc = ROOT / "docs" / "operations.md"
     text = doc.read_text()
     assert config.generated(text, "settings", config.settings_table()) == text, (
-        "docs/operations.md's settings table is stale: `.venv/bin/python -m shared.config`"
+        "docs/operations.md's settings table is stale:"
+        " `.venv/bin/python -m jetdbt.shared.process.config`"
         " writes it again"
     )
     for setting in config.DECLARED:

@@ -5,10 +5,9 @@ server holds, never fewer; a server holding fewer than configured is named strea
 from __future__ import annotations
 
 import pytest
-
-from services.cli.parser import build_parser
-from shared.config import load
-from shared.contract import fewer_replicas, replicas_wanted
+from jetdbt.services.cli.parser import build_parser
+from jetdbt.shared.bus.contract import fewer_replicas, replicas_wanted
+from jetdbt.shared.process.config import load
 
 
 @pytest.mark.parametrize(

@@ -1,9 +1,10 @@
-"""Subject patterns and the key a subject is filed under: built and read in shared/subjects.py."""
+"""Subject patterns and the key a subject is filed under: built and read in
+shared/bus/subjects.py."""
 
 from __future__ import annotations
 
-from shared import subjects
-from shared.subjects import SubjectFilter
+from jetdbt.shared.bus import subjects
+from jetdbt.shared.bus.subjects import SubjectFilter
 
 
 def test_patterns_cover_exactly_their_subjects():

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from jetdbt.shared.bus.stream_batches import pending, stream_seq
+from jetdbt.shared.bus.subjects import SubjectFilter, covering
 from nats.aio.msg import Msg
-
-from shared.reader import pending, stream_seq
-from shared.subjects import SubjectFilter, covering
 
 
 @pytest.mark.parametrize(

@@ -3,15 +3,15 @@ first lines, bounded), a show's rows as a table, and a live line with done/total
 
 from __future__ import annotations
 
+from jetdbt.services.cli import tables
+from jetdbt.services.cli.display import LiveArea, node_line, result_renderable
+from jetdbt.services.cli.graph_summary import graph_lines
+from jetdbt.services.cli.plural import counted
+from jetdbt.services.cli.watch import ERROR_LINES, Tally, message_lines, result_table
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.wording.ages import age
 from rich.console import Console
 
-from services.cli import tables
-from services.cli.display import LiveArea, node_line, result_renderable
-from services.cli.graph_summary import graph_lines
-from services.cli.plural import counted
-from services.cli.watch import ERROR_LINES, Tally, message_lines, result_table
-from shared import events as ev
-from shared.ages import age
 from tests.support.synthetic import failed_result
 
 CAUSE = (
@@ -174,7 +174,7 @@ def test_a_count_says_its_noun_in_the_singular_only_for_one():
 
 
 def test_a_parse_sums_up_its_graph_and_dbt_s_warnings():
-    from services.cli.graph_summary import warning_lines
+    from jetdbt.services.cli.graph_summary import warning_lines
 
     nodes = [
         {"unique_id": "seed.p.raw", "resource_type": "seed", "name": "raw"},

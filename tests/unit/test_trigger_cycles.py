@@ -4,8 +4,8 @@ that team's jobs or projects."""
 
 from __future__ import annotations
 
-from services.runner.facts import trigger_checks
-from shared import commands
+from jetdbt.services.runner.facts import trigger_checks
+from jetdbt.shared.bus import commands
 
 ORDERS = "dbt://main/main/orders"
 CUSTOMERS = "dbt://main/main_b/customers"

@@ -7,12 +7,18 @@ import socket
 
 import pytest
 import yaml
-
-from services.runner.setup.own_database import OwnDatabase, Place, check, check_job, place_of_url
-from services.runner.setup.plan import PlanRefused, make_plan
-from services.runner.setup.secrets import Resolver
-from services.runner.setup.warehouses import Warehouse, load_warehouses
-from shared import descriptor, warehouse_grants
+from jetdbt.services.runner.setup.own_database import (
+    OwnDatabase,
+    Place,
+    check,
+    check_job,
+    place_of_url,
+)
+from jetdbt.services.runner.setup.plan import PlanRefused, make_plan
+from jetdbt.services.runner.setup.secrets import Resolver
+from jetdbt.services.runner.setup.warehouses import Warehouse, load_warehouses
+from jetdbt.shared.identity import warehouse_grants
+from jetdbt.shared.project import descriptor
 
 OWN = "postgresql://jetdbt:s3cret-pw@127.0.0.1:5433/jetdbt?sslmode=require"
 

@@ -17,15 +17,16 @@ from datetime import timedelta
 import nats
 import pytest
 import pytest_asyncio
+from jetdbt.services.access.local import access_dir, nats_logins
+from jetdbt.services.stack.composition import Stack
+from jetdbt.shared.bus import contract, subjects
+from jetdbt.shared.bus.streams import COMMANDS, EVENTS, HOOK_SECRETS
+from jetdbt.shared.identity import principals
+from jetdbt.shared.process.config import load
 from nats.errors import Error as NatsError
 from nats.js.api import StreamConfig
 from nats.js.errors import NotFoundError
 
-from services.access.local import access_dir, nats_logins
-from services.stack.composition import Stack
-from shared import contract, identity, subjects
-from shared.config import load
-from shared.streams import COMMANDS, EVENTS, HOOK_SECRETS
 from tests.support.access_site import (
     ANALYTICS,
     BILLING,
@@ -63,7 +64,7 @@ async def site(tmp_path_factory, pg_url):
         ("bob", "billing", "runner", "billing_*"),
         ("bill", "billing", "deployer", "billing_*"),
     ]:
-        token, bearer = await identity.create_token(
+        token, bearer = await principals.create_token(
             stack.bus, principal=who, team=team, role=role, project=pattern
         )
         tokens[who], ids[who] = bearer, token.id
@@ -103,19 +104,19 @@ async def test_without_a_valid_token_every_v1_route_is_401(site):
 
 async def test_an_expired_or_revoked_token_is_refused_at_its_next_request(site):
     bus = site.stack.bus
-    _, expired = await identity.create_token(
+    _, expired = await principals.create_token(
         bus, principal="eve", team="analytics", role="viewer", expires_in=timedelta(seconds=-1)
     )
     status, body = await call(
         site, "GET", "/v1/projections", headers={"Authorization": f"Bearer {expired}"}
     )
     assert status == 401 and "expired" in body["error"]
-    token, bearer = await identity.create_token(
+    token, bearer = await principals.create_token(
         bus, principal="eve", team="analytics", role="viewer"
     )
     auth = {"Authorization": f"Bearer {bearer}"}
     assert (await call(site, "GET", "/v1/projections", headers=auth))[0] == 200
-    assert await identity.revoke_token(bus, token.id)
+    assert await principals.revoke_token(bus, token.id)
     assert (await call(site, "GET", "/v1/projections", headers=auth))[0] == 401
 
 
@@ -312,7 +313,7 @@ async def test_tokens_from_the_cli_are_shown_once_and_listed_without_secrets(sit
     token_id = bearer.split("_")[1]
     assert code == 0 and token_id in listed and "zoe" in listed
     assert bearer.split("_", 2)[2] not in listed
-    assert identity.hash_secret(bearer.split("_", 2)[2]) not in listed
+    assert principals.hash_secret(bearer.split("_", 2)[2]) not in listed
     code, out, _ = await cli(site, "token", "revoke", token_id)
     assert code == 0
     assert (await call(site, "GET", f"/v1/projects/{ANALYTICS}/runs", headers=auth))[0] == 401

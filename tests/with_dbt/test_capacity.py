@@ -15,19 +15,20 @@ import signal
 import aiohttp
 import msgspec
 import pytest
+from jetdbt.services.cli import client
+from jetdbt.services.runner.admission import admission, queue_cap
+from jetdbt.services.runner.admission.lease import Lease
+from jetdbt.services.runner.attempts.attempt import Cancel
+from jetdbt.services.stack.composition import Stack
+from jetdbt.shared.bus import commands
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus.commands import BuildCommand, RunCommand
+from jetdbt.shared.bus.connection import connect
+from jetdbt.shared.bus.streams import LEASES
+from jetdbt.shared.identity import principals
+from jetdbt.shared.process import logging as jlog
 from nats.js.errors import KeyNotFoundError
 
-from services.cli import client
-from services.runner.admission import admission, queue_cap
-from services.runner.admission.lease import Lease
-from services.runner.attempts.attempt import Cancel
-from services.stack.composition import Stack
-from shared import commands, identity
-from shared import events as ev
-from shared import logging as jlog
-from shared.bus import connect
-from shared.commands import BuildCommand, RunCommand
-from shared.streams import LEASES
 from tests.support.helpers import (
     auth_headers,
     deploy_and_wait,
@@ -388,7 +389,7 @@ async def test_two_teams_share_the_run_slots(settings, tmp_path):
     try:
         assert (stack.settings.max_concurrent_runs, stack.settings.max_runs_per_team) == (4, 2)
         for name, team in (("ana", "alpha"), ("bo", "beta")):
-            await identity.put_principal(stack.bus, identity.Principal(name=name, team=team))
+            await principals.put_principal(stack.bus, principals.Principal(name=name, team=team))
         # The four deploys need nothing of each other: their parses overlap.
         await asyncio.gather(
             *(
@@ -595,7 +596,7 @@ async def test_one_team_s_schedule_storm_leaves_another_team_s_run_one_run_behin
     ).start()
     try:
         for name, team in (("ana", "alpha"), ("bo", "beta")):
-            await identity.put_principal(stack.bus, identity.Principal(name=name, team=team))
+            await principals.put_principal(stack.bus, principals.Principal(name=name, team=team))
         await asyncio.gather(
             *(
                 deploy_and_wait(stack.bus, tiny_project(tmp_path / p, SLOW_SECONDS, wh), p)

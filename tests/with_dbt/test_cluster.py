@@ -9,9 +9,9 @@ import signal
 import time
 
 import pytest
+from jetdbt.services.cli import client
+from jetdbt.shared.bus.commands import BuildCommand, RunCommand
 
-from services.cli import client
-from shared.commands import BuildCommand, RunCommand
 from tests.support.chaos.harness import Tally, World, gate_project, start_cluster
 from tests.support.chaos.outages import leader_outage
 from tests.support.cluster import NatsCluster

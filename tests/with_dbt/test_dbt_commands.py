@@ -4,11 +4,11 @@ gives its structured result, a show its rows, a freshness check warns on a stale
 from __future__ import annotations
 
 import pytest
+from jetdbt.services.cli import client
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus import subjects
+from jetdbt.shared.bus.commands import CommandRejected, RunCommand, dbt_command, decode_run
 
-from services.cli import client
-from shared import events as ev
-from shared import subjects
-from shared.commands import CommandRejected, RunCommand, dbt_command, decode_run
 from tests.support.helpers import deploy_and_wait
 from tests.support.stale_source import SOURCE, add_stale_source
 

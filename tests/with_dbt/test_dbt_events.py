@@ -15,10 +15,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from jetdbt.services.runner.after import results
+from jetdbt.services.runner.process.dbt_env import dbt_env
+from jetdbt.services.runner.process.dbt_process import DbtInvocation
 
-from services.runner.after import results
-from services.runner.process.dbt_env import dbt_env
-from services.runner.process.dbt_process import DbtInvocation
 from tests.support.gate import GATE, add_gate
 
 pytestmark = pytest.mark.dbt
@@ -108,7 +108,7 @@ async def test_the_warm_dbt_rehearses_a_parse_and_a_build_and_forks_from_one_thr
     again) and leave nothing running: one thread, no open DuckDB database."""
     script = (
         "import threading\n"
-        "from services.runner.process import forkserver\n"
+        "from jetdbt.services.runner.process import forkserver\n"
         "forkserver._preload()\n"
         "from dbt.adapters.duckdb.connections import DuckDBConnectionManager as M\n"
         "print(forkserver._rehearse(), threading.active_count(), M._ENV)\n"

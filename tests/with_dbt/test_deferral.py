@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import duckdb
 import pytest
+from jetdbt.services.cli import client
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus import subjects
+from jetdbt.shared.bus.commands import BuildCommand, RetryCommand, RunCommand
 
-from services.cli import client
-from shared import events as ev
-from shared import subjects
-from shared.commands import BuildCommand, RetryCommand, RunCommand
 from tests.support.helpers import deploy_and_wait, get_json, wait_for
 from tests.support.projects import FLAKY, add_model
 

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 import yaml
+from jetdbt.services.cli import client
+from jetdbt.services.stack.composition import Stack
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.process.config import load
 
-from services.cli import client
-from services.stack.composition import Stack
-from shared import events as ev
-from shared.config import load
 from tests.support.attack_models import build_and_read, verdict, write_dedented
 from tests.support.echo_server import Stand
 from tests.support.helpers import (

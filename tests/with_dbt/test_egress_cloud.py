@@ -21,11 +21,11 @@ import subprocess
 
 import msgspec
 import pytest
+from jetdbt.services.cli import client
+from jetdbt.services.stack.composition import Stack
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus.commands import BuildCommand, RunCommand
 
-from services.cli import client
-from services.stack.composition import Stack
-from shared import events as ev
-from shared.commands import BuildCommand, RunCommand
 from tests.support.helpers import collect_everything, deploy_and_wait, run_log, write_files
 from tests.support.standin import Answer, StandIn
 

@@ -14,15 +14,15 @@ import zipfile
 
 import msgspec
 import pytest
+from jetdbt.services.cli import client
+from jetdbt.services.runner.process import spawn
+from jetdbt.services.runner.provision import environments
+from jetdbt.services.stack.composition import Stack
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus import subjects
+from jetdbt.shared.bus.commands import BuildCommand, RunCommand
+from jetdbt.shared.process.config import load
 
-from services.cli import client
-from services.runner.process import spawn
-from services.runner.provision import environments
-from services.stack.composition import Stack
-from shared import events as ev
-from shared import subjects
-from shared.commands import BuildCommand, RunCommand
-from shared.config import load
 from tests.support.graph_reads import project_graph
 from tests.support.helpers import closed_port, deploy_and_wait, write_files
 

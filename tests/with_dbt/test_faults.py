@@ -7,11 +7,11 @@ import asyncio
 
 import msgspec
 import pytest
+from jetdbt.services.cli import client
+from jetdbt.services.stack.composition import Stack
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus.commands import BuildCommand, RunCommand
 
-from services.cli import client
-from services.stack.composition import Stack
-from shared import events as ev
-from shared.commands import BuildCommand, RunCommand
 from tests.support.gate import GATE, add_gate, until_gate_runs
 from tests.support.helpers import deploy_and_wait, get_json, wait_for
 from tests.support.processes import working_in

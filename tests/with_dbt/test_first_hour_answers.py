@@ -15,9 +15,9 @@ import duckdb
 import msgspec
 import pytest
 import yaml
+from jetdbt.services.stack.composition import Stack
+from jetdbt.shared.bus import subjects
 
-from services.stack.composition import Stack
-from shared import subjects
 from tests.support.gate import GATE, add_gate, until_gate_runs
 from tests.support.helpers import (
     JETDBT,

@@ -94,15 +94,18 @@ def test_a_wheel_from_a_clone_without_npm_carries_the_viewer_and_serves_it(tmp_p
     (wheel,) = out.glob("jetdbt-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     for asset in _ASSETS:
-        assert f"services/api/viewer/{asset}" in names, sorted(names)
-    assert "shared/streams.yaml" in names
+        assert f"jetdbt/services/api/viewer/{asset}" in names, sorted(names)
+    assert "jetdbt/shared/streams.yaml" in names
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)
     where = subprocess.run(
         [sys.executable, "-P", "-c",
-         "from services.api import ui_routes; from shared import config;"
+         "from jetdbt.services.api import ui_routes; from jetdbt.shared.process import config;"
          " print(ui_routes.DIST); print(config.CONTRACT)"],
         cwd=tmp_path, env={**no_npm, "PYTHONPATH": str(site)}, capture_output=True, text=True,
         check=True,
     ).stdout.split()  # fmt: skip
-    assert where == [str(site / "services/api/viewer"), str(site / "shared/streams.yaml")]
+    assert where == [
+        str(site / "jetdbt/services/api/viewer"),
+        str(site / "jetdbt/shared/streams.yaml"),
+    ]

@@ -14,15 +14,16 @@ import nats
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from jetdbt.projections.folds.graph import PARSE_GRAPHS_KEPT, VERSIONS_KEPT
+from jetdbt.services.cli import client
+from jetdbt.services.runner import graph
+from jetdbt.services.runner.context import RunnerContext
+from jetdbt.services.runner.setup import job_setup as setup
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus import subjects
+from jetdbt.shared.bus.commands import BuildCommand
+from jetdbt.shared.identity import principals
 
-from projections.folds.graph import PARSE_GRAPHS_KEPT, VERSIONS_KEPT
-from services.cli import client
-from services.runner import graph
-from services.runner.context import RunnerContext
-from services.runner.setup import job_setup as setup
-from shared import events as ev
-from shared import identity, subjects
-from shared.commands import BuildCommand
 from tests.support.graph_reads import project_graph
 from tests.support.helpers import deploy_and_wait, get_json, jetdbt, wait_for
 from tests.support.paths import EXAMPLE
@@ -134,7 +135,7 @@ async def test_example_graph_is_exact(stack):
     deployer = await stack.pool.fetchval("SELECT team FROM deploys WHERE project = $1", P)
     url = _relation_url(stack, "dbt://main/jaffle_shop/orders")
     for team, expected in ((deployer, 200), ("elsewhere", 403)):
-        _, bearer = await identity.create_token(
+        _, bearer = await principals.create_token(
             stack.bus, principal=f"reader-{team}", team=team, role="viewer"
         )
         status, body = await get_json(url, bearer)
@@ -331,8 +332,8 @@ async def test_run_graph_snapshot_only_when_it_differs(stack, project_copy):
 @pytest.mark.dbt
 async def test_a_placeholder_var_that_enables_a_model_shows_in_that_runs_graph(stack, project_copy):
     """A real run: its graph is stored before its build starts, with the model it enables."""
-    from shared.commands import RunCommand
-    from shared.subjects import graph_event, node_event
+    from jetdbt.shared.bus.commands import RunCommand
+    from jetdbt.shared.bus.subjects import graph_event, node_event
 
     (project_copy / "models" / "marts" / "big_orders.sql").write_text(BIG_ORDERS)
     (project_copy / "jetdbt.yaml").write_text("vars:\n  enable_big_orders: '{{ big }}'\n")

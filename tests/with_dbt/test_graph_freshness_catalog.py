@@ -11,14 +11,14 @@ import re
 
 import msgspec
 import pytest
+from jetdbt.services.cli import client
+from jetdbt.services.runner.after import catalog, results
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus.commands import RunCommand, dbt_command
+from jetdbt.shared.identity import principals
 from playwright.async_api import TimeoutError as PlaywrightTimeout
 from playwright.async_api import async_playwright
 
-from services.cli import client
-from services.runner.after import catalog, results
-from shared import events as ev
-from shared import identity
-from shared.commands import RunCommand, dbt_command
 from tests.support.helpers import deploy_and_wait, get_json, jetdbt
 from tests.support.recorded_log import settled
 from tests.support.stale_source import SOURCE, add_stale_source
@@ -110,7 +110,7 @@ async def _click(page, node: str, shown) -> None:
 async def _seen_in_the_viewer(stack, checked: str) -> None:
     """The lineage page draws the source with its chip; its panel lists the check, and the
     orders panel the warehouse's types. The freshness run's page draws the source warned."""
-    _, bearer = await identity.create_token(stack.bus, principal="look", team="ops", role="admin")
+    _, bearer = await principals.create_token(stack.bus, principal="look", team="ops", role="admin")
     async with async_playwright() as pw:
         chromium = await browser(pw)
         page = await chromium.new_page(viewport={"width": 1600, "height": 1000}, bypass_csp=True)

@@ -27,14 +27,14 @@ from pathlib import Path
 import asyncpg
 import pytest
 import yaml
+from jetdbt.projections import lag
+from jetdbt.services.audit import run_history as audit
+from jetdbt.services.stack.composition import Stack
+from jetdbt.shared.bus import contract, subjects
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus.commands import BuildCommand, RunCommand
+from jetdbt.shared.process.config import load
 
-from projections import lag
-from services.audit import run_history as audit
-from services.stack.composition import Stack
-from shared import contract, subjects
-from shared import events as ev
-from shared.commands import BuildCommand, RunCommand
-from shared.config import load
 from tests.support.chaos.harness import ORPHAN_RESOLUTION, start_cluster, stop_process
 from tests.support.events_seen import Events
 from tests.support.forward import Forward

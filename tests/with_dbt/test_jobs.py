@@ -14,14 +14,13 @@ from datetime import UTC, datetime
 import aiohttp
 import msgspec
 import pytest
-
-from projections.replay import replay
-from services.cli import client
-from services.runner.facts import jobs
-from services.runner.facts.jobs import check_schedules_supported
-from services.stack.composition import Stack
-from shared import events as ev
-from shared.commands import (
+from jetdbt.projections.replay import replay
+from jetdbt.services.cli import client
+from jetdbt.services.runner.facts import jobs
+from jetdbt.services.runner.facts.jobs import check_schedules_supported
+from jetdbt.services.stack.composition import Stack
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus.commands import (
     CommandRejected,
     JobCommand,
     JobRun,
@@ -29,6 +28,7 @@ from shared.commands import (
     RunCommand,
     decode_job,
 )
+
 from tests.support.helpers import auth_headers, deploy_and_wait, get_json, jetdbt, wait_for
 from tests.support.paths import EXAMPLE
 from tests.support.recorded_log import settled
@@ -149,7 +149,7 @@ async def _at_least(js, count: int) -> bool:
 
 
 async def _fires_of(settings) -> list:
-    from shared.bus import connect
+    from jetdbt.shared.bus.connection import connect
 
     bus = await connect(settings.nats_url, "test")
     try:

@@ -17,18 +17,19 @@ from pathlib import Path
 import msgspec
 import pyarrow.parquet as pq
 import pytest
+from jetdbt.projections.folds.deploys import DeploysFold
+from jetdbt.projections.replay import replay
+from jetdbt.services.cli import client
+from jetdbt.services.runner.after import results
+from jetdbt.services.stack.embedded import NatsServer
+from jetdbt.shared.blobs import event_blobs
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus import subjects
+from jetdbt.shared.bus.commands import BuildCommand, RunCommand
+from jetdbt.shared.bus.connection import connect
+from jetdbt.shared.bus.streams import EVENTS
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
-from projections.folds.deploys import DeploysFold
-from projections.replay import replay
-from services.cli import client
-from services.runner.after import results
-from services.stack.embedded import NatsServer
-from shared import event_blobs, subjects
-from shared import events as ev
-from shared.bus import connect
-from shared.commands import BuildCommand, RunCommand
-from shared.streams import EVENTS
 from tests.support.helpers import deploy_and_wait, get_json, jetdbt
 from tests.support.paths import EXAMPLE
 from tests.support.projection_pools import scratch_pool

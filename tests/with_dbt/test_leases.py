@@ -6,10 +6,10 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from jetdbt.services.cli import client
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus.commands import BuildCommand, RunCommand
 
-from services.cli import client
-from shared import events as ev
-from shared.commands import BuildCommand, RunCommand
 from tests.support.helpers import deploy_and_wait
 
 pytestmark = pytest.mark.dbt

@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from jetdbt.services.cli import client
+from jetdbt.shared.bus.commands import BuildCommand, RunCommand
 
-from services.cli import client
-from shared.commands import BuildCommand, RunCommand
 from tests.support.gate import GATE_MODEL, add_gate, gate_running, until_gate_runs  # noqa: F401
 from tests.support.helpers import deploy_and_wait, get_json, wait_for
 

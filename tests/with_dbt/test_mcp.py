@@ -20,18 +20,18 @@ import httpx2
 import msgspec
 import pytest
 import pytest_asyncio
+from jetdbt.services.cli.stack_commands import _announce_up
+from jetdbt.services.mcp import resources
+from jetdbt.services.mcp.api_client import Api
+from jetdbt.services.mcp.http_app import McpHttp, McpPortInUse
+from jetdbt.services.mcp.server import build_server
+from jetdbt.services.stack.composition import Stack
+from jetdbt.shared.identity import principals
+from jetdbt.shared.process.config import load
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from services.cli.stack_commands import _announce_up
-from services.mcp import resources
-from services.mcp.api_client import Api
-from services.mcp.http_app import McpHttp, McpPortInUse
-from services.mcp.server import build_server
-from services.stack.composition import Stack
-from shared import identity
-from shared.config import load
 from tests.support.helpers import JETDBT, deploy_and_wait, up_stack, wait_for
 from tests.support.paths import EXAMPLE
 
@@ -62,7 +62,7 @@ async def site(tmp_path_factory, pg_url):
         ("bob", "billing", "runner"),
         ("bill", "billing", "deployer"),
     ]:
-        _, bearer = await identity.create_token(stack.bus, principal=who, team=team, role=role)
+        _, bearer = await principals.create_token(stack.bus, principal=who, team=team, role=role)
         tokens[who] = bearer
         files[who] = root / f"{who}.token"
         files[who].write_text(bearer + "\n")

@@ -26,17 +26,18 @@ import pyarrow.parquet as pq
 import pytest
 import pytest_asyncio
 import yaml
+from jetdbt.services.access.local import nats_logins
+from jetdbt.services.audit.export import export
+from jetdbt.services.cli import client
+from jetdbt.services.runner.facts.declared_writes import MAX_DECLARED_WRITE_BYTES
+from jetdbt.services.stack.composition import Stack
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus import subjects
+from jetdbt.shared.bus.streams import EVENTS, IDENTITY, INTAKE
+from jetdbt.shared.identity import principals
+from jetdbt.shared.process.config import load
 from nats.js.errors import NotFoundError
 
-from services.access.local import nats_logins
-from services.audit.export import export
-from services.cli import client
-from services.runner.facts.declared_writes import MAX_DECLARED_WRITE_BYTES
-from services.stack.composition import Stack
-from shared import events as ev
-from shared import identity, subjects
-from shared.config import load
-from shared.streams import EVENTS, IDENTITY, INTAKE
 from tests.support.access_site import call, cli, finished, system, tiny_project
 from tests.support.helpers import deploy_and_wait, not_runners_events, wait_for
 from tests.support.paths import GOLDEN
@@ -84,7 +85,7 @@ async def site(tmp_path_factory, pg_url):
         ("vic", "beta", "viewer", "beta_*"),
         ("ops", "default", "viewer", "*"),
     ]:
-        token, bearer = await identity.create_token(
+        token, bearer = await principals.create_token(
             stack.bus, principal=who, team=team, role=role, project=pattern
         )
         tokens[who], ids[who] = bearer, token.id
@@ -127,7 +128,7 @@ async def site(tmp_path_factory, pg_url):
 def _grant_alpha_wh(settings, teams: list[str]) -> None:
     """The stack's warehouses: `main` for every team, `alpha_wh` for `teams`."""
     folder = settings.warehouses_file.parent / "warehouses"
-    # Not main.duckdb: DuckDB names the database after the file (shared/config.py).
+    # Not main.duckdb: DuckDB names the database after the file (shared/process/config.py).
     main = {"type": "duckdb", "path": str(folder / "shared.duckdb")}
     alpha_wh = {"type": "duckdb", "path": str(folder / "alpha.duckdb"), "teams": teams}
     settings.warehouses_file.write_text(
@@ -252,7 +253,7 @@ async def test_a_token_header_counts_only_on_the_apis_own_subject_and_is_checked
     the token's principal, expiry, role, pattern and team itself."""
     sys_b, violations = site.systems["sys_b"]
     js = sys_b.jetstream()
-    headers = {identity.TOKEN_HEADER: site.token_ids["vic"]}
+    headers = {principals.TOKEN_HEADER: site.token_ids["vic"]}
     ack = await js.publish(
         subjects.command("run", ALPHA, "sys_b"), _run_body("hdr-1"), headers=headers
     )
@@ -266,7 +267,7 @@ async def test_a_token_header_counts_only_on_the_apis_own_subject_and_is_checked
     assert await _violated(violations, api_subject)
 
     operator = site.stack.bus.js  # may publish anything, the API's subject included
-    _, expired = await identity.create_token(
+    _, expired = await principals.create_token(
         site.stack.bus, principal="alice", team="alpha", role="runner", project="alpha_*",
         expires_in=timedelta(seconds=-1),
     )  # fmt: skip
@@ -281,7 +282,7 @@ async def test_a_token_header_counts_only_on_the_apis_own_subject_and_is_checked
         ack = await operator.publish(
             subjects.command("run", ALPHA, who, via_api=True),
             _run_body(f"hdr-{uuid.uuid4().hex[:6]}"),
-            headers={identity.TOKEN_HEADER: token_id} if token_id else None,
+            headers={principals.TOKEN_HEADER: token_id} if token_id else None,
         )
         refused = await wait_for(
             lambda s=ack.seq: site.stack.bus.last_event(
@@ -534,7 +535,7 @@ async def test_healthz_asks_nats_while_its_server_is_stopped(site, monkeypatch):
     import os
     import signal
 
-    from services.api import app as api_app
+    from jetdbt.services.api import app as api_app
 
     monkeypatch.setattr(api_app, "NATS_DEADLINE_SECONDS", 0.5)
     status, body = await call(site, "GET", "/healthz")

@@ -9,13 +9,13 @@ import subprocess
 import tarfile
 
 import pytest
+from jetdbt.services.cli import client
+from jetdbt.services.runner.provision import packages
+from jetdbt.shared.blobs.digests import digest_of
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus.commands import BuildCommand, RunCommand
+from jetdbt.shared.identity import principals
 
-from services.cli import client
-from services.runner.provision import packages
-from shared import events as ev
-from shared import identity
-from shared.commands import BuildCommand, RunCommand
-from shared.digests import digest_of
 from tests.support.helpers import closed_port, deploy_and_wait, duckdb_tables, write_files
 
 pytestmark = pytest.mark.dbt
@@ -103,7 +103,7 @@ async def test_local_and_git_packages_are_pinned_at_deploy_and_restored_for_runs
     # Another team, the same files and committed lock: no tree of the first team's (which
     # would hand it that team's private git packages) -- its deps runs, and fails here,
     # since the repository is gone.
-    await identity.put_principal(stack.bus, identity.Principal(name="bo", team="beta"))
+    await principals.put_principal(stack.bus, principals.Principal(name="bo", team="beta"))
     _, other = await client.deploy(stack.bus, project, "pkgs-beta", requested_by="bo")
     assert isinstance(other, ev.DeployFailed), other
     assert "dbt deps failed" in other.reason

@@ -7,13 +7,13 @@ from __future__ import annotations
 import msgspec
 import pytest
 import yaml
+from jetdbt.services.cli import client
+from jetdbt.services.stack.composition import Stack
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus import subjects
+from jetdbt.shared.bus.commands import BuildCommand, RunCommand
+from jetdbt.shared.runs.graph import SCOPE_VERSION
 
-from services.cli import client
-from services.stack.composition import Stack
-from shared import events as ev
-from shared import subjects
-from shared.commands import BuildCommand, RunCommand
-from shared.graph import SCOPE_VERSION
 from tests.support.graph_reads import project_graph
 from tests.support.helpers import deploy_and_wait, wait_for, write_files
 

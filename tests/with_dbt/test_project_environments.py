@@ -13,13 +13,14 @@ import duckdb
 import msgspec
 import pytest
 import pytest_asyncio
+from jetdbt.services.cli import client
+from jetdbt.services.runner.facts import jobs
+from jetdbt.shared.bus import commands, subjects
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus.commands import BuildCommand, RunCommand
+from jetdbt.shared.identity import principals
+from jetdbt.shared.project.schema_names import personal_schema
 
-from services.cli import client
-from services.runner.facts import jobs
-from shared import commands, identity, subjects
-from shared import events as ev
-from shared.commands import BuildCommand, RunCommand
-from shared.schema_names import personal_schema
 from tests.support.helpers import deploy_and_wait, jetdbt, wait_for
 from tests.support.paths import EXAMPLE
 from tests.support.shared_stack import shared_stack
@@ -45,8 +46,8 @@ async def site(tmp_path_factory, pg_url, environments_cache):
         await deploy_and_wait(stack.bus, project, PROJECT)
         prod = await client.run(stack.bus, PROJECT, RunCommand(command=BuildCommand()))
         assert isinstance(prod, ev.RunFinished) and prod.result.status == "passed", prod
-        _, ann = await identity.create_token(
-            stack.bus, principal="ann", team=identity.DEFAULT_TEAM, role="runner"
+        _, ann = await principals.create_token(
+            stack.bus, principal="ann", team=principals.DEFAULT_TEAM, role="runner"
         )
         yield stack, ann, prod.run_id
 

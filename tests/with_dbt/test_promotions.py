@@ -8,11 +8,12 @@ from __future__ import annotations
 import json
 
 import pytest
+from jetdbt.services.cli import client
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus import subjects
+from jetdbt.shared.bus.commands import BuildCommand, RunCommand
+from jetdbt.shared.project import slot_versions
 
-from services.cli import client
-from shared import events as ev
-from shared import subjects, versions
-from shared.commands import BuildCommand, RunCommand
 from tests.support.helpers import duckdb_tables, get_json, jetdbt, wait_for
 
 pytestmark = pytest.mark.dbt
@@ -41,7 +42,7 @@ async def test_deploy_without_promoting_then_promote_and_roll_back(stack, projec
     assert second.returncode == 0, second.stderr
     v2 = await _latest(stack)
     assert v2 != v1 and "promoted nowhere" in second.stdout
-    assert (await versions.held_by(stack.bus, PROJECT, "prod")).version == v1
+    assert (await slot_versions.held_by(stack.bus, PROJECT, "prod")).version == v1
     refused = await _build_marker(stack)
     assert isinstance(refused, ev.RunRefused) and "matches no nodes" in refused.reason
 
@@ -81,7 +82,7 @@ async def test_deploy_without_promoting_then_promote_and_roll_back(stack, projec
     assert "runs it already" not in mine.stdout  # it was promoted, not left
     dev = next(line for line in mine.stdout.splitlines() if line.startswith("dev/"))
     assert dev.endswith(f"{v1[:19]} → {v2[:19]} (by {dev.split(':')[0][4:]})"), dev
-    assert (await versions.held_by(stack.bus, PROJECT, "prod")).version == v1
+    assert (await slot_versions.held_by(stack.bus, PROJECT, "prod")).version == v1
     again = await jetdbt(stack, "deploy", str(project_copy))
     assert again.returncode == 0 and "unchanged" in again.stdout, again.stderr
     assert f"prod: {v1[:19]} → {v2[:19]}" in again.stdout and await _latest(stack) == v2

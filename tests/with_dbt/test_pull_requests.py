@@ -18,12 +18,12 @@ import aiohttp
 import duckdb
 import pytest
 import pytest_asyncio
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus.streams import COMMANDS
+from jetdbt.shared.identity import principals
+from jetdbt.shared.project.bundle import MAX_BUNDLE_BYTES
+from jetdbt.shared.project.schema_names import pr_schema
 
-from shared import events as ev
-from shared import identity
-from shared.bundle import MAX_BUNDLE_BYTES
-from shared.schema_names import pr_schema
-from shared.streams import COMMANDS
 from tests.support.events_seen import Events
 from tests.support.helpers import JETDBT, cli_env, get_json, jetdbt, wait_for
 from tests.support.paths import EXAMPLE
@@ -202,11 +202,11 @@ async def test_a_ci_system_checks_a_pull_request_through_the_api_with_a_deployer
     bundle goes up over HTTP, the check builds in the PR's schema, the close drops it. The
     route refuses a runner's token, an oversized body, a bad `pr` or `environment`; a body
     that is no bundle ends in the runner's refusal."""
-    _, deployer = await identity.create_token(
-        stack.bus, principal="ci-bot", team=identity.DEFAULT_TEAM, role="deployer"
+    _, deployer = await principals.create_token(
+        stack.bus, principal="ci-bot", team=principals.DEFAULT_TEAM, role="deployer"
     )
-    _, runner = await identity.create_token(
-        stack.bus, principal="ci-runner", team=identity.DEFAULT_TEAM, role="runner"
+    _, runner = await principals.create_token(
+        stack.bus, principal="ci-runner", team=principals.DEFAULT_TEAM, role="runner"
     )
     route = "/v1/projects/viaapi/deploys"
     before = (await stack.bus.js.stream_info(COMMANDS)).state.last_seq

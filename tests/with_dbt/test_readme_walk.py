@@ -17,8 +17,8 @@ import shlex
 from pathlib import Path
 
 import pytest
+from jetdbt.services.cli.parser import build_parser
 
-from services.cli.parser import build_parser
 from tests.support.helpers import JETDBT, copy_tracked
 from tests.support.paths import ROOT
 from tests.support.up import Up

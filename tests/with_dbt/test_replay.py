@@ -11,15 +11,15 @@ import json
 import uuid
 
 import pytest
+from jetdbt.projections.dead_letters import retry
+from jetdbt.projections.migrate import connect_pool, quote_ident
+from jetdbt.projections.registry import FOLDS, TABLES
+from jetdbt.projections.replay import BOOKKEEPING, replay
+from jetdbt.services.cli import client
+from jetdbt.shared.bus import contract
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus.commands import BuildCommand, RunCommand
 
-from projections.dead_letters import retry
-from projections.migrate import connect_pool, quote_ident
-from projections.registry import FOLDS, TABLES
-from projections.replay import BOOKKEEPING, replay
-from services.cli import client
-from shared import contract
-from shared import events as ev
-from shared.commands import BuildCommand, RunCommand
 from tests.support import recorded_log, synthetic
 from tests.support.helpers import deploy_and_wait, get_json, jetdbt
 from tests.support.paths import EXAMPLE

@@ -10,17 +10,18 @@ import os
 
 import msgspec
 import pytest
+from jetdbt.services.cli import client
+from jetdbt.services.runner.after import retention
+from jetdbt.services.stack.composition import Stack
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus import subjects
+from jetdbt.shared.bus.commands import BuildCommand, RunCommand
+from jetdbt.shared.bus.connection import connect
+from jetdbt.shared.bus.streams import RETENTION
+from jetdbt.shared.project.environments import Environment
+from jetdbt.shared.runs import run_logs
 from nats.js.errors import NotFoundError
 
-from services.cli import client
-from services.runner.after import retention
-from services.stack.composition import Stack
-from shared import events as ev
-from shared import run_logs, subjects
-from shared.bus import connect
-from shared.commands import BuildCommand, RunCommand
-from shared.environments import Environment
-from shared.streams import RETENTION
 from tests.support.helpers import deploy_and_wait, get_json, wait_for
 
 ENV = Environment(warehouse="main", target="dev", schema="main", database="warehouse")

@@ -5,11 +5,11 @@ from __future__ import annotations
 import msgspec
 import pytest
 import yaml
+from jetdbt.services.cli import client
+from jetdbt.services.stack.composition import Stack
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus.commands import BuildCommand, RetryCommand, RunCommand
 
-from services.cli import client
-from services.stack.composition import Stack
-from shared import events as ev
-from shared.commands import BuildCommand, RetryCommand, RunCommand
 from tests.support.helpers import deploy_and_wait, get_json, wait_for
 from tests.support.projects import FLAKY, GATED, add_model
 

@@ -13,14 +13,14 @@ import msgspec
 import pytest
 import pytest_asyncio
 import yaml
+from jetdbt.services.cli import client
+from jetdbt.services.runner.setup import run_credentials, workspace
+from jetdbt.services.runner.setup.secrets import Resolver
+from jetdbt.services.runner.setup.warehouses import load_warehouses
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus.commands import BuildCommand, CancelCommand, RunCommand, ShowCommand
+from jetdbt.shared.project.environments import Environment
 
-from services.cli import client
-from services.runner.setup import run_credentials, workspace
-from services.runner.setup.secrets import Resolver
-from services.runner.setup.warehouses import load_warehouses
-from shared import events as ev
-from shared.commands import BuildCommand, CancelCommand, RunCommand, ShowCommand
-from shared.environments import Environment
 from tests.support.helpers import (
     collect_everything,
     deploy_and_wait,

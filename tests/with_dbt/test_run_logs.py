@@ -8,12 +8,13 @@ import asyncio
 import aiohttp
 import msgspec
 import pytest
+from jetdbt.services.cli import client
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus import subjects
+from jetdbt.shared.bus.commands import BuildCommand, RunCommand
+from jetdbt.shared.bus.streams import LOGS
+from jetdbt.shared.runs import run_logs
 
-from services.cli import client
-from shared import events as ev
-from shared import run_logs, subjects
-from shared.commands import BuildCommand, RunCommand
-from shared.streams import LOGS
 from tests.support.gate import add_gate, until_gate_runs
 from tests.support.helpers import JETDBT, auth_headers, cli_env, deploy_and_wait, get_json, wait_for
 

@@ -7,10 +7,10 @@ import asyncio
 
 import msgspec
 import pytest
+from jetdbt.services.stack.composition import Stack
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus.commands import BuildCommand, RunCommand
 
-from services.stack.composition import Stack
-from shared import events as ev
-from shared.commands import BuildCommand, RunCommand
 from tests.support.events_seen import Events
 from tests.support.helpers import deploy_and_wait
 from tests.support.slow_project import duckdb_warehouses, tiny_project

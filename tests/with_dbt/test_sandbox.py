@@ -18,13 +18,13 @@ import msgspec
 import pytest
 import pytest_asyncio
 import yaml
+from jetdbt.services.access.local import nats_logins
+from jetdbt.services.cli import client
+from jetdbt.services.stack.composition import Stack
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus.commands import BuildCommand, RunCommand
+from jetdbt.shared.process.config import load
 
-from services.access.local import nats_logins
-from services.cli import client
-from services.stack.composition import Stack
-from shared import events as ev
-from shared.commands import BuildCommand, RunCommand
-from shared.config import load
 from tests.support.attack_models import build_and_read, verdict, write_dedented
 from tests.support.helpers import (
     collect_everything,

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import duckdb
 import pytest
+from jetdbt.services.cli import client
+from jetdbt.services.runner.process import spawn
+from jetdbt.services.runner.setup.workspace import job_root
+from jetdbt.shared.bus.commands import BuildCommand, RunCommand
 
-from services.cli import client
-from services.runner.process import spawn
-from services.runner.setup.workspace import job_root
-from shared.commands import BuildCommand, RunCommand
 from tests.support.helpers import deploy_and_wait
 
 pytestmark = pytest.mark.dbt

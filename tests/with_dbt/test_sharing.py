@@ -8,8 +8,8 @@ import json
 
 import duckdb
 import pytest
+from jetdbt.shared.identity import principals
 
-from shared import identity
 from tests.support.helpers import get_json, jetdbt
 
 pytestmark = pytest.mark.dbt
@@ -69,7 +69,7 @@ async def test_projects_keep_their_own_schema_and_an_overlap_is_said_at_deploy(s
     status, body = await get_json(f"{stack.api_url}/v1/projects/shop_a/overlaps")
     assert status == 200 and [o["project"] for o in body["overlaps"]] == ["shop_c"], body
     team = await stack.pool.fetchval("SELECT team FROM deploys WHERE project = 'shop_c'")
-    _, only_c = await identity.create_token(
+    _, only_c = await principals.create_token(
         stack.bus, principal="c-reader", team=team, role="viewer", project="shop_c"
     )
     status, body = await get_json(f"{stack.api_url}/v1/projects/shop_c/overlaps", only_c)

@@ -474,7 +474,7 @@ def test_commands_that_publish_import_nats_without_aiohttp():
     commands that publish go without it; `up`, which serves the API, still has it."""
     script = (
         "import sys\n"
-        "from services.cli import entry\n"
+        "from jetdbt.services.cli import entry\n"
         "entry._command(sys.argv[1])\n"
         "print('nats' in sys.modules, 'aiohttp' in sys.modules)\n"
     )
@@ -496,11 +496,10 @@ def test_commands_that_publish_import_nats_without_aiohttp():
 
 def test_a_queued_run_shows_why_in_the_live_area():
     """RunQueued's reason and place take the live area's status line until the run starts."""
+    from jetdbt.services.cli.display import LiveArea
+    from jetdbt.services.cli.watch import Tally
+    from jetdbt.shared.bus import events as ev
     from rich.console import Console
-
-    from services.cli.display import LiveArea
-    from services.cli.watch import Tally
-    from shared import events as ev
 
     tally = Tally(total=24)
     reason = "environment main is building run r0"
@@ -519,11 +518,11 @@ def test_a_queued_run_shows_why_in_the_live_area():
 def test_a_hostile_node_name_or_message_is_shown_as_written():
     """Markup and escape codes in what dbt reports are text on the screen, never commands
     (a model's file name can hold ESC); the plain lines show them the same way."""
+    from jetdbt.services.cli.display import node_line, result_renderable
+    from jetdbt.services.cli.watch import result_table
+    from jetdbt.shared.bus import events as ev
     from rich.console import Console
 
-    from services.cli.display import node_line, result_renderable
-    from services.cli.watch import result_table
-    from shared import events as ev
     from tests.support.synthetic import failed_result
 
     name, message = "[bold red]evil[/]\x1b[2J", "[/] boom [link=x]\x1b]8;;x\x07"

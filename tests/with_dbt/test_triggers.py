@@ -14,14 +14,12 @@ import subprocess
 
 import msgspec
 import pytest
-
-from services.cli import client
-from services.stack.composition import Stack
-from services.triggers.manager import Triggers
-from shared import events as ev
-from shared import graph as graph_mod
-from shared import subjects
-from shared.commands import (
+from jetdbt.services.cli import client
+from jetdbt.services.stack.composition import Stack
+from jetdbt.services.triggers.manager import Triggers
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus import subjects
+from jetdbt.shared.bus.commands import (
     MAX_TRIGGER_DEPTH,
     BuildCommand,
     JobAfter,
@@ -30,9 +28,11 @@ from shared.commands import (
     JobSpec,
     RunCommand,
 )
-from shared.job_index import JobIndex
-from shared.relations import normalise
-from shared.run_writes import deployed_graph, project_writes, written
+from jetdbt.shared.jobs.triggered_jobs import JobIndex
+from jetdbt.shared.runs import graph as graph_mod
+from jetdbt.shared.runs.relations import normalise
+from jetdbt.shared.runs.written_relations import deployed_graph, project_writes, written
+
 from tests.support.helpers import JETDBT, cli_env, deploy_and_wait, up_stack, wait_for
 from tests.support.paths import EXAMPLE
 from tests.support.relation_facts import relation_written

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from jetdbt.services.access.local import admin_token_file, nats_logins
+from jetdbt.services.stack.composition import read_stack_file
+from jetdbt.shared.bus.commands import BuildCommand, RunCommand
+from jetdbt.shared.bus.connection import connect
 
-from services.access.local import admin_token_file, nats_logins
-from services.stack.composition import read_stack_file
-from shared.bus import connect
-from shared.commands import BuildCommand, RunCommand
 from tests.support.gate import add_gate, until_gate_runs
 from tests.support.helpers import get_json, use_token, wait_for
 from tests.support.processes import mounted_under, processes_mentioning, working_in

@@ -20,10 +20,10 @@ import json
 import aiohttp
 import msgspec
 import pytest
+from jetdbt.services.cli import client
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.identity import principals
 
-from services.cli import client
-from shared import events as ev
-from shared import identity
 from tests.support import synthetic
 from tests.support.gate import GATE, until_gate_runs
 from tests.support.helpers import auth_headers, get_json, wait_for
@@ -95,7 +95,7 @@ async def test_a_failed_run_reads_at_a_glance_and_a_node_and_its_children_run_fr
     # The page speaks for the operator who built the failed run: the run it starts is then
     # the one a retry of theirs resumes, so retention may remove the failed run's files.
     me = client.principal()
-    _, bearer = await identity.create_token(stack.bus, principal=me, team="default", role="admin")
+    _, bearer = await principals.create_token(stack.bus, principal=me, team="default", role="admin")
     held = build_in_background(stack, "daily1")
     await until_gate_runs(stack.api_url, "daily1")
     waiting = build_in_background(stack, "daily2")  # same project: it waits for the held run
@@ -246,7 +246,7 @@ async def test_a_500_node_timeline_a_viewers_disabled_actions_and_a_cancelled_no
     await synthetic.publish(stack.bus, _cancelled_mid_node("stopped"))
     await wait_for(lambda: _finished(stack.api_url, "wide"), timeout=60)
     await wait_for(lambda: _finished(stack.api_url, "stopped"), timeout=60)
-    _, bearer = await identity.create_token(
+    _, bearer = await principals.create_token(
         stack.bus, principal="vic", team="ops", role="viewer", project="*"
     )
     async with async_playwright() as pw:

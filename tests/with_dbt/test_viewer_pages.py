@@ -18,12 +18,12 @@ import shutil
 import aiohttp
 import pytest
 import pytest_asyncio
+from jetdbt.services.cli import client
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus.commands import JobCommand, JobRun, JobSpec, ModelsCommand, RunCommand
+from jetdbt.shared.identity import principals
 from playwright.async_api import Error as PlaywrightError
 
-from services.cli import client
-from shared import events as ev
-from shared import identity
-from shared.commands import JobCommand, JobRun, JobSpec, ModelsCommand, RunCommand
 from tests.support.helpers import auth_headers, closed_port, deploy_and_wait, get_json, wait_for
 from tests.support.hook_receiver import Receiver
 from tests.support.paths import EXAMPLE
@@ -104,10 +104,10 @@ async def scene(tmp_path_factory, pg_url, environments_cache):
             done = await client.run(stack.bus, PROJECT, command)
             assert done.result.status == ("failed" if name == "failed" else "passed"), done.result
             runs[name] = done.run_id
-        _, admin = await identity.create_token(
+        _, admin = await principals.create_token(
             stack.bus, principal="pages", team="default", role="admin"
         )
-        _, viewer = await identity.create_token(
+        _, viewer = await principals.create_token(
             stack.bus, principal="looker", team="default", role="viewer"
         )
         yield stack, runs, admin, viewer, secrets

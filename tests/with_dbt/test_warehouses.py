@@ -12,13 +12,13 @@ import asyncpg
 import msgspec
 import pytest
 import yaml
+from jetdbt.services.cli import client
+from jetdbt.services.runner.setup.own_database import OwnDatabase
+from jetdbt.services.stack.composition import Stack
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus.commands import BuildCommand, RunCommand
+from jetdbt.shared.process import logging as jlog
 
-from services.cli import client
-from services.runner.setup.own_database import OwnDatabase
-from services.stack.composition import Stack
-from shared import events as ev
-from shared import logging as jlog
-from shared.commands import BuildCommand, RunCommand
 from tests.support.helpers import (
     collect_everything,
     deploy_and_wait,
@@ -297,7 +297,7 @@ async def test_a_project_reads_only_the_environment_names_the_operator_allows(
 
 
 def test_profile_name_is_rendered_against_the_run_environment():
-    from services.runner.setup.plan import PlanRefused, _render_profile_name
+    from jetdbt.services.runner.setup.plan import PlanRefused, _render_profile_name
 
     doc = {"name": "p", "profile": "{{ env_var('SHOP_PROFILE', 'fallback') }}"}
     assert _render_profile_name(doc, {"SHOP_PROFILE": "shop"}) == "shop"
@@ -307,7 +307,7 @@ def test_profile_name_is_rendered_against_the_run_environment():
 
 
 def test_packages_install_path_is_rendered_and_kept_inside_the_project():
-    from services.runner.setup.plan import PlanRefused, _packages_path
+    from jetdbt.services.runner.setup.plan import PlanRefused, _packages_path
 
     assert _packages_path({}, {}) == "dbt_packages"
     setting = {"packages-install-path": "{{ env_var('PKGS', 'vendor') }}/"}
@@ -336,7 +336,7 @@ async def test_a_profile_name_cannot_read_the_runners_environment(stack, project
 
 def test_a_project_reads_no_runner_variable_the_operator_does_not_allow():
     """`$var:` from a project is gated like `$env:`: another team's secret is not its own."""
-    from services.runner.setup.secrets import Resolver, UnresolvedReference
+    from jetdbt.services.runner.setup.secrets import Resolver, UnresolvedReference
 
     variables = {"team_b/warehouse_password": CANARY}
     with pytest.raises(UnresolvedReference, match="projects may not read"):

@@ -17,13 +17,13 @@ import urllib.parse
 import aiohttp
 import msgspec
 import pytest
+from jetdbt.projections.replay import replay
+from jetdbt.services.cli import client
+from jetdbt.services.stack.composition import Stack
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus.commands import ModelsCommand, RunCommand
+from jetdbt.shared.jobs import hook_reasons, webhooks
 
-from projections.replay import replay
-from services.cli import client
-from services.stack.composition import Stack
-from shared import events as ev
-from shared import hook_reasons, webhooks
-from shared.commands import ModelsCommand, RunCommand
 from tests.support.helpers import (
     auth_headers,
     collect_everything,

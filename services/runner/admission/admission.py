@@ -41,14 +41,13 @@ from typing import NamedTuple
 
 import msgspec
 import nats.errors
-
-from services.runner.admission import fair_share
-from services.runner.admission.lease import Lease, LeaseBusy, lease_key
-from services.runner.admission.runner_share import RunnerShare
-from shared import logging as jlog
-from shared import supervise
-from shared.bus import TRANSIENT, Bus
-from shared.streams import LEASES
+from jetdbt.services.runner.admission import fair_share
+from jetdbt.services.runner.admission.lease import Lease, LeaseBusy, lease_key
+from jetdbt.services.runner.admission.runner_share import RunnerShare
+from jetdbt.shared.bus.connection import TRANSIENT, Bus
+from jetdbt.shared.bus.streams import LEASES
+from jetdbt.shared.process import logging as jlog
+from jetdbt.shared.process import supervise
 
 __all__ = ["Admission", "Blocked", "Mirror", "mirrored", "mirror_of", "team_key"]
 

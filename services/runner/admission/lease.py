@@ -17,12 +17,11 @@ import contextlib
 import hashlib
 
 import msgspec
+from jetdbt.shared.bus.connection import Bus
+from jetdbt.shared.bus.streams import LEASES
+from jetdbt.shared.process import logging as jlog
+from jetdbt.shared.process import supervise
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
-
-from shared import logging as jlog
-from shared import supervise
-from shared.bus import Bus
-from shared.streams import LEASES
 
 __all__ = ["Lease", "LeaseBusy", "LeaseLost", "lease_key", "FENCE"]
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from services.runner.admission.admission import mirror_of, team_key
-from services.runner.admission.lease import Lease, LeaseBusy
-from shared.bus import Bus
+from jetdbt.services.runner.admission.admission import mirror_of, team_key
+from jetdbt.services.runner.admission.lease import Lease, LeaseBusy
+from jetdbt.shared.bus.connection import Bus
 
 __all__ = ["QueueFull", "Place", "take_place"]
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from shared.artifacts import NAMES
-from shared.bus import Bus
+from jetdbt.shared.blobs.artifacts import NAMES
+from jetdbt.shared.bus.connection import Bus
 
 if TYPE_CHECKING:
-    from services.runner.process.dbt_process import DbtInvocation
+    from jetdbt.services.runner.process.dbt_process import DbtInvocation
 
 __all__ = ["read", "store"]
 

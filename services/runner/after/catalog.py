@@ -14,14 +14,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import msgspec
-
-from shared import event_blobs
-from shared import events as ev
-from shared import logging as jlog
-from shared.quote import shorten
+from jetdbt.shared.blobs import event_blobs
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.process import logging as jlog
+from jetdbt.shared.wording.short_quote import shorten
 
 if TYPE_CHECKING:
-    from services.runner.attempts.attempt import Attempt
+    from jetdbt.services.runner.attempts.attempt import Attempt
 
 __all__ = ["FILE_BYTES", "NODES", "COLUMNS", "NAME_CHARS", "Catalog", "read", "publish"]
 

@@ -10,15 +10,15 @@ prunes what this one could not.
 from __future__ import annotations
 
 import msgspec
-
-from services.runner.after import artifacts
-from shared import events as ev
-from shared import logging as jlog
-from shared import run_logs, subjects
-from shared.bus import Bus
-from shared.environments import Environment
-from shared.reader import Slice
-from shared.streams import BLOBS, LOGS
+from jetdbt.services.runner.after import artifacts
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus import subjects
+from jetdbt.shared.bus.connection import Bus
+from jetdbt.shared.bus.stream_batches import Slice
+from jetdbt.shared.bus.streams import BLOBS, LOGS
+from jetdbt.shared.process import logging as jlog
+from jetdbt.shared.project.environments import Environment
+from jetdbt.shared.runs import run_logs
 
 __all__ = ["EndedRun", "keep"]
 

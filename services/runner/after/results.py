@@ -16,12 +16,11 @@ import math
 from datetime import UTC, datetime
 
 import msgspec
-
-from shared.ages import age
-from shared.events import Freshness, NodeResult, Threshold
-from shared.outcomes import NODE_NOT_RUN, outcome
-from shared.planned import Planned
-from shared.quote import shorten
+from jetdbt.shared.bus.events import Freshness, NodeResult, Threshold
+from jetdbt.shared.runs.outcomes import NODE_NOT_RUN, outcome
+from jetdbt.shared.runs.planned import Planned
+from jetdbt.shared.wording.ages import age
+from jetdbt.shared.wording.short_quote import shorten
 
 __all__ = [
     "NODE_EVENTS",

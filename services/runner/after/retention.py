@@ -18,20 +18,19 @@ import hashlib
 from collections.abc import Callable
 
 import msgspec
+from jetdbt.services.runner.after.kept_log import EndedRun
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus import kv_keys, subjects
+from jetdbt.shared.bus.connection import Bus
+from jetdbt.shared.bus.stream_batches import Slice
+from jetdbt.shared.bus.streams import BLOBS, EVENTS, LOGS, RETENTION
+from jetdbt.shared.process import logging as jlog
+from jetdbt.shared.project.environments import Environment
 from nats.js.errors import (
     KeyNotFoundError,
     KeyWrongLastSequenceError,
     NotFoundError,
 )
-
-from services.runner.after.kept_log import EndedRun
-from shared import events as ev
-from shared import kv_keys, subjects
-from shared import logging as jlog
-from shared.bus import Bus
-from shared.environments import Environment
-from shared.reader import Slice
-from shared.streams import BLOBS, EVENTS, LOGS, RETENTION
 
 __all__ = ["Kept", "Index", "after_run", "index_key", "record_and_prune"]
 

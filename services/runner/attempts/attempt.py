@@ -18,28 +18,30 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-
-from services.runner.admission import admission, queue_cap
-from services.runner.admission.admission import Admission, Blocked
-from services.runner.admission.lease import Lease, LeaseLost
-from services.runner.admission.queue_cap import Place, QueueFull
-from services.runner.after import artifacts, kept_log, results, retention
-from services.runner.context import RunnerContext
-from services.runner.process.containment import BoundExceeded
-from services.runner.process.dbt_process import DbtInvocation, RunTimedOut
-from services.runner.process.spawn import ForkServerLost
-from services.runner.setup import run_credentials
-from services.runner.setup.job_setup import Prepared, Refused, prepare
-from services.runner.setup.placement import Placement
-from services.runner.setup.warehouses import Warehouse
-from shared import event_blobs, run_status, subjects, supervise
-from shared import events as ev
-from shared import logging as jlog
-from shared.commands import DbtCommand, RunCommand
-from shared.identity import project_team, team_of
-from shared.outcomes import NODE_CANCELLED, totals
-from shared.planned import Planned
-from shared.quote import quote
+from jetdbt.services.runner.admission import admission, queue_cap
+from jetdbt.services.runner.admission.admission import Admission, Blocked
+from jetdbt.services.runner.admission.lease import Lease, LeaseLost
+from jetdbt.services.runner.admission.queue_cap import Place, QueueFull
+from jetdbt.services.runner.after import artifacts, kept_log, results, retention
+from jetdbt.services.runner.context import RunnerContext
+from jetdbt.services.runner.process.containment import BoundExceeded
+from jetdbt.services.runner.process.dbt_process import DbtInvocation, RunTimedOut
+from jetdbt.services.runner.process.spawn import ForkServerLost
+from jetdbt.services.runner.setup import run_credentials
+from jetdbt.services.runner.setup.job_setup import Prepared, Refused, prepare
+from jetdbt.services.runner.setup.placement import Placement
+from jetdbt.services.runner.setup.warehouses import Warehouse
+from jetdbt.shared.blobs import event_blobs
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus import subjects
+from jetdbt.shared.bus.commands import DbtCommand, RunCommand
+from jetdbt.shared.identity.principals import project_team, team_of
+from jetdbt.shared.process import logging as jlog
+from jetdbt.shared.process import supervise
+from jetdbt.shared.runs import run_status
+from jetdbt.shared.runs.outcomes import NODE_CANCELLED, totals
+from jetdbt.shared.runs.planned import Planned
+from jetdbt.shared.wording.short_quote import quote
 
 __all__ = ["Attempt", "Cancel", "Failed", "Source", "refuse"]
 

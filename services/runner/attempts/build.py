@@ -17,19 +17,18 @@ from __future__ import annotations
 import asyncio
 
 import msgspec
-
-from services.runner import graph
-from services.runner.after import catalog
-from services.runner.attempts.attempt import Attempt, Failed, Source
-from services.runner.attempts.node_retry_rounds import retry_rounds
-from services.runner.context import RunnerContext
-from services.runner.setup import close_pr, selection
-from services.runner.setup import environment_state as state_mod
-from services.runner.setup.placement import Placement
-from services.runner.setup.plan import command_args
-from shared import events as ev
-from shared import planned
-from shared.commands import ClosePrCommand, OperationCommand, RunCommand
+from jetdbt.services.runner import graph
+from jetdbt.services.runner.after import catalog
+from jetdbt.services.runner.attempts.attempt import Attempt, Failed, Source
+from jetdbt.services.runner.attempts.node_retry_rounds import retry_rounds
+from jetdbt.services.runner.context import RunnerContext
+from jetdbt.services.runner.setup import close_pr, selection
+from jetdbt.services.runner.setup import environment_state as state_mod
+from jetdbt.services.runner.setup.placement import Placement
+from jetdbt.services.runner.setup.plan import command_args
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus.commands import ClosePrCommand, OperationCommand, RunCommand
+from jetdbt.shared.runs import planned
 
 __all__ = ["build"]
 

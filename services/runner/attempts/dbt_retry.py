@@ -14,15 +14,15 @@ from __future__ import annotations
 import asyncio
 
 import msgspec
-
-from services.runner.attempts.attempt import Attempt, Source, refuse
-from services.runner.context import RunnerContext
-from services.runner.process.dbt_process import DbtInvocation
-from services.runner.setup.placement import Placement
-from shared import events as ev
-from shared import subjects, versions
-from shared.commands import AnyDbtCommand, RetryCommand, RunCommand
-from shared.digests import short_digest
+from jetdbt.services.runner.attempts.attempt import Attempt, Source, refuse
+from jetdbt.services.runner.context import RunnerContext
+from jetdbt.services.runner.process.dbt_process import DbtInvocation
+from jetdbt.services.runner.setup.placement import Placement
+from jetdbt.shared.blobs.digests import short_digest
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus import subjects
+from jetdbt.shared.bus.commands import AnyDbtCommand, RetryCommand, RunCommand
+from jetdbt.shared.project import slot_versions
 
 __all__ = ["retry"]
 
@@ -82,10 +82,10 @@ async def _newer_version(
 ) -> str | None:
     """Why the retry is refused because its run's environment holds another version now
     than the one its run built, or None."""
-    slot = await versions.slot_for_run(
+    slot = await slot_versions.slot_for_run(
         ctx.bus, project, where.environment, where.principal, where.pr
     )
-    deployed = await versions.held_by(ctx.bus, project, slot)
+    deployed = await slot_versions.held_by(ctx.bus, project, slot)
     if command.old_version or not isinstance(deployed, ev.Deployed):
         return None
     if deployed.version == saved.version:

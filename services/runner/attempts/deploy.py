@@ -14,22 +14,27 @@ from __future__ import annotations
 import asyncio
 import shutil
 
+from jetdbt.services.runner import graph
+from jetdbt.services.runner.admission import admission
+from jetdbt.services.runner.attempts import promotion
+from jetdbt.services.runner.context import RunnerContext
+from jetdbt.services.runner.process.containment import BoundExceeded
+from jetdbt.services.runner.process.dbt_env import package_hub
+from jetdbt.services.runner.provision import packages
+from jetdbt.services.runner.setup.job_setup import Prepared, Refused, prepare
+from jetdbt.shared.blobs import event_blobs
+from jetdbt.shared.blobs.digests import digest_of, short_digest
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus import subjects
+from jetdbt.shared.bus.commands import DeployCommand
+from jetdbt.shared.project import slot_versions
+from jetdbt.shared.project.descriptor import (
+    DescriptorError,
+    environment_names,
+    personal_environments,
+)
+from jetdbt.shared.project.slot_versions import Slot, slot_for
 from nats.js.errors import ObjectNotFoundError
-
-from services.runner import graph
-from services.runner.admission import admission
-from services.runner.attempts import promotion
-from services.runner.context import RunnerContext
-from services.runner.process.containment import BoundExceeded
-from services.runner.process.dbt_env import package_hub
-from services.runner.provision import packages
-from services.runner.setup.job_setup import Prepared, Refused, prepare
-from shared import event_blobs, subjects, versions
-from shared import events as ev
-from shared.commands import DeployCommand
-from shared.descriptor import DescriptorError, environment_names, personal_environments
-from shared.digests import digest_of, short_digest
-from shared.versions import Slot, slot_for
 
 __all__ = ["deploy"]
 
@@ -137,7 +142,7 @@ async def _unchanged(
     """The version deployed last deployed again: no parse, no second Deployed; promoted into
     the target slot when that slot does not hold it yet."""
     try:
-        slot = _target(versions.environments_of(deployed), cmd)
+        slot = _target(slot_versions.environments_of(deployed), cmd)
     except DescriptorError as exc:
         return await _refuse(bus, project, deploy_id, str(exc))
     if slot is not None:
@@ -162,7 +167,7 @@ async def _publish(
 ) -> ev.Event:
     """Publish the version (current nowhere by itself), then its promotion into `slot`. An
     old log's default version is promoted as an event first: the new Deployed event ends
-    the fallback that read it (shared/versions.py)."""
+    the fallback that read it (shared/slot_versions.py)."""
     await promotion.keep_default(bus, project)
     ack = await bus.publish(built)
     if slot is not None:
@@ -187,7 +192,7 @@ async def _another_source(bus, project: str, slot: Slot | None, cmd: DeployComma
     to it."""
     if slot is None or not cmd.source or cmd.replace_source:
         return None
-    held = await versions.held_by(bus, project, slot.name())
+    held = await slot_versions.held_by(bus, project, slot.name())
     if held is None or not held.source or set(held.source) & set(cmd.source):
         return None
     return (
@@ -206,7 +211,7 @@ async def _submitted_later(bus, project: str, slot: Slot | None, seq: int) -> st
     deploy that promotes nothing supersedes nothing and is superseded by nothing."""
     if slot is None:
         return None
-    latest = await versions.promotion_of(bus, project, slot.name())
+    latest = await slot_versions.promotion_of(bus, project, slot.name())
     if latest is None or latest.command_seq <= seq:
         return None
     by = f"deploy {latest.deploy_id!r}" if latest.deploy_id else "a promotion"

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from services.runner.attempts.attempt import Attempt
-from services.runner.setup.plan import option
-from shared.descriptor import RetryPolicy
-from shared.events import NodeResult
+from jetdbt.services.runner.attempts.attempt import Attempt
+from jetdbt.services.runner.setup.plan import option
+from jetdbt.shared.bus.events import NodeResult
+from jetdbt.shared.project.descriptor import RetryPolicy
 
 __all__ = ["retry_rounds", "to_redo"]
 

@@ -10,13 +10,12 @@ from __future__ import annotations
 import asyncio
 
 import msgspec
-
-from services.runner import graph
-from services.runner.attempts.attempt import Attempt, Source
-from services.runner.context import RunnerContext
-from services.runner.setup.placement import Placement
-from shared import events as ev
-from shared.commands import BuildCommand, ParseCommand, RunCommand
+from jetdbt.services.runner import graph
+from jetdbt.services.runner.attempts.attempt import Attempt, Source
+from jetdbt.services.runner.context import RunnerContext
+from jetdbt.services.runner.setup.placement import Placement
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus.commands import BuildCommand, ParseCommand, RunCommand
 
 __all__ = ["parse"]
 

@@ -9,14 +9,15 @@ from __future__ import annotations
 import contextlib
 
 import msgspec
-
-from services.runner.attempts import promotion
-from shared import commands, identity, subjects, versions
-from shared import events as ev
-from shared.descriptor import DescriptorError
-from shared.digests import short_digest
-from shared.reader import Slice
-from shared.streams import EVENTS
+from jetdbt.services.runner.attempts import promotion
+from jetdbt.shared.blobs.digests import short_digest
+from jetdbt.shared.bus import commands, subjects
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus.stream_batches import Slice
+from jetdbt.shared.bus.streams import EVENTS
+from jetdbt.shared.identity import principals
+from jetdbt.shared.project import slot_versions
+from jetdbt.shared.project.descriptor import DescriptorError
 
 __all__ = ["promote", "find_version"]
 
@@ -30,12 +31,12 @@ async def promote(bus, msg, project: str, problem: str | None, seq: int, caller)
     body = None
     try:
         body = commands.decode_promote(msg.data)
-        problem = problem or identity.claim_problem(body.requested_by, caller.principal)
+        problem = problem or principals.claim_problem(body.requested_by, caller.principal)
     except commands.CommandRejected as exc:
         problem = problem or str(exc)
     if problem is None:
-        owner = await identity.project_team(bus, project)
-        problem = identity.command_problem(caller, "promote", project, owner)
+        owner = await principals.project_team(bus, project)
+        problem = principals.command_problem(caller, "promote", project, owner)
     if problem is None:
         found = await find_version(bus, project, body.version)
         if isinstance(found, str):
@@ -43,8 +44,8 @@ async def promote(bus, msg, project: str, problem: str | None, seq: int, caller)
     if problem is None:
         deployed, deployed_seq = found
         try:
-            slot = versions.slot_for(
-                versions.environments_of(deployed), body.environment, caller.principal
+            slot = slot_versions.slot_for(
+                slot_versions.environments_of(deployed), body.environment, caller.principal
             )
         except DescriptorError as exc:
             problem = f"version {short_digest(deployed.version)}: {exc}"

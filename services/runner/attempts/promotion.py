@@ -5,11 +5,12 @@ made; the promote verb (promote.py) any version deployed before.
 
 from __future__ import annotations
 
-from shared import events as ev
-from shared import subjects, versions
-from shared.bus import Raced
-from shared.descriptor import DEFAULT_ENVIRONMENT
-from shared.digests import short_digest
+from jetdbt.shared.blobs.digests import short_digest
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus import subjects
+from jetdbt.shared.bus.connection import Raced
+from jetdbt.shared.project import slot_versions
+from jetdbt.shared.project.descriptor import DEFAULT_ENVIRONMENT
 
 __all__ = ["Superseded", "keep_default", "move"]
 
@@ -23,10 +24,10 @@ class Superseded(ValueError):
 
 async def keep_default(bus, project: str) -> None:
     """Before environments, the last deploy was the default environment's version
-    (versions.held_by reads it so while the environment has no promotion). A version
+    (slot_versions.held_by reads it so while the environment has no promotion). A version
     deployed now makes itself current nowhere, so before the first one that does not go
     into the default environment, the old version is promoted into it as an event."""
-    if await versions.promotion_of(bus, project, DEFAULT_ENVIRONMENT) is not None:
+    if await slot_versions.promotion_of(bus, project, DEFAULT_ENVIRONMENT) is not None:
         return
     found = await bus.last_stored(subjects.deploy_event(project, "deployed"))
     if found is None or not isinstance(found[0], ev.Deployed) or not found[0].current:
@@ -48,7 +49,7 @@ async def keep_default(bus, project: str) -> None:
 async def move(
     bus,
     project: str,
-    slot: versions.Slot,
+    slot: slot_versions.Slot,
     deployed: ev.Deployed,
     deployed_seq: int,
     *,
@@ -97,7 +98,7 @@ async def move(
     raise Raced(f"{slot.name()} of project {project!r} kept moving; promote again")
 
 
-async def _followed(bus, project: str, slot: versions.Slot) -> str:
+async def _followed(bus, project: str, slot: slot_versions.Slot) -> str:
     """The version a slot with no promotion of its own runs ("": none)."""
-    held = await versions.held_by(bus, project, slot.name())
+    held = await slot_versions.held_by(bus, project, slot.name())
     return held.version if held is not None else ""

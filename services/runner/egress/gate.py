@@ -20,10 +20,10 @@ from functools import partial
 from pathlib import Path
 from typing import NoReturn
 
-from services.runner.egress.head import BadRequest, parse
-from services.runner.egress.hosts import EgressPolicy
-from services.runner.egress.resolve import AddressRefused, Resolver
-from shared import logging as jlog
+from jetdbt.services.runner.egress.head import BadRequest, parse
+from jetdbt.services.runner.egress.hosts import EgressPolicy
+from jetdbt.services.runner.egress.resolve import AddressRefused, Resolver
+from jetdbt.shared.process import logging as jlog
 
 __all__ = ["Gate"]
 

@@ -8,8 +8,7 @@ from __future__ import annotations
 import re
 
 import msgspec
-
-from services.runner.egress.hosts import is_host, split_port
+from jetdbt.services.runner.egress.hosts import is_host, split_port
 
 __all__ = ["BadRequest", "Request", "parse"]
 

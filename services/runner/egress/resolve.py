@@ -13,9 +13,8 @@ import socket
 from pathlib import Path
 
 import msgspec
-
-from services.runner.egress.hosts import is_host, normal_host
-from shared import logging as jlog
+from jetdbt.services.runner.egress.hosts import is_host, normal_host
+from jetdbt.shared.process import logging as jlog
 
 __all__ = ["AddressRefused", "Resolved", "Resolver"]
 

@@ -17,16 +17,17 @@ import asyncio
 from datetime import UTC
 
 import msgspec
-
-from services.runner.admission.principal_rate import PrincipalRate
-from services.runner.context import RunnerContext
-from services.runner.setup.warehouses import UnknownWarehouse, pick
-from shared import events as ev
-from shared import identity, subjects, supervise
-from shared import logging as jlog
-from shared.quote import quote
-from shared.relations import InvalidRelation, parse
-from shared.streams import INTAKE
+from jetdbt.services.runner.admission.principal_rate import PrincipalRate
+from jetdbt.services.runner.context import RunnerContext
+from jetdbt.services.runner.setup.warehouses import UnknownWarehouse, pick
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus import subjects
+from jetdbt.shared.bus.streams import INTAKE
+from jetdbt.shared.identity import principals
+from jetdbt.shared.process import logging as jlog
+from jetdbt.shared.process import supervise
+from jetdbt.shared.runs.relations import InvalidRelation, parse
+from jetdbt.shared.wording.short_quote import quote
 
 __all__ = ["RelationWatch", "CONSUMER", "MAX_DECLARED_WRITE_BYTES"]
 
@@ -69,7 +70,7 @@ class RelationWatch:
             return ev.RelationRefused(**refused, reason=str(exc))
         except (InvalidRelation, UnknownWarehouse) as exc:
             return ev.RelationRefused(**refused, reason=str(exc))
-        team = await identity.team_of(self.ctx.bus, publisher)
+        team = await principals.team_of(self.ctx.bus, publisher)
         return msgspec.structs.replace(event, publisher=publisher, team=team)
 
     async def _checked(
@@ -105,10 +106,10 @@ class RelationWatch:
         its grants cover; never for another team's project."""
         if producer == publisher:
             return
-        principal = await identity.load_principal(self.ctx.bus, publisher)
-        team = await identity.project_team(self.ctx.bus, producer)
+        principal = await principals.load_principal(self.ctx.bus, publisher)
+        team = await principals.project_team(self.ctx.bus, producer)
         covered = principal is not None and any(
-            identity.project_matches(g.project, producer) for g in principal.grants
+            principals.project_matches(g.project, producer) for g in principal.grants
         )
         if principal is None or not team or team != principal.team or not covered:
             raise Refusal(

@@ -17,15 +17,15 @@ import contextlib
 from datetime import UTC, datetime
 
 import msgspec
+from jetdbt.services.runner.context import RunnerContext
+from jetdbt.services.runner.facts import trigger_checks
+from jetdbt.shared.bus import commands, subjects
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus.streams import SCHEDULES_STREAM
+from jetdbt.shared.identity import principals
+from jetdbt.shared.jobs.schedule_interval import interval_problem
+from jetdbt.shared.wording.short_quote import quote
 from nats.js.errors import BadRequestError
-
-from services.runner.context import RunnerContext
-from services.runner.facts import trigger_checks
-from shared import commands, identity, subjects
-from shared import events as ev
-from shared.quote import quote
-from shared.schedule_interval import interval_problem
-from shared.streams import SCHEDULES_STREAM
 
 __all__ = [
     "SCHEDULER",
@@ -75,14 +75,14 @@ async def handle(ctx: RunnerContext, msg, project: str, problem: str | None, seq
     body = None
     try:
         body = commands.decode_job(msg.data)
-        problem = problem or identity.claim_problem(body.requested_by, caller.principal)
+        problem = problem or principals.claim_problem(body.requested_by, caller.principal)
     except commands.CommandRejected as exc:
         problem = problem or str(exc)
     if problem is None:
         owner = await ctx.bus.last_event(subjects.deploy_event(project, "requested"))
-        problem = identity.command_problem(caller, "job", project, getattr(owner, "team", ""))
+        problem = principals.command_problem(caller, "job", project, getattr(owner, "team", ""))
     if problem is None:
-        role = identity.run_role(caller, project)
+        role = principals.run_role(caller, project)
         problem = await _apply(ctx, project, body, seq, caller.principal, role)
     if problem is not None:
         await ctx.bus.publish(
@@ -195,11 +195,11 @@ async def role_cap(bus, msg, project: str, saved: ev.JobSaved, body: commands.Ru
     and a trigger come in by the operator's door): the role it was saved with and, for a
     fire, the one it was scheduled with. A fact from before roles were recorded gives the
     least role that could have made it."""
-    roles = [saved.role or identity.VERB_ROLES["job"]]
+    roles = [saved.role or principals.VERB_ROLES["job"]]
     if is_fire(msg, project, body):
         schedule = await _schedule_of(bus, project, saved.name)
-        roles.append((schedule.role if schedule else "") or identity.VERB_ROLES["job"])
-    return identity.least_role(*roles)
+        roles.append((schedule.role if schedule else "") or principals.VERB_ROLES["job"])
+    return principals.least_role(*roles)
 
 
 def is_fire(msg, project: str, body: commands.RunCommand) -> bool:

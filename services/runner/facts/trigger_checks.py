@@ -2,7 +2,8 @@
 
 A trigger never loops on itself, so a cycle is refused when the job that closes it is saved,
 naming it. A job is woken by the end of a run of the job it runs `after` (same project), and
-by a relation in its `on_relation` that another project's dbt writes (shared.run_writes),
+by a relation in its `on_relation` that another project's dbt writes
+(jetdbt.shared.runs.written_relations),
 when a job of that project whose command writes runs. So the saved jobs of every project
 form one graph of "wakes", and the job being saved may not reach itself through it: a chain
 of `after`s that comes back, or job a of project A on a relation project B builds, whose job
@@ -10,7 +11,7 @@ b reads a relation A builds. A job on a relation its own project writes is refus
 (dbt orders its own DAG; a project's own run wakes none of its jobs). A project's writes are
 its deployed graph's, whatever a job's selection narrows them to: the check may refuse a
 cycle a narrow selection would not close, never miss one. A subscription is held to the rule
-every producer is (shared.relations' spelling, under a configured warehouse); a relation
+every producer is (jetdbt.shared.runs.relations' spelling, under a configured warehouse); a relation
 nothing produces yet is accepted, since a subscriber may be deployed before its producer.
 A cycle a later deploy closes (a project that starts writing a relation) is not refused
 here: the triggers service's depth bound stops it (services/triggers/manager.py). A cycle
@@ -20,14 +21,13 @@ through another team's project is refused without naming that team's jobs or pro
 from __future__ import annotations
 
 import msgspec
-
-from services.runner.context import RunnerContext
-from services.runner.setup.warehouses import UnknownWarehouse, pick
-from shared import commands
-from shared.identity import project_team
-from shared.job_index import JobIndex
-from shared.relations import parse
-from shared.run_writes import command_writes, deployed_graph, project_writes
+from jetdbt.services.runner.context import RunnerContext
+from jetdbt.services.runner.setup.warehouses import UnknownWarehouse, pick
+from jetdbt.shared.bus import commands
+from jetdbt.shared.identity.principals import project_team
+from jetdbt.shared.jobs.triggered_jobs import JobIndex
+from jetdbt.shared.runs.relations import parse
+from jetdbt.shared.runs.written_relations import command_writes, deployed_graph, project_writes
 
 __all__ = ["trigger_problem"]
 

@@ -12,8 +12,8 @@ but only when its digest differs from the version's. A parse of an undeployed
 bundle (version "") stores a graph keyed by that job alone.
 """
 
-from services.runner.graph.builder import build_graph, target_database
-from services.runner.graph.columns import (
+from jetdbt.services.runner.graph.builder import build_graph, target_database
+from jetdbt.services.runner.graph.columns import (
     COLUMNS_FILE,
     LINEAGE_FILE,
     MAX_COLUMN_EDGES,
@@ -22,7 +22,7 @@ from services.runner.graph.columns import (
     column_index,
     read_column_index,
 )
-from services.runner.graph.publisher import (
+from jetdbt.services.runner.graph.publisher import (
     GraphRefreshFailed,
     ingest_version_graph,
     needs_run_graph,

@@ -7,11 +7,10 @@ from collections import Counter
 from typing import Any
 
 import msgspec
-
-from services.runner.graph.columns import ColumnIndex
-from shared.digests import digest_of
-from shared.graph import Column, Graph, GraphEdge, GraphNode, TypedColumn
-from shared.relations import relation_key
+from jetdbt.services.runner.graph.columns import ColumnIndex
+from jetdbt.shared.blobs.digests import digest_of
+from jetdbt.shared.runs.graph import Column, Graph, GraphEdge, GraphNode, TypedColumn
+from jetdbt.shared.runs.relations import relation_key
 
 __all__ = ["build_graph", "target_database"]
 

@@ -13,10 +13,9 @@ from typing import Any
 import msgspec
 import pyarrow as pa
 import pyarrow.parquet as pq
-
-from services.runner.provision import engine
-from services.runner.setup.job_setup import Prepared
-from shared.graph import ColumnEdge, TypedColumn
+from jetdbt.services.runner.provision import engine
+from jetdbt.services.runner.setup.job_setup import Prepared
+from jetdbt.shared.runs.graph import ColumnEdge, TypedColumn
 
 __all__ = [
     "ColumnIndex",

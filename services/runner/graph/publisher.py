@@ -10,18 +10,17 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 import msgspec
-
-from services.runner.context import RunnerContext
-from services.runner.graph.builder import build_graph, target_database
-from services.runner.graph.columns import ColumnIndex, column_index
-from services.runner.setup import ownership, selection
-from services.runner.setup.job_setup import Prepared
-from shared import events as ev
-from shared import logging as jlog
-from shared import subjects
-from shared.bus import Bus
-from shared.commands import DbtCommand
-from shared.graph import SCOPE_PARSE, SCOPE_RUN, SCOPE_VERSION
+from jetdbt.services.runner.context import RunnerContext
+from jetdbt.services.runner.graph.builder import build_graph, target_database
+from jetdbt.services.runner.graph.columns import ColumnIndex, column_index
+from jetdbt.services.runner.setup import ownership, selection
+from jetdbt.services.runner.setup.job_setup import Prepared
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus import subjects
+from jetdbt.shared.bus.commands import DbtCommand
+from jetdbt.shared.bus.connection import Bus
+from jetdbt.shared.process import logging as jlog
+from jetdbt.shared.runs.graph import SCOPE_PARSE, SCOPE_RUN, SCOPE_VERSION
 
 __all__ = [
     "GraphRefreshFailed",

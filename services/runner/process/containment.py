@@ -20,12 +20,11 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-import services
-import shared
-from services.runner.egress.gate import Gate
-from services.runner.process import cgroup, job_disk, sandbox
-from shared import logging as jlog
-from shared.config import Settings
+from jetdbt import services, shared
+from jetdbt.services.runner.egress.gate import Gate
+from jetdbt.services.runner.process import cgroup, job_disk, sandbox
+from jetdbt.shared.process import logging as jlog
+from jetdbt.shared.process.config import Settings
 
 __all__ = ["Containment", "JobSandbox", "SandboxMissing", "BoundExceeded", "readable_code"]
 
@@ -118,7 +117,7 @@ class Containment:
             self.missing = str(exc)
             return
         await asyncio.to_thread(self.hierarchy.sweep)
-        from services.runner.process.dbt_env import sealed_environment
+        from jetdbt.services.runner.process.dbt_env import sealed_environment
 
         probe = self.settings.runner_cache / "jobs" / f"probe-{uuid.uuid4().hex}"
         probe.mkdir(parents=True)
@@ -130,7 +129,7 @@ class Containment:
         try:
             spec = await self.spec(probe, None, name=probe.name)
             child = await asyncio.create_subprocess_exec(
-                sys.executable, "-P", "-m", "services.runner.process.sandbox",
+                sys.executable, "-P", "-m", "jetdbt.services.runner.process.sandbox",
                 cwd="/", env=sealed_environment(), stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
             )  # fmt: skip

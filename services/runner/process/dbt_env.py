@@ -8,7 +8,7 @@ import os
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from services.runner.provision.environments import EngineEnvironment
+    from jetdbt.services.runner.provision.environments import EngineEnvironment
 
 __all__ = ["RUNNER_SETTINGS", "dbt_env", "package_hub", "sealed_environment"]
 
@@ -66,7 +66,7 @@ def sealed_environment(environment: EngineEnvironment | None = None) -> dict[str
     # what it starts with every child can read in /proc/self/environ, sandboxed or not.
     env = {k: v for k, v in dbt_env().items() if k not in _PROXIES}
     if environment is not None:
-        from services.runner.provision.environments import code_shim
+        from jetdbt.services.runner.provision.environments import code_shim
 
         env["PYTHONPATH"] = str(code_shim(environment))
         env["VIRTUAL_ENV"] = environment.root

@@ -25,16 +25,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import msgspec
-
-from services.runner.after import results
-from services.runner.process import spawn
-from services.runner.process.dbt_env import RUNNER_SETTINGS
-from shared import logging as jlog
-from shared import supervise
+from jetdbt.services.runner.after import results
+from jetdbt.services.runner.process import spawn
+from jetdbt.services.runner.process.dbt_env import RUNNER_SETTINGS
+from jetdbt.shared.process import logging as jlog
+from jetdbt.shared.process import supervise
 
 if TYPE_CHECKING:
-    from services.runner.process.containment import JobSandbox
-    from services.runner.provision.environments import EngineEnvironment
+    from jetdbt.services.runner.process.containment import JobSandbox
+    from jetdbt.services.runner.provision.environments import EngineEnvironment
 
 __all__ = ["DbtInvocation", "RunTimedOut", "ERROR_TAIL"]
 

@@ -36,7 +36,7 @@ import socket
 import sys
 import threading
 
-from services.runner.process import sandbox
+from jetdbt.services.runner.process import sandbox
 
 PRELOAD = (
     "dbt.cli.main",

@@ -27,8 +27,8 @@ import time
 import uuid
 from pathlib import Path
 
-from shared import logging as jlog
-from shared.supervise import to_the_end
+from jetdbt.shared.process import logging as jlog
+from jetdbt.shared.process.supervise import to_the_end
 
 __all__ = ["DiskBound", "DiskUnavailable", "Mounted", "mounted", "used"]
 

@@ -24,10 +24,10 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from services.runner.process.dbt_env import sealed_environment
+from jetdbt.services.runner.process.dbt_env import sealed_environment
 
 if TYPE_CHECKING:
-    from services.runner.provision.environments import EngineEnvironment
+    from jetdbt.services.runner.provision.environments import EngineEnvironment
 
 __all__ = ["Child", "ForkServerLost", "spawn", "warm_up"]
 
@@ -65,7 +65,7 @@ class _Server:
                 environment.python if environment else sys.executable,
                 "-P",
                 "-m",
-                "services.runner.process.forkserver",
+                "jetdbt.services.runner.process.forkserver",
                 str(os.getpid()),
                 str(theirs.fileno()),
                 *([environment.adapter] if environment else []),

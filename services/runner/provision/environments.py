@@ -35,10 +35,9 @@ from importlib import metadata
 from pathlib import Path
 
 import msgspec
-
-from shared.config import Settings
-from shared.digests import digest_of
-from shared.quote import shorten
+from jetdbt.shared.blobs.digests import digest_of
+from jetdbt.shared.process.config import Settings
+from jetdbt.shared.wording.short_quote import shorten
 
 __all__ = [
     "KNOWN_ADAPTERS",
@@ -277,14 +276,14 @@ def explanation(stderr: str, limit: int = EXPLANATION_CHARS) -> str:
 
 
 def code_shim(environment: EngineEnvironment) -> Path:
-    """A folder holding only jetdbt's `services` package (a link to this install's), for
-    the environment's warm dbt: PYTHONPATH at it reaches jetdbt's fork server and never the
-    runner's own site-packages (which would shadow the environment's dbt)."""
-    import services
+    """A folder holding only jetdbt's `services` package (`jetdbt/services`, a link to this
+    install's), for the environment's warm dbt: PYTHONPATH at it reaches jetdbt's fork server
+    and never the runner's own site-packages (which would shadow the environment's dbt)."""
+    from jetdbt import services
 
     shim = Path(environment.root) / "jetdbt-code"
-    shim.mkdir(exist_ok=True)
-    link = shim / "services"
+    (shim / "jetdbt").mkdir(parents=True, exist_ok=True)
+    link = shim / "jetdbt" / "services"
     target = str(Path(services.__file__).resolve().parent)
     with contextlib.suppress(OSError):
         if os.readlink(link) == target:

@@ -23,9 +23,8 @@ import uuid
 from pathlib import Path
 
 import msgspec
-
-from shared.bus import Bus
-from shared.digests import check_digest, digest_of
+from jetdbt.shared.blobs.digests import check_digest, digest_of
+from jetdbt.shared.bus.connection import Bus
 
 __all__ = [
     "LOCK",

@@ -3,9 +3,9 @@
 Dropping needs the warehouse, so it is a run like any other, whose one invocation is
 `dbt run-operation` of a macro the runner writes into the job's copy of the project. The
 macro reads no argument: it drops `target.schema`, which the run's plan made the pull
-request's own schema (`<schema>_pr_<n>`, shared/schema_names.py). Before it is written the
+request's own schema (`<schema>_pr_<n>`, shared/project/schema_names.py). Before it is written the
 plan is checked to build there and nowhere else, so no command can make it drop another
-schema. Each relation it drops is one log line (shared.commands.CLOSE_PR_LINE), what
+schema. Each relation it drops is one log line (jetdbt.shared.bus.commands.CLOSE_PR_LINE), what
 `jetdbt ci close` lists.
 """
 
@@ -14,10 +14,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import yaml
-
-from shared import bundle
-from shared.commands import CLOSE_PR_LINE
-from shared.schema_names import pr_schema
+from jetdbt.shared.bus.commands import CLOSE_PR_LINE
+from jetdbt.shared.project import bundle
+from jetdbt.shared.project.schema_names import pr_schema
 
 __all__ = ["MACRO", "problem", "write_macro"]
 

@@ -13,8 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-
-from services.runner.setup.secrets import Resolver
+from jetdbt.services.runner.setup.secrets import Resolver
 
 __all__ = ["CONNECTION_TYPES", "ConnectionType", "check", "render"]
 

@@ -12,15 +12,15 @@ import asyncio
 from pathlib import Path
 
 import msgspec
-
-from services.runner.context import RunnerContext
-from services.runner.setup.job_setup import Prepared
-from services.runner.setup.plan import Plan
-from services.runner.setup.selectors import selection_methods
-from shared import events as ev
-from shared import run_status, subjects
-from shared.bus import Bus
-from shared.environments import NO_STATE
+from jetdbt.services.runner.context import RunnerContext
+from jetdbt.services.runner.setup.job_setup import Prepared
+from jetdbt.services.runner.setup.plan import Plan
+from jetdbt.services.runner.setup.selectors import selection_methods
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus import subjects
+from jetdbt.shared.bus.connection import Bus
+from jetdbt.shared.project.environments import NO_STATE
+from jetdbt.shared.runs import run_status
 
 __all__ = ["STATE_DIR", "DeferRefused", "load", "defer_args", "publishes", "publish"]
 

@@ -18,24 +18,24 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+from jetdbt.services.runner.context import RunnerContext
+from jetdbt.services.runner.process.containment import JobSandbox, SandboxMissing
+from jetdbt.services.runner.process.dbt_env import dbt_env, package_hub
+from jetdbt.services.runner.process.dbt_process import DbtInvocation
+from jetdbt.services.runner.process.job_disk import DiskUnavailable
+from jetdbt.services.runner.provision import engine, environments
+from jetdbt.services.runner.provision.packages import PackageCache, PackagesRefused, declared
+from jetdbt.services.runner.setup import own_database, placement, run_credentials, workspace
+from jetdbt.services.runner.setup.plan import Plan, PlanRefused, make_plan
+from jetdbt.services.runner.setup.secrets import Resolver, UnresolvedReference
+from jetdbt.services.runner.setup.warehouses import UnknownWarehouse, pick
+from jetdbt.shared.blobs.digests import digest_of
+from jetdbt.shared.bus.commands import DbtCommand
+from jetdbt.shared.bus.streams import BLOBS
+from jetdbt.shared.identity import warehouse_grants
+from jetdbt.shared.project import bundle, descriptor
+from jetdbt.shared.wording.short_quote import quote
 from nats.js.errors import ObjectNotFoundError
-
-from services.runner.context import RunnerContext
-from services.runner.process.containment import JobSandbox, SandboxMissing
-from services.runner.process.dbt_env import dbt_env, package_hub
-from services.runner.process.dbt_process import DbtInvocation
-from services.runner.process.job_disk import DiskUnavailable
-from services.runner.provision import engine, environments
-from services.runner.provision.packages import PackageCache, PackagesRefused, declared
-from services.runner.setup import own_database, placement, run_credentials, workspace
-from services.runner.setup.plan import Plan, PlanRefused, make_plan
-from services.runner.setup.secrets import Resolver, UnresolvedReference
-from services.runner.setup.warehouses import UnknownWarehouse, pick
-from shared import bundle, descriptor, warehouse_grants
-from shared.commands import DbtCommand
-from shared.digests import digest_of
-from shared.quote import quote
-from shared.streams import BLOBS
 
 __all__ = ["Prepared", "Refused", "prepare"]
 

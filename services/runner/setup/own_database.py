@@ -21,9 +21,9 @@ import socket
 from typing import Any, NamedTuple
 from urllib.parse import parse_qs, urlsplit
 
-from services.runner.egress.hosts import profile_endpoint
-from services.runner.setup.secrets import Resolver, UnresolvedReference
-from services.runner.setup.warehouses import Warehouse, render_output
+from jetdbt.services.runner.egress.hosts import profile_endpoint
+from jetdbt.services.runner.setup.secrets import Resolver, UnresolvedReference
+from jetdbt.services.runner.setup.warehouses import Warehouse, render_output
 
 __all__ = [
     "NotTheNamedWarehouse",

@@ -9,8 +9,8 @@ a run's override answers for that run, never for what the project owns.
 
 from __future__ import annotations
 
-from services.runner.setup import selection
-from services.runner.setup.job_setup import Prepared
+from jetdbt.services.runner.setup import selection
+from jetdbt.services.runner.setup.job_setup import Prepared
 
 __all__ = ["owned_nodes"]
 

@@ -20,16 +20,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import msgspec
-
-from services.runner.setup.plan import PlanRefused
-from shared import schema_names
-from shared.descriptor import (
+from jetdbt.services.runner.setup.plan import PlanRefused
+from jetdbt.shared.identity.principals import environment_problem
+from jetdbt.shared.project import schema_names
+from jetdbt.shared.project.descriptor import (
     DEFAULT_ENVIRONMENT,
     Descriptor,
     environment_spec,
     in_environment,
 )
-from shared.identity import environment_problem
 
 __all__ = ["Placement", "Placed", "place"]
 

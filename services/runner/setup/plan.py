@@ -13,35 +13,39 @@ from typing import Any
 import jinja2.sandbox
 import msgspec
 import yaml
-
-from services.runner.egress.hosts import (
+from jetdbt.services.runner.egress.hosts import (
     EgressPolicy,
     parse_endpoint,
     policy_for,
     profile_endpoint,
 )
-from services.runner.process.dbt_env import dbt_env
-from services.runner.setup import close_pr, run_credentials
-from services.runner.setup.own_database import OwnDatabase, Place, place_of_output
-from services.runner.setup.secrets import Resolver
-from services.runner.setup.selectors import (
+from jetdbt.services.runner.process.dbt_env import dbt_env
+from jetdbt.services.runner.setup import close_pr, run_credentials
+from jetdbt.services.runner.setup.own_database import OwnDatabase, Place, place_of_output
+from jetdbt.services.runner.setup.secrets import Resolver
+from jetdbt.services.runner.setup.selectors import (
     STATE_METHODS,
     STATE_READERS,
     compares_state,
     selection_methods,
 )
-from services.runner.setup.warehouses import Warehouse, render_output, render_profiles, schema_of
-from shared import bundle
-from shared.arguments import TAKES, check_value
-from shared.commands import ClosePrCommand, DbtCommand, OperationCommand, ShowCommand
-from shared.descriptor import (
+from jetdbt.services.runner.setup.warehouses import (
+    Warehouse,
+    render_output,
+    render_profiles,
+    schema_of,
+)
+from jetdbt.shared.bus.commands import ClosePrCommand, DbtCommand, OperationCommand, ShowCommand
+from jetdbt.shared.project import bundle
+from jetdbt.shared.project.arguments import TAKES, check_value
+from jetdbt.shared.project.descriptor import (
     Descriptor,
     interpolate,
     is_dynamic,
     placeholders,
     without_placeholders,
 )
-from shared.environments import Environment, is_template
+from jetdbt.shared.project.environments import Environment, is_template
 
 __all__ = ["Plan", "PlanRefused", "command_args", "make_plan", "option"]
 
@@ -486,7 +490,8 @@ _NOT_SHOWN = ("resource_type:test", "resource_type:unit_test")
 
 def command_args(plan: Plan, cmd: DbtCommand, defer: list[str]) -> list[str]:
     """The arguments of a dbt command other than a build's sequence, after the plan's
-    common ones: its selection, and the overrides its dbt takes (shared.arguments.TAKES).
+    common ones: its selection, and the overrides its dbt takes
+    (jetdbt.shared.project.arguments.TAKES).
     `defer` is the deferral's flags when the run defers."""
     if isinstance(cmd, ClosePrCommand):
         return [close_pr.MACRO]  # the runner's own macro, which takes no argument

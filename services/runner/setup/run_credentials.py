@@ -28,16 +28,15 @@ from typing import TYPE_CHECKING, Any
 import asyncpg
 import msgspec
 import yaml
-
-from services.runner.setup import connections
-from services.runner.setup.secrets import Resolver
-from shared import logging as jlog
-from shared.commands import DbtCommand
-from shared.environments import Environment
+from jetdbt.services.runner.setup import connections
+from jetdbt.services.runner.setup.secrets import Resolver
+from jetdbt.shared.bus.commands import DbtCommand
+from jetdbt.shared.process import logging as jlog
+from jetdbt.shared.project.environments import Environment
 
 if TYPE_CHECKING:
-    from services.runner.setup.plan import Plan
-    from services.runner.setup.warehouses import Warehouse
+    from jetdbt.services.runner.setup.plan import Plan
+    from jetdbt.services.runner.setup.warehouses import Warehouse
 
 __all__ = [
     "CredentialRefused",

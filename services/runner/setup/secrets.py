@@ -13,9 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
-from services.runner.setup.masking import Masker
-from shared.descriptor import reference
+from jetdbt.services.runner.setup.masking import Masker
+from jetdbt.shared.project.descriptor import reference
 
 __all__ = ["Resolver", "UnresolvedReference", "load_variables"]
 

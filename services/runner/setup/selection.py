@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from services.runner.setup.job_setup import Prepared
+from jetdbt.services.runner.setup.job_setup import Prepared
 
 __all__ = ["resolve", "SelectionFailed"]
 

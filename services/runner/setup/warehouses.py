@@ -14,12 +14,11 @@ from typing import Any, Literal
 
 import msgspec
 import yaml
-
-from services.runner.egress import hosts
-from services.runner.setup import connections, run_credentials
-from services.runner.setup.secrets import Resolver
-from shared import warehouse_grants
-from shared.schema_names import project_schema
+from jetdbt.services.runner.egress import hosts
+from jetdbt.services.runner.setup import connections, run_credentials
+from jetdbt.services.runner.setup.secrets import Resolver
+from jetdbt.shared.identity import warehouse_grants
+from jetdbt.shared.project.schema_names import project_schema
 
 __all__ = [
     "Warehouse",
@@ -37,7 +36,8 @@ _ADAPTER = re.compile(r"[a-z0-9][a-z0-9_-]*\Z")
 class Warehouse(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """A DuckDB file, a connection of one of connections.CONNECTION_TYPES (postgres also
     by the flat keys below), or a `dbt_profile`: one outputs block of dbt's, verbatim.
-    `teams` are the teams it is granted to (None: every team; shared/warehouse_grants.py)."""
+    `teams` are the teams it is granted to (None: every team;
+    shared/identity/warehouse_grants.py)."""
 
     type: Literal[
         "duckdb", "postgres", "redshift", "snowflake", "bigquery", "databricks", "mysql",
@@ -61,7 +61,7 @@ class Warehouse(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     credentials: Literal["configured", "per_run"] = "configured"
     teams: warehouse_grants.Teams = None
     # Projects share the warehouse: one whose descriptor names no schema builds into a schema
-    # named after it (shared/schema_names.py), so two projects' `customers` are two tables.
+    # named after it (shared/project/schema_names.py), so two projects' `customers` are two tables.
     schema_per_project: bool = False
     # What a run may reach besides what its adapter needs (services/runner/egress/hosts.py):
     # hosts for HTTP(S) through the egress gate, and more host:port for the TCP relay (a

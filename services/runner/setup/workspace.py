@@ -22,13 +22,13 @@ import shutil
 import uuid
 from pathlib import Path
 
-from services.runner.process import job_disk
-from services.runner.process.job_disk import DiskBound, Mounted
-from shared import bundle
-from shared import logging as jlog
-from shared.bus import Bus
-from shared.digests import check_digest
-from shared.supervise import to_the_end
+from jetdbt.services.runner.process import job_disk
+from jetdbt.services.runner.process.job_disk import DiskBound, Mounted
+from jetdbt.shared.blobs.digests import check_digest
+from jetdbt.shared.bus.connection import Bus
+from jetdbt.shared.process import logging as jlog
+from jetdbt.shared.process.supervise import to_the_end
+from jetdbt.shared.project import bundle
 
 __all__ = ["Job", "job_root", "prepare"]
 

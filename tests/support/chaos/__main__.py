@@ -14,7 +14,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from shared import logging as jlog
+from jetdbt.shared.process import logging as jlog
+
 from tests.support.chaos.suite import FULL, render, run_suite
 
 

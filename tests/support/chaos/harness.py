@@ -28,16 +28,16 @@ from datetime import datetime
 from pathlib import Path
 
 import yaml
+from jetdbt.services.audit import run_history as audit
+from jetdbt.services.cli import client
+from jetdbt.services.stack.composition import Stack
+from jetdbt.services.stack.embedded import NatsServer
+from jetdbt.shared.bus import events as ev
+from jetdbt.shared.bus import subjects
+from jetdbt.shared.bus.commands import BuildCommand, RunCommand
+from jetdbt.shared.bus.connection import connect
+from jetdbt.shared.process.config import Settings, load
 
-from services.audit import run_history as audit
-from services.cli import client
-from services.stack.composition import Stack
-from services.stack.embedded import NatsServer
-from shared import events as ev
-from shared import subjects
-from shared.bus import connect
-from shared.commands import BuildCommand, RunCommand
-from shared.config import Settings, load
 from tests.support.cluster import NatsCluster, replicate
 from tests.support.gate import GATE_MODEL
 from tests.support.helpers import get_json, jetdbt, use_token, wait_for
@@ -130,7 +130,7 @@ async def start_cluster(
 ) -> NatsCluster:
     """A three-node cluster with the contract's streams and buckets at three replicas, its
     clients' port on `host`; `overrides` the consumer settings a deployment tunes
-    (`shared.contract.consumer_overrides`: the runners' ack wait), which whoever creates
+    (`jetdbt.shared.bus.contract.consumer_overrides`: the runners' ack wait), which whoever creates
     the consumers chooses."""
     cluster = await asyncio.to_thread(NatsCluster(folder, host=host).start)
     try:

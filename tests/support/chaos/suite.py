@@ -7,7 +7,8 @@ import functools
 import math
 from pathlib import Path
 
-from services.stack.embedded import start_postgres
+from jetdbt.services.stack.embedded import start_postgres
+
 from tests.support.chaos.concurrency import concurrent_runs
 from tests.support.chaos.harness import ORPHAN_RESOLUTION, Tally, timed
 from tests.support.chaos.outages import leader_kills, nats_restarts, postgres_restarts

@@ -1,0 +1,2 @@
+"""Who may do what: principals, their teams, grants and tokens, and which teams may use each
+warehouse."""
