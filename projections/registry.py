@@ -6,17 +6,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from jetdbt.projections.folds.catalog import CatalogFold
-from jetdbt.projections.folds.deploys import DeploysFold
-from jetdbt.projections.folds.environment_state import EnvironmentStateFold
-from jetdbt.projections.folds.freshness import FreshnessFold
-from jetdbt.projections.folds.graph import GraphFold
-from jetdbt.projections.folds.hooks import HooksFold
-from jetdbt.projections.folds.jobs import JobsFold
-from jetdbt.projections.folds.progress import ProgressFold
-from jetdbt.projections.folds.promotions import PromotionsFold
-from jetdbt.projections.folds.retry_state import RetryStateFold
+from jetdbt.projections.catalog.fold import CatalogFold
+from jetdbt.projections.deploys.fold import DeploysFold
+from jetdbt.projections.environments.fold import EnvironmentStateFold
+from jetdbt.projections.freshness.fold import FreshnessFold
+from jetdbt.projections.graph.fold import GraphFold
+from jetdbt.projections.hooks.fold import HooksFold
+from jetdbt.projections.jobs.fold import JobsFold
 from jetdbt.projections.loop import Fold
+from jetdbt.projections.progress.fold import ProgressFold
+from jetdbt.projections.promotions.fold import PromotionsFold
+from jetdbt.projections.retry.fold import RetryStateFold
 from jetdbt.shared.bus.connection import Bus
 
 __all__ = ["FOLDS", "TABLES"]

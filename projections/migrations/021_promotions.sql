@@ -1,7 +1,7 @@
 -- What each slot of a project runs (an environment, a person's own environment `dev/<who>`,
 -- a pull request's check `pr:<n>`) and every promotion that moved one, from Promoted
 -- events and, before environments, from each deploy that made itself current
--- (projections/folds/promotions.py).
+-- (projections/promotions/fold.py).
 CREATE TABLE IF NOT EXISTS environment_versions (
     project         text NOT NULL,
     slot            text NOT NULL,

@@ -14,7 +14,7 @@ from collections.abc import Callable
 import asyncpg
 import msgspec
 from aiohttp import web
-from jetdbt.projections.folds.progress_tables import (
+from jetdbt.projections.progress.tables import (
     COUNT_COLUMNS,
     NODE_COLUMNS,
     NODE_DETAIL_COLUMNS,

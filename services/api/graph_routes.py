@@ -31,8 +31,8 @@ from typing import NamedTuple
 import asyncpg
 import msgspec
 from aiohttp import hdrs, web
-from jetdbt.projections.folds.graph import DEPLOYED
-from jetdbt.projections.folds.graph_layers import PRODUCING
+from jetdbt.projections.graph.fold import DEPLOYED
+from jetdbt.projections.graph.layers import PRODUCING
 from jetdbt.services.api import auth, schemas
 from jetdbt.services.api.boundary import error, path, query, respond
 from jetdbt.shared.blobs.digests import digest_of

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncpg
 from aiohttp import web
-from jetdbt.projections.folds.graph_layers import PRODUCING
+from jetdbt.projections.graph.layers import PRODUCING
 from jetdbt.services.api import auth, schemas
 from jetdbt.services.api.boundary import error, path, query, respond
 from jetdbt.services.api.graph_routes import LATEST_GRAPHS

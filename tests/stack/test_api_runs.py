@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import aiohttp
-from jetdbt.projections.folds.progress_tables import COUNT_COLUMNS, RUN_COLUMNS
+from jetdbt.projections.progress.tables import COUNT_COLUMNS, RUN_COLUMNS
 from jetdbt.services.cli import tables
 from jetdbt.shared.bus import events as ev
 from jetdbt.shared.bus.streams import COMMANDS

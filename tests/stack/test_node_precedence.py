@@ -9,8 +9,8 @@ jetdbt.shared.runs.outcomes.precedence) show attempt 2's result.
 from __future__ import annotations
 
 import pytest
-from jetdbt.projections.folds.progress import ProgressFold
 from jetdbt.projections.migrate import connect_pool
+from jetdbt.projections.progress.fold import ProgressFold
 from jetdbt.services.audit import run_history as audit
 from jetdbt.shared.bus import events as ev
 from jetdbt.shared.bus.connection import connect

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 import aiohttp
 import pyarrow.parquet as pq
-from jetdbt.projections.folds.deploys import DeploysFold
+from jetdbt.projections.deploys.fold import DeploysFold
 from jetdbt.projections.migrate import quote_ident
 from jetdbt.shared.bus import events as ev
 

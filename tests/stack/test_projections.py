@@ -9,8 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 import structlog.testing
-from jetdbt.projections.folds.progress import ProgressFold
 from jetdbt.projections.loop import FoldBug, Projector, checkpoint
+from jetdbt.projections.progress.fold import ProgressFold
 from jetdbt.shared.bus import events as ev
 from jetdbt.shared.bus.connection import connect
 from jetdbt.shared.bus.streams import EVENTS

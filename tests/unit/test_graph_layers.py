@@ -1,6 +1,6 @@
 """Where the viewer draws a large graph's nodes: columns by topological generation."""
 
-from jetdbt.projections.folds.graph_layers import layers
+from jetdbt.projections.graph.layers import layers
 
 
 def test_a_node_sits_one_column_right_of_its_latest_parent():

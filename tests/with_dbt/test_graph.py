@@ -14,7 +14,7 @@ import nats
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from jetdbt.projections.folds.graph import PARSE_GRAPHS_KEPT, VERSIONS_KEPT
+from jetdbt.projections.graph.fold import PARSE_GRAPHS_KEPT, VERSIONS_KEPT
 from jetdbt.services.cli import client
 from jetdbt.services.runner import graph
 from jetdbt.services.runner.context import RunnerContext

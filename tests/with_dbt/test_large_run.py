@@ -17,7 +17,7 @@ from pathlib import Path
 import msgspec
 import pyarrow.parquet as pq
 import pytest
-from jetdbt.projections.folds.deploys import DeploysFold
+from jetdbt.projections.deploys.fold import DeploysFold
 from jetdbt.projections.replay import replay
 from jetdbt.services.cli import client
 from jetdbt.services.runner.after import results

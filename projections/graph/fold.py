@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import msgspec
-from jetdbt.projections.folds.graph_layers import PRODUCING, layers
+from jetdbt.projections.graph.layers import PRODUCING, layers
 from jetdbt.shared.bus import events as ev
 from jetdbt.shared.bus.connection import BlobUnreadable, Bus
 from jetdbt.shared.runs import graph as gm

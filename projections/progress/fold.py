@@ -1,5 +1,5 @@
 """Progress fold (projection `progress`): run and node events into the tables `runs` and
-`run_nodes` (projections/folds/progress_tables.py), what GET /v1/runs/{run_id} and GET
+`run_nodes` (projections/progress/tables.py), what GET /v1/runs/{run_id} and GET
 /v1/projects/{project}/runs read.
 
 A batch is folded in memory: the rows it touches are read once, every event is
@@ -14,7 +14,7 @@ never incremented.
 from __future__ import annotations
 
 import msgspec
-from jetdbt.projections.folds.progress_tables import (
+from jetdbt.projections.progress.tables import (
     COUNT_COLUMNS,
     JSON_COLUMNS,
     NODE_COLUMNS,

@@ -1,0 +1,32 @@
+"""What the read side answers with: the base of every answer Struct, and `shaped`, which
+converts a body into its Struct. Each projection's answers (projections/<name>/answers.py) are
+the shapes its queries return and the API serves; every Struct forbids unknown fields, so the
+API's document says `additionalProperties: false` and a client may rely on the field list."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+
+class Answer(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    pass
+
+
+def shaped(schema: type, body: Any) -> Any:
+    """`body` (dicts, lists, rows' values, Structs read by attribute) as a `schema`; raises
+    msgspec.ValidationError naming the field when the route's body and its shape differ."""
+    return msgspec.convert(body, schema, from_attributes=True)
+
+
+class NextOffset(Answer):
+    """The query of the following page."""
+
+    offset: int
+
+
+class NextAfter(Answer):
+    """The query of a graph's following page: the last node id read."""
+
+    after: str

@@ -1,0 +1,1 @@
+"""The catalog projection: each node's columns as the warehouse said."""

@@ -1,0 +1,1 @@
+"""The environments projection: each environment's last published state."""

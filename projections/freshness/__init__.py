@@ -1,0 +1,1 @@
+"""The freshness projection: each source's last freshness check."""

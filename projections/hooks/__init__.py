@@ -1,0 +1,1 @@
+"""The hooks projection: saved webhooks and their deliveries."""

@@ -1,0 +1,1 @@
+"""The jobs projection: saved jobs and their schedules, and the reads of them."""

@@ -1,0 +1,1 @@
+"""The retry projection: per principal, which run a retry would resume."""
