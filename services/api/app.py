@@ -30,6 +30,7 @@ from jetdbt.services.api.event_stream import add_event_stream_routes
 from jetdbt.services.api.graph_routes import add_graph_routes
 from jetdbt.services.api.hook_routes import add_hook_routes
 from jetdbt.services.api.job_routes import add_job_routes
+from jetdbt.services.api.keys import BUS, DEAD_TASKS, POOL, SANDBOX, SETTINGS
 from jetdbt.services.api.log_routes import add_log_routes
 from jetdbt.services.api.node_routes import add_node_routes
 from jetdbt.services.api.openapi import add_openapi_routes
@@ -44,12 +45,7 @@ from jetdbt.shared.bus.connection import Bus
 from jetdbt.shared.identity import warehouse_grants
 from jetdbt.shared.process.config import Settings, load
 
-__all__ = ["create_app", "POOL", "BUS", "HEADER_TIMEOUT_SECONDS"]
-
-POOL = web.AppKey("pool", asyncpg.Pool)
-BUS = web.AppKey("bus", Bus)
-DEAD_TASKS = web.AppKey("dead_tasks", object)
-SANDBOX = web.AppKey("sandbox", object)
+__all__ = ["create_app", "HEADER_TIMEOUT_SECONDS"]
 # How long NATS may be away before the service says it is unhealthy (a restart is quick).
 NATS_GRACE_SECONDS = 15.0
 # How long a connection may take to send a request's head (and stay idle between
@@ -237,6 +233,7 @@ def create_app(
     app[BUS] = bus
     app[DEAD_TASKS] = dead_tasks
     app[SANDBOX] = sandbox
+    app[SETTINGS] = settings
     projector_roles.install(app)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/v1/runs/{run_id}", get_run)
