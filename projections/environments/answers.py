@@ -7,6 +7,13 @@ from datetime import datetime
 
 from jetdbt.projections.answers import Answer, NextOffset
 
+# The fields that are no column of a table (tables.py), with what each is made from.
+COMPUTED = {
+    "Environment.schema": "the row's schema_name",
+    "Environment.database": "the row's database_name",
+    "Environment.has_run_results": "whether run_results_digest is set",
+}
+
 
 class Environment(Answer):
     warehouse: str

@@ -11,6 +11,16 @@ from jetdbt.projections.freshness.answers import SourceFreshness
 from jetdbt.shared.project.descriptor import DEFAULT_ENVIRONMENT
 from jetdbt.shared.runs.graph import Column, TypedColumn
 
+# The fields that are no column of a table (tables.py), with what each is made from.
+COMPUTED = {
+    "GraphNode.row": "layer_row: the node's place in its layer",
+    "Graph.fallback": "whether a run's page is its version's graph, the run having stored none",
+    "Reader.reads_through": "the reading project's node that reads the relation (an edge's parent)",
+    "Relation.truncated": "the lists cut at the route's row cap",
+    "Overlap.relations": "the relations both projects write, the first few",
+    "Overlap.count": "how many relations both projects write",
+}
+
 
 class DeclaredWrite(Answer):
     """The latest write another system declared on a relation."""

@@ -6,6 +6,11 @@ from datetime import datetime
 
 from jetdbt.projections.answers import Answer, NextOffset
 
+# The fields that are no column of a table (tables.py), with what each is made from.
+COMPUTED = {
+    "Hook.on": "the row's events",
+}
+
 
 class Hook(Answer):
     """A webhook (never its secret): where it posts, which run events, of which job."""

@@ -8,6 +8,19 @@ from typing import Any
 from jetdbt.projections.answers import Answer, NextOffset
 from jetdbt.shared.project.descriptor import DEFAULT_ENVIRONMENT
 
+# The fields that are no column of a table (tables.py), with what each is made from.
+COMPUTED = {
+    "NodeHistory.run_status": "its run's status",
+    "RunNodeDetail.in_run": "whether the run reached the node",
+    "ProjectSummary.deployed_at": "when the version it runs was deployed",
+    "ProjectSummary.last_run_status": "its last run's status",
+    "ProjectSummary.last_run_finished_at": "its last run's finished_at",
+    "ProjectSummary.last_deploy_id": "its last accepted deploy's deploy_id",
+    "ProjectSummary.last_deploy_status": "its last accepted deploy's status",
+    "ProjectSummary.last_deploy_reason": "its last accepted deploy's reason",
+    "ProjectSummary.last_deploy_at": "its last accepted deploy's at",
+}
+
 
 class RunNode(Answer):
     """One node of a run, live while the run goes: its dbt status and stable outcome."""

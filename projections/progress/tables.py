@@ -1,9 +1,11 @@
-"""The progress projection's tables, `runs` and `run_nodes`, as the fold writes them and
-the API reads them: their columns, and what a stored run result holds."""
+"""The progress projection's tables, `runs` and `run_nodes`, one definition of each one's
+columns: the migrations make them, the fold writes them and the queries read them
+(tests/stack/test_tables.py holds all three to it); and what a stored run result holds."""
 
 from __future__ import annotations
 
 __all__ = [
+    "TABLES",
     "RUN_COLUMNS",
     "JSON_COLUMNS",
     "COUNT_COLUMNS",
@@ -69,6 +71,12 @@ NODE_COLUMNS = (
 )
 # What a run's listing of its nodes leaves out: the compiled SQL is read one node at a time.
 NODE_DETAIL_COLUMNS = ("compiled_code",)
+
+
+TABLES: dict[str, tuple[str, ...]] = {
+    "runs": RUN_COLUMNS + COUNT_COLUMNS,
+    "run_nodes": NODE_COLUMNS,
+}
 
 
 def without_nodes(result: dict) -> dict:

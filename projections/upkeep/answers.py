@@ -1,10 +1,15 @@
-"""What the upkeep projection's queries answer with: the API serves these Structs as they are."""
+"""What the reads of the projections' bookkeeping answer with, served as they are."""
 
 from __future__ import annotations
 
 from datetime import datetime
 
 from jetdbt.projections.answers import Answer, NextOffset
+
+# The fields that are no column of a table (tables.py), with what each is made from.
+COMPUTED = {
+    "DeadLetter.data_size": "the stored bytes' length (data is cut to the first few)",
+}
 
 
 class DeadLetter(Answer):

@@ -5,19 +5,19 @@ keeps the run's files; after, a 404 that names retention (the run's record stays
 
 from __future__ import annotations
 
-import asyncpg
+from datetime import datetime
+
 from aiohttp import web
+from jetdbt.projections.progress import queries
 from jetdbt.services.api.boundary import error, path
-from jetdbt.shared.bus.connection import Bus
+from jetdbt.services.api.keys import BUS, POOL
 
-__all__ = ["add_artifact_routes"]
+__all__ = ["routes"]
 
-_READ = (
-    "SELECT artifacts ->> $2 AS digest, finished_at, files_pruned_at FROM runs WHERE run_id = $1"
-)
+routes = web.RouteTableDef()
 
 
-def _pruned(run_id: str, name: str, at) -> web.Response:
+def _pruned(run_id: str, name: str, at: datetime | None) -> web.Response:
     when = f" at {at.isoformat()}" if at is not None else ""
     return error(
         404,
@@ -26,22 +26,20 @@ def _pruned(run_id: str, name: str, at) -> web.Response:
     )
 
 
-def add_artifact_routes(app: web.Application, pool: asyncpg.Pool, bus: Bus) -> None:
-    async def artifact(request: web.Request) -> web.Response:
-        run_id, name = path(request, "run_id"), path(request, "name")
-        async with pool.acquire() as conn:
-            run = await conn.fetchrow(_READ, run_id, name)
-        if run is None:
-            return error(404, f"run {run_id!r} not found")
-        if run["files_pruned_at"] is not None:
-            return _pruned(run_id, name, run["files_pruned_at"])
-        if run["digest"] is None:
-            why = "it has not ended" if run["finished_at"] is None else "dbt wrote none"
-            return error(404, f"run {run_id!r} kept no {name}: {why}")
-        try:
-            data = await bus.get_blob(run["digest"])
-        except Exception:  # noqa: BLE001 - removed before the projection heard of it
-            return _pruned(run_id, name, None)
-        return web.Response(body=data, content_type="application/json")
-
-    app.router.add_get("/v1/runs/{run_id}/artifacts/{name}", artifact)
+@routes.get("/v1/runs/{run_id}/artifacts/{name}")
+async def artifact(request: web.Request) -> web.Response:
+    run_id, name = path(request, "run_id"), path(request, "name")
+    run = await queries.run_summary(request.app[POOL], run_id)
+    if run is None:
+        return error(404, f"run {run_id!r} not found")
+    if run.files_pruned_at is not None:
+        return _pruned(run_id, name, run.files_pruned_at)
+    digest = (run.artifacts or {}).get(name)
+    if digest is None:
+        why = "it has not ended" if run.finished_at is None else "dbt wrote none"
+        return error(404, f"run {run_id!r} kept no {name}: {why}")
+    try:
+        data = await request.app[BUS].get_blob(digest)
+    except Exception:  # noqa: BLE001 - removed before the projection heard of it
+        return _pruned(run_id, name, None)
+    return web.Response(body=data, content_type="application/json")

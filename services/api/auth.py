@@ -20,7 +20,11 @@ from __future__ import annotations
 
 import msgspec
 from aiohttp import hdrs, web
+from jetdbt.projections.answers import Database
+from jetdbt.projections.deploys.queries import project_team
+from jetdbt.projections.progress.queries import run_project
 from jetdbt.services.api.boundary import error, path
+from jetdbt.services.api.keys import BUS, POOL
 from jetdbt.services.api.ui_routes import UI_PATHS
 from jetdbt.shared.bus import commands
 from jetdbt.shared.identity import principals
@@ -33,7 +37,6 @@ __all__ = [
     "authenticate",
     "authorize",
     "project_problem",
-    "project_team",
     "route_role",
     "scope_problem",
     "token_of",
@@ -54,13 +57,6 @@ ROUTE_ROLES = {
     ("POST", "/v1/projects/{project}/promotions"): "deployer",
 }
 _TOKEN = web.RequestKey("token", principals.Token)
-_POOL = web.AppKey("auth_pool", object)
-_BUS = web.AppKey("auth_bus", object)
-
-
-def install(app: web.Application, pool, bus) -> None:
-    app[_POOL] = pool
-    app[_BUS] = bus
 
 
 def token_of(request: web.Request) -> principals.Token:
@@ -95,18 +91,10 @@ async def authenticate(request: web.Request, handler) -> web.StreamResponse:
     if scheme.lower() != "bearer" or not bearer.strip():
         return _unauthorized("malformed Authorization header: expected 'Bearer <token>'")
     try:
-        request[_TOKEN] = await principals.authenticate(request.app[_BUS], bearer.strip())
+        request[_TOKEN] = await principals.authenticate(request.app[BUS], bearer.strip())
     except principals.BadToken as exc:
         return _unauthorized(str(exc))
     return await handler(request)
-
-
-async def project_team(conn, project: str) -> str | None:
-    """A project's team: the team of its latest deploy that names one; None when none does."""
-    return await conn.fetchval(
-        "SELECT team FROM deploys WHERE project = $1 AND team <> '' ORDER BY at DESC LIMIT 1",
-        project,
-    )
 
 
 async def _project_of(request: web.Request) -> str | None:
@@ -114,10 +102,7 @@ async def _project_of(request: web.Request) -> str | None:
     if "project" in request.match_info:
         return path(request, "project")
     if "run_id" in request.match_info:
-        async with request.app[_POOL].acquire() as conn:
-            return await conn.fetchval(
-                "SELECT project FROM runs WHERE run_id = $1", path(request, "run_id")
-            )
+        return await run_project(request.app[POOL], path(request, "run_id"))
     return None
 
 
@@ -138,7 +123,7 @@ async def project_problem(request: web.Request, project: str) -> web.Response | 
 
 
 async def scope_problem(
-    conn, token: principals.Token, project: str, claiming: bool = False
+    db: Database, token: principals.Token, project: str, claiming: bool = False
 ) -> str | None:
     """Why `token` may not read `project` (its pattern, or the project's team), else None;
     `claiming`: a project no team holds yet is the token's to take (UPLOAD)."""
@@ -146,7 +131,7 @@ async def scope_problem(
         return None
     if not principals.project_matches(token.project, project):
         return f"token {token.id} covers projects matching {token.project!r}, not {project!r}"
-    team = await project_team(conn, project)
+    team = await project_team(db, project)
     if team != token.team and not (claiming and team is None):
         return (
             f"project {project!r} is not a project of team {token.team!r}"
@@ -158,8 +143,7 @@ async def scope_problem(
 async def _project_scope(
     token: principals.Token, request: web.Request, project: str, claiming: bool = False
 ) -> web.Response | None:
-    async with request.app[_POOL].acquire() as conn:
-        problem = await scope_problem(conn, token, project, claiming)
+    problem = await scope_problem(request.app[POOL], token, project, claiming)
     return None if problem is None else error(403, problem)
 
 

@@ -16,18 +16,20 @@ import msgspec
 from aiohttp import web
 from jetdbt.services.api import auth, schemas
 from jetdbt.services.api.boundary import error, path, query, respond
+from jetdbt.services.api.keys import BUS
 from jetdbt.shared.blobs.digests import digest_of
 from jetdbt.shared.bus.commands import DeployCommand
-from jetdbt.shared.bus.connection import Bus
 from jetdbt.shared.project import uploads
 from jetdbt.shared.project.bundle import MAX_BUNDLE_BYTES
 from jetdbt.shared.wording.short_quote import shorten
 
-__all__ = ["add_deploy_routes"]
+__all__ = ["routes"]
 
 _CHUNK = 64 * 1024
 # The query parameters that are the deploy command's own fields.
 _FIELDS = ("environment", "promote", "pr", "replace_source")
+
+routes = web.RouteTableDef()
 
 
 def _asked(request: web.Request, project: str, principal: str) -> DeployCommand | str:
@@ -55,34 +57,33 @@ async def _bounded(request: web.Request) -> bytes | None:
     return bytes(body)
 
 
-def add_deploy_routes(app: web.Application, bus: Bus) -> None:
-    async def post_deploy(request: web.Request) -> web.Response:
-        project = path(request, "project")
-        token = auth.token_of(request)
-        asked = _asked(request, project, token.principal)
-        if isinstance(asked, str):
-            return error(400, asked)
-        data = await _bounded(request)
-        if data is None:
-            return error(413, f"a bundle is at most {MAX_BUNDLE_BYTES} bytes")
-        if not data:
-            return error(400, "the body is empty: send the bundle `jetdbt` packs")
-        digest = await bus.put_blob(data)
-        deploy_id = uuid.uuid4().hex
-        await uploads.record(bus, deploy_id, digest)
-        cmd = msgspec.structs.replace(
-            asked,
-            bundle_digest=digest,
-            bundle_size=len(data),
-            deploy_id=deploy_id,
-            requested_by=token.principal,
-        )
-        ack = await bus.publish_command(
-            "deploy", project, cmd, deploy_id, principal=token.principal, token_id=token.id
-        )
-        accepted = schemas.DeployAccepted(
-            deploy_id=deploy_id, project=project, bundle_digest=digest, command_id=f"c{ack.seq}"
-        )
-        return respond(accepted, status=202)
-
-    app.router.add_post("/v1/projects/{project}/deploys", post_deploy)
+@routes.post("/v1/projects/{project}/deploys")
+async def post_deploy(request: web.Request) -> web.Response:
+    project = path(request, "project")
+    token = auth.token_of(request)
+    asked = _asked(request, project, token.principal)
+    if isinstance(asked, str):
+        return error(400, asked)
+    data = await _bounded(request)
+    if data is None:
+        return error(413, f"a bundle is at most {MAX_BUNDLE_BYTES} bytes")
+    if not data:
+        return error(400, "the body is empty: send the bundle `jetdbt` packs")
+    bus = request.app[BUS]
+    digest = await bus.put_blob(data)
+    deploy_id = uuid.uuid4().hex
+    await uploads.record(bus, deploy_id, digest)
+    cmd = msgspec.structs.replace(
+        asked,
+        bundle_digest=digest,
+        bundle_size=len(data),
+        deploy_id=deploy_id,
+        requested_by=token.principal,
+    )
+    ack = await bus.publish_command(
+        "deploy", project, cmd, deploy_id, principal=token.principal, token_id=token.id
+    )
+    accepted = schemas.DeployAccepted(
+        deploy_id=deploy_id, project=project, bundle_digest=digest, command_id=f"c{ack.seq}"
+    )
+    return respond(accepted, status=202)

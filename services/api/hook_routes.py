@@ -9,74 +9,53 @@ the body's. Lists come from the hooks projection, which never holds a secret.
 
 from __future__ import annotations
 
-import asyncpg
 import msgspec
 from aiohttp import web
+from jetdbt.projections.hooks import queries
 from jetdbt.services.api import auth, schemas
 from jetdbt.services.api.boundary import error, page, path, query, respond
-from jetdbt.shared.bus.connection import Bus
-from jetdbt.shared.jobs import hook_reasons, webhooks
+from jetdbt.services.api.keys import BUS, POOL
+from jetdbt.services.api.pages import project_page
+from jetdbt.shared.jobs import webhooks
 from jetdbt.shared.jobs.hook_control import NotifierAway, ask_notifier
 
-__all__ = ["add_hook_routes", "HOOKS_PAGE"]
+__all__ = ["routes", "HOOKS_PAGE"]
 
 HOOKS_PAGE = (100, 500)
 
+routes = web.RouteTableDef()
 
-def add_hook_routes(app: web.Application, pool: asyncpg.Pool, bus: Bus) -> None:
-    async def list_hooks(request: web.Request) -> web.Response:
-        project = path(request, "project")
-        want = page(request, *HOOKS_PAGE)
-        async with pool.acquire() as conn:
-            fetched = await conn.fetch(
-                "SELECT name, url, events AS on, job, saved_by, saved_at FROM hooks"
-                " WHERE project = $1 ORDER BY name LIMIT $2 OFFSET $3",
-                project,
-                want.limit + 1,
-                want.offset,
-            )
-        rows, after = want.rows(fetched)
-        body = {"project": project, "hooks": [dict(r) for r in rows], "next": after}
-        return respond(schemas.shaped(schemas.Hooks, body))
 
-    async def post_hook(request: web.Request) -> web.Response:
-        project = path(request, "project")
-        try:
-            asked = msgspec.json.decode(await request.read(), type=webhooks.HookRequest)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            return error(400, str(exc))
-        asked = msgspec.structs.replace(asked, principal=auth.token_of(request).principal)
-        try:
-            reply = await ask_notifier(bus, project, asked)
-        except NotifierAway as exc:
-            return error(503, str(exc))
-        if reply.error:
-            return error(404 if "has no hook" in reply.error else 400, reply.error)
-        status = 201 if asked.action == "add" else 200
-        return respond(schemas.shaped(schemas.HookAnswer, reply), status=status)
+@routes.get("/v1/projects/{project}/hooks")
+async def list_hooks(request: web.Request) -> web.Response:
+    return await project_page(request, "hooks", HOOKS_PAGE, queries.hooks, schemas.Hooks)
 
-    async def list_deliveries(request: web.Request) -> web.Response:
-        project, hook = path(request, "project"), path(request, "hook")
-        want = page(request, *HOOKS_PAGE)
-        state = query(request, "state")
-        async with pool.acquire() as conn:
-            fetched = await conn.fetch(
-                "SELECT delivery_id, attempt, run_id, event, status, state, error, at"
-                " FROM hook_deliveries WHERE project = $1 AND hook = $2"
-                " AND ($3::text IS NULL OR state = $3) ORDER BY stream_seq DESC"
-                " LIMIT $4 OFFSET $5",
-                project,
-                hook,
-                state,
-                want.limit + 1,
-                want.offset,
-            )
-        rows, after = want.rows(fetched)
-        # An attempt recorded before the vocabulary may quote a receiver's bytes.
-        deliveries = [{**r, "error": hook_reasons.served(r["error"], r["status"])} for r in rows]
-        body = {"project": project, "hook": hook, "deliveries": deliveries, "next": after}
-        return respond(schemas.shaped(schemas.HookDeliveries, body))
 
-    app.router.add_get("/v1/projects/{project}/hooks", list_hooks)
-    app.router.add_post("/v1/projects/{project}/hooks", post_hook)
-    app.router.add_get("/v1/projects/{project}/hooks/{hook}/deliveries", list_deliveries)
+@routes.post("/v1/projects/{project}/hooks")
+async def post_hook(request: web.Request) -> web.Response:
+    project = path(request, "project")
+    try:
+        asked = msgspec.json.decode(await request.read(), type=webhooks.HookRequest)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        return error(400, str(exc))
+    asked = msgspec.structs.replace(asked, principal=auth.token_of(request).principal)
+    try:
+        reply = await ask_notifier(request.app[BUS], project, asked)
+    except NotifierAway as exc:
+        return error(503, str(exc))
+    if reply.error:
+        return error(404 if "has no hook" in reply.error else 400, reply.error)
+    status = 201 if asked.action == "add" else 200
+    return respond(schemas.shaped(schemas.HookAnswer, reply), status=status)
+
+
+@routes.get("/v1/projects/{project}/hooks/{hook}/deliveries")
+async def list_deliveries(request: web.Request) -> web.Response:
+    project, hook = path(request, "project"), path(request, "hook")
+    want = page(request, *HOOKS_PAGE)
+    fetched = await queries.deliveries(
+        request.app[POOL], project, hook, query(request, "state"), want.limit + 1, want.offset
+    )
+    rows, after = want.rows(fetched)
+    body = {"project": project, "hook": hook, "deliveries": rows, "next": after}
+    return respond(schemas.shaped(schemas.HookDeliveries, body))

@@ -15,15 +15,17 @@ import msgspec
 from aiohttp import web
 from jetdbt.services.api import auth, schemas
 from jetdbt.services.api.boundary import MAX_OFFSET, BadParameter, error, path, query, respond
-from jetdbt.shared.bus.connection import Bus
+from jetdbt.services.api.keys import BUS
 from jetdbt.shared.process import logging as jlog
 from jetdbt.shared.runs import run_logs
 
-__all__ = ["add_log_routes", "LOG_PAGE", "KEEPALIVE_SECONDS"]
+__all__ = ["routes", "LOG_PAGE", "KEEPALIVE_SECONDS"]
 
 LOG_PAGE = (1000, 5000)  # lines per page: (default, maximum)
 KEEPALIVE_SECONDS = 15.0
 _FLAGS = {"true": True, "1": True, "false": False, "0": False, "": False}
+
+routes = web.RouteTableDef()
 
 
 def _after(request: web.Request) -> int:
@@ -43,39 +45,37 @@ def _follow(request: web.Request) -> bool:
     return _FLAGS[value]
 
 
-def add_log_routes(app: web.Application, bus: Bus) -> None:
-    async def run_logs_route(request: web.Request) -> web.StreamResponse:
-        run_id = path(request, "run_id")
-        after, follow = _after(request), _follow(request)
-        limit = min(query(request, "limit", LOG_PAGE[0]), LOG_PAGE[1])
-        found = await run_logs.find(bus, run_id)
-        if found is None:
-            return error(404, f"run {run_id!r} not found")
-        # The log may hold a run the projection has yet to fold (then `authorize` found no
-        # project to scope): scope it by the project its events are filed under.
-        refused = await auth.project_problem(request, found.project)
-        if refused is not None:
-            return refused
-        try:
-            if follow:
-                return await _followed(request, found, after)
-            lines, source = await found.page(after, limit)
-        except run_logs.LogGone as exc:
-            return error(410, str(exc))
-        more = len(lines) > limit
-        lines = lines[:limit]
-        last = lines[-1].line if lines else after
-        body = {
-            "run_id": run_id,
-            "project": found.project,
-            "status": found.status,
-            "source": source,
-            "lines": lines,
-            "next": {"after": last} if more or found.final is None else None,
-        }
-        return respond(schemas.shaped(schemas.RunLog, body))
-
-    app.router.add_get("/v1/runs/{run_id}/logs", run_logs_route)
+@routes.get("/v1/runs/{run_id}/logs")
+async def run_logs_route(request: web.Request) -> web.StreamResponse:
+    run_id = path(request, "run_id")
+    after, follow = _after(request), _follow(request)
+    limit = min(query(request, "limit", LOG_PAGE[0]), LOG_PAGE[1])
+    found = await run_logs.find(request.app[BUS], run_id)
+    if found is None:
+        return error(404, f"run {run_id!r} not found")
+    # The log may hold a run the projection has yet to fold (then `authorize` found no
+    # project to scope): scope it by the project its events are filed under.
+    refused = await auth.project_problem(request, found.project)
+    if refused is not None:
+        return refused
+    try:
+        if follow:
+            return await _followed(request, found, after)
+        lines, source = await found.page(after, limit)
+    except run_logs.LogGone as exc:
+        return error(410, str(exc))
+    more = len(lines) > limit
+    lines = lines[:limit]
+    last = lines[-1].line if lines else after
+    body = {
+        "run_id": run_id,
+        "project": found.project,
+        "status": found.status,
+        "source": source,
+        "lines": lines,
+        "next": {"after": last} if more or found.final is None else None,
+    }
+    return respond(schemas.shaped(schemas.RunLog, body))
 
 
 async def _followed(request: web.Request, found: run_logs.RunLog, after: int) -> web.StreamResponse:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import html
 import re
+import weakref
 from typing import Any, NamedTuple, Union
 
 import msgspec
@@ -33,10 +34,10 @@ __all__ = [
     "OPERATIONS",
     "UNDESCRIBED",
     "Operation",
-    "add_openapi_routes",
     "document",
     "parameter",
     "render_html",
+    "routes",
 ]
 
 _REF = "#/components/schemas/{name}"
@@ -366,22 +367,23 @@ def render_html(doc: dict) -> str:
     return "\n".join(parts)
 
 
-def add_openapi_routes(app: web.Application) -> None:
-    """Serve the document of `app` as it is when the app starts (every route registered)."""
-    cached: dict[str, bytes] = {}
+routes = web.RouteTableDef()
+# Each app's document as served, built at its first request (every route registered by then).
+_BUILT: weakref.WeakKeyDictionary[web.Application, dict[str, bytes]] = weakref.WeakKeyDictionary()
 
-    def built() -> dict[str, bytes]:
-        if not cached:
-            doc = document(app)
-            cached["json"] = msgspec.json.encode(doc)
-            cached["html"] = render_html(doc).encode()
-        return cached
 
-    async def openapi_json(request: web.Request) -> web.Response:
-        return web.Response(body=built()["json"], content_type="application/json")
+def _built(app: web.Application) -> dict[str, bytes]:
+    if app not in _BUILT:
+        doc = document(app)
+        _BUILT[app] = {"json": msgspec.json.encode(doc), "html": render_html(doc).encode()}
+    return _BUILT[app]
 
-    async def docs(request: web.Request) -> web.Response:
-        return web.Response(body=built()["html"], content_type="text/html", charset="utf-8")
 
-    app.router.add_get("/openapi.json", openapi_json)
-    app.router.add_get("/docs", docs)
+@routes.get("/openapi.json")
+async def openapi_json(request: web.Request) -> web.Response:
+    return web.Response(body=_built(request.app)["json"], content_type="application/json")
+
+
+@routes.get("/docs")
+async def docs(request: web.Request) -> web.Response:
+    return web.Response(body=_built(request.app)["html"], content_type="text/html", charset="utf-8")

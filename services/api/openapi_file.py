@@ -1,7 +1,6 @@
 """The OpenAPI document as the repository keeps it (`openapi.json` at its top): `python -m
 jetdbt.services.api.openapi_file` writes it again, and tests/stack/test_openapi.py checks it is
-current.
-Apart from services/api/openapi.py, which the app imports to serve the document."""
+current. Apart from services/api/openapi.py, which the app imports to serve the document."""
 
 from __future__ import annotations
 
@@ -24,4 +23,4 @@ def committed_text(app: web.Application) -> str:
 
 
 if __name__ == "__main__":
-    COMMITTED.write_text(committed_text(create_app(None, None)))
+    COMMITTED.write_text(committed_text(create_app()))

@@ -3,29 +3,29 @@
 `/metrics` says the same as `/v1/projections` in Prometheus text format, so a
 scraper alerts on lag or dead letters without knowing jetdbt, and which projector
 process folds (`jetdbt_projector_process`, services/api/projector_roles.py). Dead letters are
-listed a page at a time, each with at most DATA_SHOWN bytes of what it stored.
+listed a page at a time, each with the first bytes of what it stored
+(projections/upkeep/queries.py).
 """
 
 from __future__ import annotations
 
-import asyncpg
+import functools
+
 from aiohttp import web
 from jetdbt.projections import lag
+from jetdbt.projections.upkeep import queries
 from jetdbt.services.api import schemas
 from jetdbt.services.api.boundary import page, query, respond
+from jetdbt.services.api.keys import BUS, POOL
 from jetdbt.services.api.principal_metrics import principal_metrics
 from jetdbt.services.api.projector_roles import projector_roles, roles_metric
 from jetdbt.services.api.queue_metrics import queue_metrics
 from jetdbt.services.api.run_metrics import label, run_metrics
 from jetdbt.shared.bus import contract
-from jetdbt.shared.bus.connection import Bus
 
-__all__ = ["add_ops_routes", "prometheus", "DEAD_LETTERS_PAGE", "DATA_SHOWN"]
+__all__ = ["routes", "prometheus", "DEAD_LETTERS_PAGE"]
 
 DEAD_LETTERS_PAGE = (100, 1000)  # rows per page: default, maximum
-# An event is far below 1 MiB, yet a page of a thousand near it would not be: a dead
-# letter shows its first 64 KiB (the reason is near the start) and says its size.
-DATA_SHOWN = 64 * 1024
 # How long /metrics waits for DBT_PROJECTORS before it leaves the processes out.
 ROLES_DEADLINE = 2.0
 _GAUGES = (
@@ -34,6 +34,8 @@ _GAUGES = (
     ("dead_letters", "jetdbt_projection_dead_letters", "Events the projection could not apply."),
     ("stopped", "jetdbt_projection_stopped", "1 while a bug in the fold stops the projection."),
 )
+
+routes = web.RouteTableDef()
 
 
 def _gauge(value) -> int:
@@ -65,48 +67,44 @@ def _by_principal(found) -> str:
     return "\n".join(lines) + "\n"
 
 
-def add_ops_routes(app: web.Application, pool: asyncpg.Pool, bus: Bus) -> None:
-    projections = contract.load().projections
+@functools.cache
+def _projections() -> dict[str, list[str]]:
+    """Each projection of streams.yaml and the subjects it folds."""
+    return contract.load().projections
 
-    async def current() -> lag.Lags:
-        async with pool.acquire() as conn:
-            return await lag.lags(conn, bus.js, projections)
 
-    async def metrics(request: web.Request) -> web.Response:
-        # Lags first: a scraper that reads lag 0 then finds every folded row in the rest.
-        lags = prometheus(await current())
-        async with pool.acquire() as conn:
-            queue = await queue_metrics(conn) + await run_metrics(conn)
-        principals = _by_principal(await principal_metrics(bus.js))
-        processes = roles_metric(await projector_roles(request.app, bus, ROLES_DEADLINE))
-        return web.Response(
-            body=(lags + queue + principals + processes).encode(),
-            headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"},
-        )
+async def _current(app: web.Application) -> lag.Lags:
+    async with app[POOL].acquire() as conn:
+        return await lag.lags(conn, app[BUS].js, _projections())
 
-    async def list_projections(request: web.Request) -> web.Response:
-        return respond(await current())
 
-    async def list_dead_letters(request: web.Request) -> web.Response:
-        """Oldest first per projection, `?projection=` one of them, a page at a time."""
-        want = page(request, *DEAD_LETTERS_PAGE)
-        async with pool.acquire() as conn:
-            fetched = await conn.fetch(
-                "SELECT id, projector, stream_seq, subject, error, failed_at,"
-                " substring(data FROM 1 FOR $4) AS data, octet_length(data) AS data_size"
-                " FROM dead_letters WHERE $1::text IS NULL OR projector = $1"
-                " ORDER BY projector, stream_seq LIMIT $2 OFFSET $3",
-                query(request, "projection"),
-                want.limit + 1,
-                want.offset,
-                DATA_SHOWN,
-            )
-        rows, after = want.rows(fetched)
-        # The stored bytes as text (invalid UTF-8 replaced): often the reason.
-        listed = [{**dict(r), "data": bytes(r["data"]).decode(errors="replace")} for r in rows]
-        body = {"dead_letters": listed, "next": after}
-        return respond(schemas.shaped(schemas.DeadLetters, body))
+@routes.get("/metrics")
+async def metrics(request: web.Request) -> web.Response:
+    # Lags first: a scraper that reads lag 0 then finds every folded row in the rest.
+    lags = prometheus(await _current(request.app))
+    async with request.app[POOL].acquire() as conn:
+        queue = await queue_metrics(conn) + await run_metrics(conn)
+    bus = request.app[BUS]
+    principals = _by_principal(await principal_metrics(bus.js))
+    processes = roles_metric(await projector_roles(request.app, bus, ROLES_DEADLINE))
+    return web.Response(
+        body=(lags + queue + principals + processes).encode(),
+        headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"},
+    )
 
-    app.router.add_get("/metrics", metrics)
-    app.router.add_get("/v1/projections", list_projections)
-    app.router.add_get("/v1/dead-letters", list_dead_letters)
+
+@routes.get("/v1/projections")
+async def list_projections(request: web.Request) -> web.Response:
+    return respond(await _current(request.app))
+
+
+@routes.get("/v1/dead-letters")
+async def list_dead_letters(request: web.Request) -> web.Response:
+    """Oldest first per projection, `?projection=` one of them, a page at a time."""
+    want = page(request, *DEAD_LETTERS_PAGE)
+    fetched = await queries.dead_letters(
+        request.app[POOL], query(request, "projection"), want.limit + 1, want.offset
+    )
+    rows, after = want.rows(fetched)
+    body = {"dead_letters": rows, "next": after}
+    return respond(schemas.shaped(schemas.DeadLetters, body))

@@ -8,81 +8,68 @@ Promoted event (or a refusal) that the promotions projection folds into what GET
 from __future__ import annotations
 
 import uuid
+from collections.abc import Awaitable, Callable
 
-import asyncpg
 import msgspec
 from aiohttp import web
+from jetdbt.projections.answers import Database
+from jetdbt.projections.promotions import queries
+from jetdbt.projections.promotions.answers import SlotVersion
 from jetdbt.services.api import auth, schemas
-from jetdbt.services.api.boundary import error, page, path, query, respond
+from jetdbt.services.api.boundary import error, path, query, respond
+from jetdbt.services.api.keys import BUS
+from jetdbt.services.api.pages import Read, project_page
 from jetdbt.shared.bus import commands
-from jetdbt.shared.bus.connection import Bus
 
-__all__ = ["add_promotion_routes", "VERSIONS_PAGE", "PROMOTIONS_PAGE"]
+__all__ = ["routes", "VERSIONS_PAGE", "PROMOTIONS_PAGE"]
 
 VERSIONS_PAGE = (100, 1000)
 PROMOTIONS_PAGE = (50, 500)
-_SLOT = "slot, environment, principal, pr, version, previous, deploy_id, promoted_by, promoted_at"
+
+routes = web.RouteTableDef()
+
+# A query of slot rows: the project, the environment (None: every one), limit, offset.
+_SlotRead = Callable[[Database, str, str | None, int, int], Awaitable[list[SlotVersion]]]
 
 
-def add_promotion_routes(app: web.Application, pool: asyncpg.Pool, bus: Bus) -> None:
-    async def _page(request: web.Request, key: str, sizes, table: str, order: str, schema):
-        """A page of `table`'s rows of the project (of one environment with ?environment=)."""
-        project = path(request, "project")
-        environment = query(request, "environment")
-        want = page(request, *sizes)
-        async with pool.acquire() as conn:
-            fetched = await conn.fetch(
-                f"SELECT {_SLOT} FROM {table} WHERE project = $1"
-                " AND ($2::text IS NULL OR environment = $2)"
-                f" ORDER BY {order} LIMIT $3 OFFSET $4",
-                project,
-                environment,
-                want.limit + 1,
-                want.offset,
-            )
-        rows, after = want.rows(fetched)
-        body = {"project": project, key: [dict(r) for r in rows], "next": after}
-        return respond(schemas.shaped(schema, body))
+def _of_environment(request: web.Request, read: _SlotRead) -> Read:
+    """`read` of the environment ?environment= names (none: every one)."""
+    environment = query(request, "environment")
 
-    async def versions(request: web.Request) -> web.Response:
-        return await _page(
-            request,
-            "versions",
-            VERSIONS_PAGE,
-            "environment_versions",
-            "pr, environment, principal",
-            schemas.Versions,
-        )
+    def of_it(db: Database, project: str, limit: int, offset: int):
+        return read(db, project, environment, limit, offset)
 
-    async def promotions(request: web.Request) -> web.Response:
-        return await _page(
-            request,
-            "promotions",
-            PROMOTIONS_PAGE,
-            "promotions",
-            "stream_seq DESC",
-            schemas.Promotions,
-        )
+    return of_it
 
-    async def post_promotion(request: web.Request) -> web.Response:
-        project = path(request, "project")
-        try:
-            body = commands.decode_promote(await request.read())
-        except commands.CommandRejected as exc:
-            return error(400, str(exc))
-        token = auth.token_of(request)
-        cmd = msgspec.structs.replace(body, requested_by=token.principal)
-        ack = await bus.publish_command(
-            "promote", project, cmd, uuid.uuid4().hex, principal=token.principal, token_id=token.id
-        )
-        accepted = schemas.PromotionAccepted(
-            project=project,
-            environment=cmd.environment,
-            version=cmd.version,
-            command_id=f"c{ack.seq}",
-        )
-        return respond(accepted, status=202)
 
-    app.router.add_get("/v1/projects/{project}/versions", versions)
-    app.router.add_get("/v1/projects/{project}/promotions", promotions)
-    app.router.add_post("/v1/projects/{project}/promotions", post_promotion)
+@routes.get("/v1/projects/{project}/versions")
+async def versions(request: web.Request) -> web.Response:
+    read = _of_environment(request, queries.versions)
+    return await project_page(request, "versions", VERSIONS_PAGE, read, schemas.Versions)
+
+
+@routes.get("/v1/projects/{project}/promotions")
+async def promotions(request: web.Request) -> web.Response:
+    read = _of_environment(request, queries.promotions)
+    return await project_page(request, "promotions", PROMOTIONS_PAGE, read, schemas.Promotions)
+
+
+@routes.post("/v1/projects/{project}/promotions")
+async def post_promotion(request: web.Request) -> web.Response:
+    project = path(request, "project")
+    try:
+        body = commands.decode_promote(await request.read())
+    except commands.CommandRejected as exc:
+        return error(400, str(exc))
+    token = auth.token_of(request)
+    cmd = msgspec.structs.replace(body, requested_by=token.principal)
+    ack = await request.app[BUS].publish_command(
+        "promote", project, cmd, uuid.uuid4().hex, principal=token.principal, token_id=token.id
+    )
+    accepted = schemas.PromotionAccepted(
+        project=project,
+        environment=cmd.environment,
+        version=cmd.version,
+        command_id=f"c{ack.seq}",
+    )
+    return respond(accepted, status=202)

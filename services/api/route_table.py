@@ -20,7 +20,7 @@ API_DOC = Path(__file__).resolve().parents[2] / "docs" / "api.md"
 def route_table() -> str:
     """Every route of the OpenAPI document, in its order: method and path, role, summary."""
     rows = ["| route | role | what |", "|---|---|---|"]
-    for path, operations in document(create_app(None, None))["paths"].items():
+    for path, operations in document(create_app())["paths"].items():
         for method, operation in operations.items():
             role = "none" if path in PUBLIC else route_role(method.upper(), path)
             rows.append(f"| `{method.upper()} {path}` | {role} | {operation['summary']} |")

@@ -13,8 +13,9 @@ from pathlib import Path
 
 from aiohttp import web
 from jetdbt.services.api.boundary import error
+from jetdbt.services.api.keys import UI_DIST
 
-__all__ = ["DIST", "UI_PATHS", "add_ui_routes"]
+__all__ = ["DIST", "UI_PATHS", "routes"]
 
 # An installed wheel carries the built viewer beside this module (setup.py); a checkout
 # serves what `make ui` built.
@@ -40,35 +41,32 @@ _POLICY = (
 _NOT_BUILT = "the run viewer is not built: run `make ui`, then reload"
 
 
-def add_ui_routes(app: web.Application, dist: Path = DIST) -> None:
-    def read(name: str) -> web.Response:
-        try:
-            body = (dist / name).read_bytes()
-        except FileNotFoundError:
-            return error(503, _NOT_BUILT)
-        kind = _ASSETS.get(name, "text/html")
-        return web.Response(
-            body=body,
-            content_type=kind,
-            charset="utf-8",
-            headers={
-                "Cache-Control": "no-cache",
-                "X-Content-Type-Options": "nosniff",
-                "Content-Security-Policy": _POLICY,
-            },
-        )
+def _read(dist: Path, name: str) -> web.Response:
+    try:
+        body = (dist / name).read_bytes()
+    except FileNotFoundError:
+        return error(503, _NOT_BUILT)
+    kind = _ASSETS.get(name, "text/html")
+    return web.Response(
+        body=body,
+        content_type=kind,
+        charset="utf-8",
+        headers={
+            "Cache-Control": "no-cache",
+            "X-Content-Type-Options": "nosniff",
+            "Content-Security-Policy": _POLICY,
+        },
+    )
 
-    async def index(request: web.Request) -> web.Response:
-        if request.path == "/ui":
-            raise web.HTTPFound("/ui/")
-        return read("index.html")
 
-    def asset(name: str):
-        async def serve(request: web.Request) -> web.Response:
-            return read(name)
+async def _ui(request: web.Request) -> web.Response:
+    """The page at /ui/ (/ui redirects there), or one of its assets, from the app's UI_DIST."""
+    served = request.match_info.route.resource.canonical  # the one of UI_PATHS matched
+    if served == "/ui":
+        raise web.HTTPFound("/ui/")
+    return _read(request.app[UI_DIST], served.removeprefix("/ui/") or "index.html")
 
-        return serve
 
-    for route in UI_PATHS:
-        name = route.removeprefix("/ui").lstrip("/")
-        app.router.add_get(route, asset(name) if name else index)
+routes = web.RouteTableDef()
+for _path in UI_PATHS:
+    routes.get(_path)(_ui)

@@ -15,27 +15,25 @@ from __future__ import annotations
 
 from aiohttp import web
 from jetdbt.services.api.boundary import error
+from jetdbt.services.api.keys import BUS
 from jetdbt.shared.bus import events as ev
-from jetdbt.shared.bus.connection import Bus
 from jetdbt.shared.identity import principals, warehouse_grants
 from jetdbt.shared.project import slot_versions
 from jetdbt.shared.project.descriptor import DEFAULT_ENVIRONMENT
 
 __all__ = ["install", "refusal"]
 
-_BUS = web.AppKey("grants_bus", Bus)
 _GRANTS = web.AppKey("grants", dict)
 
 
-def install(app: web.Application, bus: Bus, grants: dict[str, list[str] | None]) -> None:
-    app[_BUS] = bus
+def install(app: web.Application, grants: dict[str, list[str] | None]) -> None:
     app[_GRANTS] = grants
 
 
 async def refusal(request: web.Request, project: str) -> web.Response | None:
     """A 403 naming the warehouse and the team when `project`'s team may not use the
     warehouse of its current version, else None."""
-    bus, grants = request.app[_BUS], request.app[_GRANTS]
+    bus, grants = request.app[BUS], request.app[_GRANTS]
     deployed = await slot_versions.held_by(bus, project, DEFAULT_ENVIRONMENT)
     if not isinstance(deployed, ev.Deployed) or deployed.warehouse not in grants:
         return None

@@ -10,12 +10,13 @@ from aiohttp import web
 from jetdbt.services.api import auth, schemas
 from jetdbt.services.api.boundary import respond
 
-__all__ = ["add_whoami_routes"]
+__all__ = ["routes"]
 
 
-def add_whoami_routes(app: web.Application) -> None:
-    async def whoami(request: web.Request) -> web.Response:
-        token = auth.token_of(request)
-        return respond(schemas.shaped(schemas.Whoami, token))
+routes = web.RouteTableDef()
 
-    app.router.add_get("/v1/whoami", whoami)
+
+@routes.get("/v1/whoami")
+async def whoami(request: web.Request) -> web.Response:
+    token = auth.token_of(request)
+    return respond(schemas.shaped(schemas.Whoami, token))

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import aiohttp
 import msgspec
+from jetdbt.projections.progress.queries import run_summary
 from jetdbt.services.access.local import admin_token_file
 from jetdbt.services.cli import client
 from jetdbt.services.cli.plural import counted
@@ -103,8 +104,7 @@ async def demo(settings: Settings) -> int:
 async def _wait_projected(stack: Stack, run_id: str) -> None:
     """The API reads projections, which trail the log by a moment."""
     for _ in range(100):
-        async with stack.pool.acquire() as conn:
-            status = await conn.fetchval("SELECT status FROM runs WHERE run_id = $1", run_id)
-        if status in (run_status.PASSED, run_status.FAILED):
+        run = await run_summary(stack.pool, run_id)
+        if run is not None and run.status in (run_status.PASSED, run_status.FAILED):
             return
         await asyncio.sleep(0.1)

@@ -142,7 +142,12 @@ class Stack:
         if self.api:
             grants = warehouse_grants.load(s.warehouses_file)
             api = create_app(
-                self.pool, self._buses["api"], self.dead_tasks, sandbox, grants, self.settings
+                s,
+                open_pool=lambda: connect_pool(self.database_url, s.schema, min_size=1, max_size=8),
+                open_bus=lambda: self._service_bus("api"),
+                dead_tasks=self.dead_tasks,
+                sandbox=sandbox,
+                grants=grants,
             )
             self._site_runner = web.AppRunner(api, keepalive_timeout=HEADER_TIMEOUT_SECONDS)
             await self._site_runner.setup()
@@ -220,18 +225,28 @@ class Stack:
             password=admin[1],
         )
         for role in nats_users.SERVICE_USERS:
-            self._buses[role] = self.bus
-            if self._nats:
-                self._buses[role] = await connect(
-                    self.nats_url,
-                    f"jetdbt-{role}",
-                    forever=True,
-                    apply=False,
-                    user=role,
-                    password=logins[role],
-                )
+            # The API opens its own as it starts (services/api/app.py's cleanup context).
+            if role != "api":
+                self._buses[role] = await self._service_bus(role) if self._nats else self.bus
         if self.api and operator:
             self.admin_token = await admin_token(self.bus, s.home)
+
+    async def _service_bus(self, role: str) -> Bus:
+        """A service's own NATS connection: its own user on this stack's server, else the
+        user every service of this process connects as."""
+        s = self.settings
+        user, password = (
+            (role, nats_logins(s.home)[role]) if self._nats else (s.nats_user, s.nats_password)
+        )
+        return await connect(
+            self.nats_url,
+            f"jetdbt-{role}",
+            forever=True,
+            apply=False,
+            replicas=s.stream_replicas,
+            user=user,
+            password=password,
+        )
 
     def describe(self) -> dict:
         """What a CLI in another process needs to reach this stack. A configured NATS_URL may

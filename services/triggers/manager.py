@@ -6,8 +6,7 @@ facts (which jobs have triggers), the declared writes a runner recorded
 `on_relation` starts that job with trigger `relation` when it is written: by a declared
 write, or by a run of another project whose result says a model, seed or snapshot passed
 that keyed to it (jetdbt.shared.runs.written_relations: only a command that builds, never into a
-scratch
-schema; nodes kept in a blob are read back). A project's own runs wake none of its jobs
+scratch schema; nodes kept in a blob are read back). A project's own runs wake none of its jobs
 (dbt orders its own DAG, the reference design's "no cascade from dbt"; chaining runs is
 what `after` is for), and one run wakes a job once however many of its relations it wrote.
 A write wakes only the jobs of its writer's team (a declared write's publisher's, a run's

@@ -451,8 +451,7 @@ class JobSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=T
     build's test_behavior among them), and the run arguments its descriptor's placeholders
     take. Its triggers (services/triggers): a declared write of a relation in
     `on_relation` (`dbt://<warehouse>/<schema>/<name>`, as jetdbt.shared.runs.relations spells it),
-    or
-    the end of another job's run (`after`)."""
+    or the end of another job's run (`after`)."""
 
     command: AnyDbtCommand = BuildCommand()
     args: dict[str, Any] = {}

@@ -1,6 +1,5 @@
 """Which deployed version a slot of a project runs (jetdbt.shared.bus.events.promotion_slot): read
-from
-the log, never a projection, by the runner that runs it and by the doors that check it.
+from the log, never a projection, by the runner that runs it and by the doors that check it.
 
 A slot runs the version its last promotion names. Before environments a deploy was the
 current version, so a project's default environment with no promotion yet runs its last

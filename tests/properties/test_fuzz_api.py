@@ -117,7 +117,7 @@ def _fields(body: type) -> set[str]:
 
 async def test_no_request_gets_a_5xx_and_every_answer_is_json(stack):
     run = OnLoop()
-    routes = _routes(create_app(stack.pool, stack.bus))
+    routes = _routes(create_app())
     assert ("POST", "/v1/projects/{project}/runs") in routes and len(routes) > 10
 
     async with aiohttp.ClientSession(headers=auth_headers(stack.api_url + "/")) as session:

@@ -112,14 +112,27 @@ async def test_a_parameter_quotes_a_prefix_of_its_value_and_checks_its_rule(stac
 class _FailingPool:
     """A pool whose every use fails with a message that must not reach the caller."""
 
-    def acquire(self):
+    def __getattr__(self, name: str):
         raise RuntimeError("connection to 10.0.0.7 failed: password=hunter2")
+
+    async def close(self) -> None:
+        pass
+
+
+class _NoBus:
+    async def close(self) -> None:
+        pass
+
+
+async def _opened(thing):
+    return thing
 
 
 @pytest.fixture
 async def no_database():
     """The real app over a pool that always fails; nothing else runs."""
-    async with TestClient(TestServer(create_app(_FailingPool(), None))) as client:
+    app = create_app(open_pool=lambda: _opened(_FailingPool()), open_bus=lambda: _opened(_NoBus()))
+    async with TestClient(TestServer(app)) as client:
         yield client
 
 

@@ -8,7 +8,9 @@ its own subjects, and must:
     (a kill mid-batch, or the commit itself failing) moves neither;
 (c) send a poison event, bytes that do not decode or an event Postgres refuses, to the
     dead-letter table with its error, and fold the events after it;
-(d) rebuild in a replay's shadow schema exactly what the live projector folded.
+(d) rebuild in a replay's shadow schema exactly what the live projector folded;
+(e) answer every query of its read side (projections/<name>/queries.py) from that folded state
+    with the type the query says, rows among them.
 
 A fold added to FOLDS is covered with no change here; if the recording has no event
 on its subjects, the suite says to re-record (tests/support/record_log.py).
@@ -16,6 +18,9 @@ on its subjects, the suite says to re-record (tests/support/record_log.py).
 
 from __future__ import annotations
 
+import importlib
+import inspect
+import typing
 import uuid
 
 import asyncpg
@@ -287,3 +292,72 @@ async def test_a_replay_rebuilds_what_the_live_projector_folded(live, name):
     assert {t.table for t in report.tables} == set(TABLES[name])
     assert sum(t.live_rows for t in report.tables) > 0
     assert report.differences == 0, [d for t in report.tables for d in t.shown]
+
+
+async def _samples(conn, name: str) -> dict:
+    """A value for each parameter a query takes, read from what the recording folded: the
+    project with the most rows of this fold's first table that has projects, its latest run
+    with nodes, its graph's version and a relation."""
+    with_projects = await conn.fetch(
+        "SELECT table_name FROM information_schema.columns WHERE table_schema = current_schema()"
+        " AND column_name = 'project'"
+    )
+    table = next(t for t in TABLES[name] if t in {r[0] for r in with_projects})
+    project = await conn.fetchval(
+        f"SELECT project FROM {quote_ident(table)} GROUP BY project ORDER BY count(*) DESC LIMIT 1"
+    )
+    node = await conn.fetchrow(
+        "SELECT n.run_id, n.unique_id FROM run_nodes n JOIN runs r USING (run_id)"
+        " WHERE r.project = $1 ORDER BY r.requested_at DESC LIMIT 1",
+        project,
+    )
+    version = await conn.fetchval(
+        "SELECT version FROM graph_versions WHERE project = $1 ORDER BY ingested_at DESC LIMIT 1",
+        project,
+    )
+    relation = await conn.fetchval(
+        "SELECT relation FROM graph_nodes WHERE project = $1 AND relation <> '' LIMIT 1", project
+    )
+    hook = await conn.fetchval("SELECT name FROM hooks WHERE project = $1 LIMIT 1", project)
+    run_id, unique_id = (node["run_id"], node["unique_id"]) if node else ("", "")
+    return {
+        "project": project,
+        "projects": [project],
+        "run_id": run_id,
+        "unique_id": unique_id,
+        "unique_ids": [unique_id],
+        "version": version or "",
+        "versions": [version or ""],
+        "key": relation or "",
+        "relations": [relation or ""],
+        "hook": hook or "",
+        "limit": 50,
+        "offset": 0,
+        "shown": 5,
+        "bounds": (1.0, 60.0),
+        "team": None,
+        "environment": None,
+        "state": None,
+        "after": None,
+        "projection": None,
+    }
+
+
+async def test_every_query_answers_from_the_folded_state_with_its_type(live, name):
+    queries = importlib.import_module(f"jetdbt.projections.{name}.queries")
+    functions = [
+        f for f in (getattr(queries, n) for n in queries.__all__) if inspect.iscoroutinefunction(f)
+    ]
+    assert functions, f"projections/{name}/queries.py lists no query"
+    answered = []
+    async with live.pool.acquire() as conn:
+        samples = await _samples(conn, name)
+        for query in functions:
+            wanted = list(inspect.signature(query).parameters.values())[1:]
+            required = [p.name for p in wanted if p.default is inspect.Parameter.empty]
+            assert set(required) <= set(samples), f"{query.__name__}: no sample for {required}"
+            got = await query(conn, **{n: samples[n] for n in required})
+            said = typing.get_type_hints(query)["return"]
+            msgspec.json.decode(msgspec.json.encode(got), type=said)
+            answered.append(bool(got))
+    assert any(answered), f"no query of {name} answered with rows from the recording"

@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from jetdbt.services.api import app as api_app
+from jetdbt.services.api import health_routes
 from jetdbt.services.stack.composition import read_stack_file
 
 from tests.support.helpers import get_json, wait_for
@@ -20,7 +20,7 @@ from tests.support.processes import processes_mentioning
 
 
 async def test_healthz_is_503_when_nats_is_away_past_its_grace(stack, nats_server, monkeypatch):
-    monkeypatch.setattr(api_app, "NATS_GRACE_SECONDS", 1.0)
+    monkeypatch.setattr(health_routes, "NATS_GRACE_SECONDS", 1.0)
     status, body = await get_json(f"{stack.api_url}/healthz")
     assert status == 200 and body["ok"] and body["nats"]
     nats_server.stop()
@@ -45,8 +45,8 @@ async def test_healthz_asks_nats_and_is_503_while_the_server_is_stopped(
 ):
     """A nats-server stopped with SIGSTOP keeps its socket open, so a connection's state says
     connected; /healthz asks JetStream within its deadline and tells the truth."""
-    monkeypatch.setattr(api_app, "NATS_GRACE_SECONDS", 1.0)
-    monkeypatch.setattr(api_app, "NATS_DEADLINE_SECONDS", 0.5)
+    monkeypatch.setattr(health_routes, "NATS_GRACE_SECONDS", 1.0)
+    monkeypatch.setattr(health_routes, "NATS_DEADLINE_SECONDS", 0.5)
     status, body = await get_json(f"{stack.api_url}/healthz")
     assert status == 200 and body["nats"] is True
     pid = nats_server._proc.pid

@@ -128,7 +128,7 @@ def test_every_route_has_a_published_shape():
     """A route added without an entry in OPERATIONS would be listed bare: it must not be."""
     from jetdbt.services.api.app import create_app
 
-    doc = openapi.document(create_app(None, None))
+    doc = openapi.document(create_app())
     bare = [
         f"{method.upper()} {path}"
         for path, ops in doc["paths"].items()
@@ -142,7 +142,7 @@ def test_the_committed_document_is_the_served_one():
     """openapi.json in the repository is what /openapi.json serves: an API change is a diff."""
     from jetdbt.services.api.app import create_app
 
-    served = openapi_file.committed_text(create_app(None, None))
+    served = openapi_file.committed_text(create_app())
     assert openapi_file.COMMITTED.read_text() == served, (
         "the API's document changed: run `python -m jetdbt.services.api.openapi_file`"
         " and review the diff"

@@ -8,8 +8,7 @@ has a meta leader and every replica on that node has caught up.
 
 jetdbt reaches it with a comma-separated NATS_URL (`NatsCluster.url`);
 `jetdbt.shared.bus.connection.connect` splits it. `replicate` applies the contract at three
-replicas before
-any service starts; the contract never shrinks a stream's replicas, so they stay R3.
+replicas before any service starts; the contract never shrinks a stream's replicas, so they stay R3.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ def test_the_route_table_in_the_api_doc_is_current():
 
 def test_the_route_table_lists_every_route_the_api_registers():
     table = route_table.route_table()
-    for path, operations in document(create_app(None, None))["paths"].items():
+    for path, operations in document(create_app())["paths"].items():
         for method in operations:
             assert f"| `{method.upper()} {path}` |" in table, (method, path)
     assert "| `POST /v1/runs/{run_id}/cancel` | runner |" in table

@@ -10,6 +10,7 @@ left out of both checks.
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -117,3 +118,66 @@ def test_no_import_cycle():
 
 def test_every_room_is_known():
     assert {room(m) for m in _modules()} <= set(ALLOWED) | {"services"}
+
+
+# SQL outside projections/, each with why: what it reads is not a projection's table.
+SQL_ELSEWHERE = {
+    # The roles and grants of a run on a Postgres warehouse: the warehouse's own catalog.
+    "jetdbt.services.runner.setup.run_credentials",
+}
+_SQL = re.compile(r"\b(SELECT\s[\s\S]*\bFROM|INSERT\s+INTO|UPDATE\s+\w+\s+SET|DELETE\s+FROM)\b")
+# What the API may import of a read model's room: its queries, the Structs they answer with,
+# and its tables' column lists. Never its fold.
+_READ_SIDE = {"queries", "answers", "tables"}
+
+
+def _strings(tree: ast.AST) -> list[str]:
+    """Every string literal and f-string's literal parts, docstrings left out."""
+    docs = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+    }
+    return [
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs
+    ]
+
+
+def test_no_sql_outside_projections():
+    found = sorted(
+        name
+        for name, path in _modules().items()
+        if room(name) != "projections"
+        and name not in SQL_ELSEWHERE
+        and any(_SQL.search(s) for s in _strings(ast.parse(path.read_text())))
+    )
+    assert found == [], (
+        f"SQL outside projections/ (a query belongs in projections/*/queries): {found}"
+    )
+
+
+def test_the_api_reads_projections_through_their_queries():
+    modules = _modules()
+    read_models = {
+        name
+        for name, path in modules.items()
+        if path.name == "__init__.py" and name.startswith("jetdbt.projections.")
+    }
+    graph = import_graph()
+    edges = [(a, b) for a, b in graph.edges if room(a) == "services.api"]
+    wrong = sorted(
+        f"{a} imports {b}"
+        for a, b in edges
+        if any(b.startswith(f"{model}.") for model in read_models)
+        and b.rsplit(".", 1)[1] not in _READ_SIDE
+    )
+    assert wrong == [], "the API reaches past a projection's queries:\n" + "\n".join(wrong)
+    queries = {f"{m}.queries" for m in read_models if f"{m}.queries" in modules}
+    reached = set().union(*(nx.descendants(graph, a) for a, _ in edges))
+    assert len(queries) >= 10 and queries <= reached, (
+        f"queries the API never reads: {sorted(queries - reached)}"
+    )

@@ -1,15 +1,21 @@
 """A fresh machine with only Python: no npm nor node on PATH, and a fresh clone still builds the
 run viewer with `make ui` (what `make demo` and `make test` run first), and a wheel built from
-the clone carries it (node and npm come from PyPI, the `ui` extra). Everything is made under
-the test's temp folder; the checkout is only read."""
+the clone carries it (node and npm come from PyPI, the `ui` extra). The wheel installs under
+one namespace, `jetdbt.`, into a fresh environment that already holds packages named `shared`
+and `services`, and its `jetdbt up` serves the viewer. Everything is made under the test's temp
+folder; the checkout is only read."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
+import time
+import urllib.request
 import zipfile
 from pathlib import Path
 
@@ -74,11 +80,72 @@ def test_make_ui_and_demo_on_a_machine_without_npm_build_the_viewer_and_run(tmp_
     assert suite.returncode == 0 and "npm" not in suite.stdout, suite.stdout + suite.stderr
 
 
+def _others(tmp_path: Path) -> Path:
+    """A distribution of another vendor's whose top-level packages are `shared` and
+    `services`: what a namespace of jetdbt's own must never collide with."""
+    others = tmp_path / "others"
+    for package in ("shared", "services"):
+        (others / package).mkdir(parents=True)
+        (others / package / "__init__.py").write_text(f"OWNER = 'others.{package}'\n")
+    (others / "pyproject.toml").write_text(
+        '[project]\nname = "others"\nversion = "1"\n'
+        '[tool.setuptools]\npackages = ["shared", "services"]\n'
+    )
+    return others
+
+
+def _installed_beside_others(wheel: Path, tmp_path: Path, env: dict[str, str]) -> Path:
+    """A fresh environment holding the other distribution, then the wheel; its bin folder."""
+    venv = tmp_path / "venv"
+    uv = str(_BIN / "uv")
+    subprocess.run([uv, "venv", "--quiet", "--python", sys.executable, str(venv)], env=env,
+                   check=True, timeout=120)  # fmt: skip
+    for what in (str(_others(tmp_path)), str(wheel)):
+        done = subprocess.run(
+            [uv, "pip", "install", "--quiet", "--python", str(venv / "bin" / "python"), what],
+            env=env, capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+    return venv / "bin"
+
+
+def _get(url: str) -> tuple[int, bytes]:
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        return answer.status, answer.read()
+
+
+def _up_serves_the_viewer(bin_dir: Path, tmp_path: Path, env: dict[str, str]) -> None:
+    """The demo's first command, `jetdbt up`, from the installed wheel: its API answers
+    /healthz and serves the viewer, and an interrupt stops it cleanly."""
+    home = tmp_path / "home"
+    run_env = {**env, "JETDBT_HOME": str(home), "JETDBT_API_PORT": "0"}
+    for name in ("NATS_URL", "DATABASE_URL"):
+        run_env.pop(name, None)
+    log = tmp_path / "up.log"
+    with log.open("wb") as out:
+        up = subprocess.Popen([str(bin_dir / "jetdbt"), "up"], env=run_env, cwd=tmp_path,
+                              stdout=out, stderr=out, start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not (home / "stack.json").exists():
+            assert up.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.2)
+        api = json.loads((home / "stack.json").read_text())["api_url"]
+        status, health = _get(f"{api}/healthz")
+        assert status == 200 and json.loads(health)["nats"] is True, health
+        status, page = _get(f"{api}/ui/")
+        assert status == 200 and b"app.js" in page, page[:500]
+    finally:
+        os.killpg(up.pid, signal.SIGINT)
+        assert up.wait(timeout=60) == 0, log.read_text()[-3000:]
+
+
 @pytest.mark.timeout(900)
 def test_a_wheel_from_a_clone_without_npm_carries_the_viewer_and_serves_it(tmp_path, no_npm):
     """The build asks PyPI for node and npm, the sdist carries the built viewer (a wheel from
-    it runs no npm), and an installed wheel serves the viewer and finds streams.yaml with no
-    checkout beside it."""
+    it runs no npm), an installed wheel serves the viewer and finds streams.yaml with no
+    checkout beside it, and it installs beside another distribution's `shared` and
+    `services` without touching them."""
     clone = _clone(tmp_path)
     out = tmp_path / "out"
     done = subprocess.run(
@@ -109,3 +176,14 @@ def test_a_wheel_from_a_clone_without_npm_carries_the_viewer_and_serves_it(tmp_p
         str(site / "jetdbt/services/api/viewer"),
         str(site / "jetdbt/shared/streams.yaml"),
     ]
+    bin_dir = _installed_beside_others(wheel, tmp_path, no_npm)
+    for package in ("shared", "services"):
+        owner = subprocess.run(
+            [str(bin_dir / "python"), "-c", f"import {package}; print({package}.OWNER)"],
+            cwd=tmp_path, capture_output=True, text=True, check=True,
+        ).stdout.strip()  # fmt: skip
+        assert owner == f"others.{package}"
+    helped = subprocess.run([str(bin_dir / "jetdbt"), "--help"], env=no_npm, cwd=tmp_path,
+                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert helped.returncode == 0 and "deploy" in helped.stdout, helped.stdout + helped.stderr
+    _up_serves_the_viewer(bin_dir, tmp_path, no_npm)

@@ -535,9 +535,9 @@ async def test_healthz_asks_nats_while_its_server_is_stopped(site, monkeypatch):
     import os
     import signal
 
-    from jetdbt.services.api import app as api_app
+    from jetdbt.services.api import health_routes
 
-    monkeypatch.setattr(api_app, "NATS_DEADLINE_SECONDS", 0.5)
+    monkeypatch.setattr(health_routes, "NATS_DEADLINE_SECONDS", 0.5)
     status, body = await call(site, "GET", "/healthz")
     assert status == 200 and body["nats"] is True
     pid = site.stack._nats._proc.pid

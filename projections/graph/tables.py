@@ -1,0 +1,77 @@
+"""The graph projection's tables, one definition of each one's columns: the migrations make them,
+the fold writes them and the queries read them (tests/stack/test_tables.py holds all three to
+it)."""
+
+from __future__ import annotations
+
+__all__ = ["TABLES"]
+
+TABLES: dict[str, tuple[str, ...]] = {
+    "graph_versions": (
+        "project",
+        "version",
+        "run_id",
+        "scope",
+        "graph_digest",
+        "content_digest",
+        "relation_root",
+        "default_database",
+        "node_count",
+        "edge_count",
+        "column_edge_count",
+        "principal",
+        "ingested_at",
+        "stream_seq",
+    ),
+    "graph_nodes": (
+        "project",
+        "version",
+        "run_id",
+        "unique_id",
+        "resource_type",
+        "name",
+        "package",
+        "relation",
+        "owned",
+        "materialized",
+        "tags",
+        "description",
+        "columns",
+        "column_schema",
+        "test_severity",
+        "test_kind",
+        "attached_node",
+        "raw_code",
+        "layer",
+        "layer_row",
+        "doc",
+    ),
+    "graph_edges": (
+        "project",
+        "version",
+        "run_id",
+        "parent",
+        "child",
+        "kind",
+        "doc",
+    ),
+    "graph_column_edges": (
+        "project",
+        "version",
+        "run_id",
+        "from_node",
+        "from_column",
+        "to_node",
+        "to_column",
+        "lineage_kind",
+    ),
+    "relation_writes": (
+        "stream_seq",
+        "relation",
+        "producer",
+        "status",
+        "row_count",
+        "written_at",
+        "refused_reason",
+    ),
+}
