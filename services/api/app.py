@@ -65,6 +65,8 @@ def create_app(
     own; `sandbox` is this process's runner's sandbox, as described, and whether it refuses
     runs; `grants` the teams of each warehouse (shared.identity.warehouse_grants.load; None:
     the embedded default's)."""
+    if (open_pool is None) != (open_bus is None):
+        raise ValueError("create_app takes both openers (an app that serves) or neither")
     settings = settings or load()
     app = web.Application(middlewares=[auth.authenticate, guard, auth.authorize])
     warehouse_door.install(app, warehouse_grants.load(None) if grants is None else grants)

@@ -88,9 +88,13 @@ class _Pages:
 _cached: weakref.WeakKeyDictionary[web.Application, _Pages] = weakref.WeakKeyDictionary()
 
 
-def _etag(graph_digest: str, checkpoints: list[int], want: _Nodes, served_as: tuple) -> str:
-    """Weak: the same page may go out compressed or not."""
-    tag = msgspec.json.encode([graph_digest, checkpoints, want.after, want.limit, *served_as])
+def _etag(
+    key: GraphKey, graph_digest: str, checkpoints: list[int], want: _Nodes, served_as: tuple
+) -> str:
+    """Weak: the same page may go out compressed or not. The graph's key is in it: two
+    versions (or two projects) whose graphs are the same bytes are two pages, each saying
+    its own project, version and deployer."""
+    tag = msgspec.json.encode([*key, graph_digest, checkpoints, want.after, want.limit, *served_as])
     return f'W/"{digest_of(tag)[7:]}"'
 
 
@@ -122,7 +126,7 @@ async def _page(
     if state is None:
         return None
     want = _nodes_page(request)
-    etag = _etag(state.digest, state.checkpoints, want, sorted(extra.items()))
+    etag = _etag(key, state.digest, state.checkpoints, want, sorted(extra.items()))
     if _not_modified(request, etag):
         return web.Response(status=304, headers={hdrs.ETAG: etag})
     pages = _cached.setdefault(request.app, _Pages())
@@ -180,6 +184,11 @@ async def run_graph(request: web.Request) -> web.Response:
         key = await queries.run_graph_key(conn, run_id)
         answer = None
         if key is not None:
+            # A run the progress fold has not folded yet had no project to check the token's
+            # scope against before this route: the graph's own project is checked here.
+            refused = await auth.project_problem(request, key.project)
+            if refused is not None:
+                return refused
             # A fallback is its version's graph, stored under no run.
             extra = {"run_id": run_id, "fallback": key.run_id != run_id}
             answer = await _page(request, conn, key, extra)

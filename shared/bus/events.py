@@ -528,8 +528,8 @@ class GraphIngested(Event, frozen=True, kw_only=True, tag="graph.ingested.v1"):
     principal: str = ""
     # Where the target resolved to when a version's graph was published (the plan's
     # jetdbt.shared.project.environments key: warehouse, target, schema, database); "" when
-    # unknown. A
-    # run that resolves elsewhere republishes the version's graph (services/runner/graph).
+    # unknown. A run that resolves elsewhere republishes the version's graph
+    # (services/runner/graph).
     resolved_root: str = ""
 
     def subject(self) -> str:
