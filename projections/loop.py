@@ -303,7 +303,11 @@ class Projector:
                     # One event is folded as soon as it lands; a batch only takes what the
                     # first says is already there (a fetch of many waits for the batch or
                     # its timeout).
-                    msgs = await sub.fetch(1, timeout=0.5)
+                    # A stopping projector does not wait out the fetch: what it would
+                    # have folded is past its checkpoint, and delivered again.
+                    msgs = await supervise.unless_stopped(sub.fetch(1, timeout=0.5), stop)
+                    if msgs is None:
+                        break
                     more = min(self.batch - 1, pending(msgs[0]))
                     if more:
                         with contextlib.suppress(TimeoutError):
