@@ -345,10 +345,14 @@ async def test_retry_resumes_the_failed_run_and_cancel_of_an_ended_run_is_the_ro
 
 
 async def test_an_agent_previews_compiles_and_reads_the_health_of_a_model(site):
-    """After the failed builds above: show and compile are real runs answered with their rows
-    and SQL; the model's health is failing for its failed test, and those two runs, which only
+    """After a failed build of its own (xdist's worksteal may run this test on a worker whose
+    stack built nothing else): show and compile are real runs answered with their rows and
+    SQL; the model's health is failing for its failed test, and those two runs, which only
     looked at it, are no part of it. A name the graph lacks starts no run."""
+    build = {"label": "build", "select": ["+orders"], "vars": {"fail_error_test": True}}
     async with _http(site, "alice") as mcp:
+        accepted = await mcp.call_tool("start_run", {"project": SHOP, "command": build})
+        assert (await _follow(mcp, accepted.structured_content["run_id"]))["status"] == "failed"
         shown = await mcp.call_tool("show", {"project": SHOP, "node": "orders", "limit": 3})
         compiled = await mcp.call_tool(
             "compile", {"project": SHOP, "node": "model.jaffle_shop.orders"}
