@@ -86,7 +86,7 @@ def warehouse_pg_url(tmp_path_factory):
 def nats_server(tmp_path):
     server = NatsServer(tmp_path / "nats").start()
     yield server
-    server.stop(grace=0)  # its JetStream folder is thrown away with the test's
+    server.stop()
 
 
 @pytest.fixture

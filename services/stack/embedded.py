@@ -93,13 +93,11 @@ class NatsServer:
         self.stop()
         raise RuntimeError(f"nats-server did not listen on {self.port} within {timeout}s")
 
-    def stop(self, grace: float = 10.0) -> None:
-        """SIGTERM, then SIGKILL past `grace` seconds (0: a throwaway server's data need not be
-        flushed)."""
+    def stop(self) -> None:
         if self._proc and self._proc.poll() is None:
             self._proc.terminate()
             try:
-                self._proc.wait(grace)
+                self._proc.wait(10)
             except subprocess.TimeoutExpired:
                 self._proc.kill()
                 self._proc.wait()
