@@ -303,11 +303,7 @@ class Projector:
                     # One event is folded as soon as it lands; a batch only takes what the
                     # first says is already there (a fetch of many waits for the batch or
                     # its timeout).
-                    # A stopping projector does not wait out the fetch: what it would
-                    # have folded is past its checkpoint, and delivered again.
-                    msgs = await supervise.unless_stopped(sub.fetch(1, timeout=0.5), stop)
-                    if msgs is None:
-                        break
+                    msgs = await sub.fetch(1, timeout=0.5)
                     more = min(self.batch - 1, pending(msgs[0]))
                     if more:
                         with contextlib.suppress(TimeoutError):

@@ -106,13 +106,9 @@ class Runner:
         try:
             while not stop.is_set():
                 try:
-                    # A stopping runner does not wait out the fetch: a command it would have
-                    # taken is delivered again, to whichever runner is left.
-                    msgs = await supervise.unless_stopped(sub.fetch(1, timeout=0.5), stop)
+                    msgs = await sub.fetch(1, timeout=0.5)
                 except TimeoutError:
                     continue  # nothing waiting, or max_ack_pending commands held already
-                if msgs is None:
-                    break
                 task = asyncio.create_task(self._handle(msgs[0]))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
